@@ -1,0 +1,7 @@
+# Warnings for distribute's own code (library, tests, examples, benchmarks); never exported, so a
+# consumer's build keeps its own flags.
+add_library(distribute_warnings INTERFACE)
+target_compile_options(distribute_warnings INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
+  -Woverloaded-virtual -Wno-missing-field-initializers)
+install(TARGETS distribute_warnings EXPORT distributeTargets)

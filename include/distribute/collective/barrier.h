@@ -1,0 +1,71 @@
+// Rendezvous: the reusable, generation-counted, abortable and timed barrier behind every collective
+// and merge_call. absl::Barrier is single-use and std::barrier can be neither aborted nor timed,
+// so neither fits.
+//
+// Thread safety: arrive_and_wait() is called by each of the `size` participants once per phase,
+// each with its own rank; abort() may be called from any thread at any time; reset() only while
+// no participant is inside. Everything the last arriver does in `complete` happens-before every
+// participant's return from that phase.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
+#include "distribute/detail/wait.h"
+
+namespace distribute::collective {
+
+class Rendezvous {
+ public:
+  enum class Outcome { kCompleted, kTimedOut };
+
+  Rendezvous(int size, detail::WaitPolicy policy);
+
+  int size() const { return size_; }
+
+  // Arrives as `rank` and waits for the other participants. The last to arrive runs `complete`
+  // (which must not throw) before anyone is released. Returns kCompleted when the phase completed;
+  // kTimedOut when the deadline passed first, in which case this rank's arrival was withdrawn, so
+  // the phase cannot complete without it. Throws the abort error if the rendezvous is or becomes
+  // aborted before the phase completes. A deadline does not interrupt a `complete` that has begun.
+  Outcome arrive_and_wait(int rank, detail::Deadline deadline, absl::FunctionRef<void()> complete);
+
+  // Waits for all participants ignoring aborts and deadlines: for phases that every participant
+  // is known to reach in bounded time (all inside library code that cannot fail).
+  void arrive_and_wait_uninterruptible();
+
+  // Releases every waiter now and makes every later arrival throw `error`, until reset(). The
+  // first abort's error is kept; later ones are ignored.
+  void abort(std::exception_ptr error);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+
+  // Ranks whose number of arrivals since reset() is below `rank`'s (those that have not arrived
+  // at the phase `rank` is in).
+  std::vector<int> behind(int rank) const;
+
+  void reset();
+
+ private:
+  [[noreturn]] void throw_abort_error() const;
+
+  const int size_;
+  const detail::WaitPolicy policy_;
+  // High 32 bits: the phase's generation; low 32 bits: arrivals in it. One word, so that a
+  // withdrawal cannot be confused with an arrival at the next phase.
+  alignas(64) std::atomic<std::uint64_t> state_{0};
+  alignas(64) detail::WaitWord released_;
+  alignas(64) std::atomic<bool> aborted_{false};
+  mutable absl::Mutex abort_mu_;
+  std::exception_ptr abort_error_ ABSL_GUARDED_BY(abort_mu_);
+  struct alignas(64) Arrivals {
+    std::atomic<std::uint64_t> count{0};
+  };
+  std::unique_ptr<Arrivals[]> arrivals_;
+};
+
+}  // namespace distribute::collective

@@ -1,0 +1,70 @@
+// CollectiveCall: what one replica brings to one collective, type-erased so that the collective
+// layer works on buffers and knows nothing of nests or PerReplica. The replica layer fills it;
+// the group compares the replicas' calls field by field (the collective fingerprint) before any
+// data moves, and a backend moves the data.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "distribute/collective/communication_options.h"
+#include "distribute/collective/reduce_op.h"
+#include "distribute/device/device.h"
+#include "distribute/device/dtype.h"
+#include "distribute/device/shape.h"
+
+namespace distribute::collective {
+
+enum class CollectiveKind : std::uint8_t { kAllReduce, kAllGather, kMergeCall, kReturn };
+
+// "all_reduce", "all_gather", "merge_call", "return".
+const char* kind_name(CollectiveKind kind);
+
+// One leaf: `shape` elements of `dtype` at `data` on `device`. For all_gather outputs, data is
+// filled in after the rendezvous, when the gathered shape is known.
+struct BufferRef {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  const Shape* shape = nullptr;
+  Device device;
+
+  std::int64_t num_elements() const { return shape->num_elements(); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(num_elements()) * dtype_size(dtype); }
+};
+
+struct CollectiveCall;
+
+// Runs a merge_fn once for all replicas (calls[r] is replica r's call) and returns its result.
+using MergeRunner = std::shared_ptr<void> (*)(std::span<CollectiveCall* const> calls);
+
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  ReduceOp op = ReduceOp::kSum;  // all_reduce
+  int axis = 0;                  // all_gather, already normalised
+  std::span<const BufferRef> inputs;
+  std::span<BufferRef> outputs;
+  // The nest's structure: its hash is compared; describe(value) renders it for messages.
+  std::uint64_t structure_hash = 0;
+  std::string (*describe_structure)(const void* value) = nullptr;
+  const void* value = nullptr;
+  CommunicationOptions options;
+  // all_gather: allocate_output(allocate_context, leaf, shape) allocates output `leaf` with
+  // `shape` on the replica's own thread and returns its data.
+  void* (*allocate_output)(void* allocate_context, std::size_t leaf, const Shape& shape) = nullptr;
+  void* allocate_context = nullptr;
+  // merge_call: identifies merge_fn's type and arguments' types; `frame` is read by `run_merge`.
+  const void* merge_type = nullptr;
+  const void* frame = nullptr;
+  MergeRunner run_merge = nullptr;
+  // Set by the group: this replica's count of collectives in the current run, from 1.
+  std::int64_t sequence = 0;
+};
+
+// "all_reduce #3".
+std::string call_name(const CollectiveCall& call);
+
+}  // namespace distribute::collective

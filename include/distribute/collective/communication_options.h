@@ -1,0 +1,33 @@
+// CommunicationOptions: hints and limits for one collective (tf.distribute.experimental.
+// CommunicationOptions). A strategy holds defaults; options passed to a call override them field by
+// field where the call's field is set (non-zero / not kAuto).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <ostream>
+#include <string_view>
+
+namespace distribute {
+
+enum class CommunicationImplementation { kAuto, kRing, kNccl };
+
+struct CommunicationOptions {
+  // Upper bound on the bytes fused into one pack by backends that pack (NCCL); 0 lets the backend
+  // choose. The CPU backend reduces a whole nest in one pass without packing copies.
+  std::size_t bytes_per_pack = 0;
+  // Bound on every wait of the collective; 0 means no timeout. On expiry the replicas get
+  // DeadlineExceededError naming those that did not arrive.
+  std::chrono::duration<double> timeout{0};
+  CommunicationImplementation implementation = CommunicationImplementation::kAuto;
+
+  // These options with each unset field taken from `defaults`.
+  CommunicationOptions merged_with(const CommunicationOptions& defaults) const;
+  bool operator==(const CommunicationOptions&) const = default;
+};
+
+// "AUTO", "RING", "NCCL".
+const char* implementation_name(CommunicationImplementation implementation);
+std::ostream& operator<<(std::ostream& os, CommunicationImplementation implementation);
+
+}  // namespace distribute

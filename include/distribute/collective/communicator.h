@@ -1,0 +1,28 @@
+// Communicator: the data-moving half of a collective, implemented once per backend
+// (collective/cpu/ now; collective/nccl/ and collective/mpi/ later, with the same file names).
+// A CollectiveGroup calls it only after the rendezvous has matched every replica's call, so a
+// backend never sees mismatched shapes and never has to detect misuse itself.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "distribute/collective/collective_call.h"
+
+namespace distribute::collective {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string_view name() const = 0;
+
+  // Each is called by every replica `rank` with the same `calls` (calls[r] is replica r's).
+  // Returns when rank's outputs hold the result and no replica will read rank's inputs or write
+  // rank's outputs again.
+  virtual void all_reduce(int rank, std::span<CollectiveCall* const> calls) = 0;
+  // Output buffers are allocated here through calls[rank]->allocate_output, once the gathered
+  // shapes are known.
+  virtual void all_gather(int rank, std::span<CollectiveCall* const> calls) = 0;
+};
+
+}  // namespace distribute::collective

@@ -1,0 +1,69 @@
+// CollectiveGroup: the replicas of one run, synchronised. Every collective and merge_call goes
+// through here: each replica publishes its CollectiveCall, the rendezvous's last arriver compares
+// the calls (signature.h) and, for merge_call, runs merge_fn once; then the backend Communicator
+// moves the data. The group also records the run's first failure and releases every waiting
+// replica when one fails, times out or leaves early, so no replica is left hanging.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "distribute/collective/barrier.h"
+#include "distribute/collective/collective_call.h"
+#include "distribute/collective/communicator.h"
+
+namespace distribute::collective {
+
+class CollectiveGroup {
+ public:
+  CollectiveGroup(int size, std::unique_ptr<Communicator> communicator, detail::WaitPolicy policy,
+                  CommunicationOptions defaults);
+
+  int size() const { return size_; }
+  const CommunicationOptions& default_options() const { return defaults_; }
+
+  // Before a run, with no replica inside: clears sequence numbers and the previous run's failure.
+  void reset();
+
+  // Called by replica `rank` with its part of a collective; see Communicator for the outputs.
+  // Throws the mismatch error when the replicas' calls differ, DeadlineExceededError when the
+  // options' timeout passes first, and the release error when another replica failed.
+  void all_reduce(int rank, CollectiveCall& call);
+  void all_gather(int rank, CollectiveCall& call);
+  // Runs calls[0]'s run_merge once for all replicas and returns its result to each.
+  std::shared_ptr<void> merge_call(int rank, CollectiveCall& call);
+  // Replica `rank`'s function returned: waits for the others to return, failing if they wait in
+  // a collective instead.
+  void replica_returned(int rank);
+
+  // Replica `rank` failed with `error`: it becomes the run's error if it is the first, and every
+  // replica waiting now or later is released with an AbortedError naming `rank`.
+  void fail(int rank, std::exception_ptr error);
+  // The run's first error, or null.
+  std::exception_ptr first_error() const;
+
+ private:
+  void rendezvous(int rank, CollectiveCall& call);
+  void record_failure(std::exception_ptr root, std::exception_ptr release);
+  void complete_phase();
+
+  struct alignas(64) Slot {
+    CollectiveCall* call = nullptr;
+    std::int64_t sequence = 0;
+  };
+
+  const int size_;
+  const CommunicationOptions defaults_;
+  std::unique_ptr<Communicator> communicator_;
+  Rendezvous rendezvous_;
+  std::vector<Slot> slots_;
+  std::vector<CollectiveCall*> calls_;  // written only by the completer of a phase
+  std::shared_ptr<void> merge_result_;   // likewise
+  mutable absl::Mutex mu_;
+  std::exception_ptr first_error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace distribute::collective

@@ -1,0 +1,25 @@
+// Collective fingerprints: before any data moves, the replicas' calls to one collective are
+// compared field by field (kind, reduce op, axis, nest structure, dtypes, shapes, options,
+// merge_fn type). A difference becomes an error naming the replicas and the differing field, e.g.
+//   all_reduce #3: replica 1 passed float32[10], replica 0 passed float32[12]
+//   replica 2 called all_gather where replicas 0, 1, 3 called all_reduce (collective #5)
+// The comparison costs a few loads per leaf and is always on.
+#pragma once
+
+#include <exception>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "distribute/collective/collective_call.h"
+
+namespace distribute::collective {
+
+// Null when every replica's call matches; otherwise the error to raise on every replica
+// (InvalidArgumentError for differing values, FailedPreconditionError for differing calls).
+std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls);
+
+// "replica 1" or "replicas 0, 2, 3".
+std::string replicas_text(const std::vector<int>& replicas);
+
+}  // namespace distribute::collective

@@ -1,0 +1,101 @@
+// distribute::detail: the bridge from a nest to a CollectiveCall. Flattens the leaves of a value
+// into input BufferRefs (scalars point at the caller's value, tensors at their storage), makes
+// the outputs (tensors from the replica device's pool, scalars in an inline slot), and rebuilds a
+// nest of the same structure from the outputs.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstring>
+
+#include "absl/container/inlined_vector.h"
+#include "distribute/collective/collective_call.h"
+#include "distribute/device/tensor.h"
+#include "distribute/nest/nest.h"
+
+namespace distribute::detail {
+
+class CollectiveArgs {
+ public:
+  template <class V>
+  CollectiveArgs(const V& value, const char* method, const Device& device);
+  CollectiveArgs(const CollectiveArgs&) = delete;
+  CollectiveArgs& operator=(const CollectiveArgs&) = delete;
+
+  collective::CollectiveCall& call() { return call_; }
+  std::size_t size() const { return inputs_.size(); }
+
+  // all_reduce: outputs shaped like the inputs, allocated before the rendezvous.
+  void allocate_outputs_like_inputs();
+  // all_gather: checks every leaf has rank >= 1 and `axis` fits it; outputs are allocated later.
+  void prepare_gather(int axis);
+
+  // The value with the same structure as `value` holding the outputs.
+  template <class V>
+  V rebuild(const V& value);
+
+ private:
+  template <class L>
+  void add_input(const L& leaf);
+  void check_device(const Tensor& t, std::size_t leaf) const;
+  void* allocate_output(std::size_t leaf, const Shape& shape);
+
+  const char* method_;
+  Device device_;
+  collective::CollectiveCall call_;
+  absl::InlinedVector<collective::BufferRef, 4> inputs_;
+  absl::InlinedVector<collective::BufferRef, 4> outputs_;
+  absl::InlinedVector<Tensor, 4> tensors_;  // output tensors (undefined for scalar leaves)
+  absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;
+};
+
+// Shape of every scalar leaf.
+const Shape& scalar_shape();
+
+template <class V>
+CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device& device)
+    : method_(method), device_(device) {
+  const std::size_t n = nest::num_leaves(value);
+  inputs_.reserve(n);
+  outputs_.reserve(n);
+  tensors_.reserve(n);
+  scalars_.resize(n);
+  nest::for_each_leaf(value, [this](const auto& leaf) { add_input(leaf); });
+  call_.inputs = inputs_;
+  call_.structure_hash = nest::structure_hash(value);
+  call_.describe_structure = [](const void* v) { return nest::describe_structure(*static_cast<const V*>(v)); };
+  call_.value = &value;
+  call_.allocate_output = [](void* self, std::size_t leaf, const Shape& shape) {
+    return static_cast<CollectiveArgs*>(self)->allocate_output(leaf, shape);
+  };
+  call_.allocate_context = this;
+}
+
+template <class L>
+void CollectiveArgs::add_input(const L& leaf) {
+  if constexpr (std::same_as<L, Tensor>) {
+    check_device(leaf, inputs_.size());
+    inputs_.push_back({leaf.raw_data(), leaf.dtype(), &leaf.shape(), leaf.device()});
+  } else {
+    inputs_.push_back({const_cast<L*>(&leaf), dtype_v<L>, &scalar_shape(), Device::cpu()});
+  }
+  tensors_.emplace_back();
+}
+
+template <class V>
+V CollectiveArgs::rebuild(const V& value) {
+  std::size_t i = 0;
+  return nest::map_leaves(value, [&](const auto& leaf) {
+    using L = std::decay_t<decltype(leaf)>;
+    const std::size_t k = i++;
+    if constexpr (std::same_as<L, Tensor>) {
+      return tensors_[k];
+    } else {
+      L out;
+      std::memcpy(&out, scalars_[k].data(), sizeof(L));
+      return out;
+    }
+  });
+}
+
+}  // namespace distribute::detail

@@ -1,0 +1,155 @@
+// Tensor: a dense, typed, shaped block of memory on a device. Copies are cheap and share the same
+// storage (like tf.Tensor handles); clone() makes a deep copy. Host tensors expose zero-copy Eigen
+// views (flat(), matrix()). Prints like TF:
+//   <Tensor: shape=(6,), dtype=int32, numpy=[1, 2, 3, 1, 2, 3]>
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "distribute/check.h"
+#include "distribute/detail/storage.h"
+#include "distribute/device/device.h"
+#include "distribute/device/dtype.h"
+#include "distribute/device/shape.h"
+
+namespace distribute {
+
+class Tensor {
+ public:
+  // An undefined tensor (defined() is false); most methods throw FailedPreconditionError on it.
+  Tensor() = default;
+
+  // Uninitialised / zero-filled memory of the given type and shape on `device`.
+  static Tensor empty(DType dtype, Shape shape, const Device& device = Device::cpu());
+  static Tensor zeros(DType dtype, Shape shape, const Device& device = Device::cpu());
+
+  // Throws InvalidArgumentError unless values.size() == shape.num_elements().
+  template <Element T>
+  static Tensor from_vector(std::vector<T> values, Shape shape, const Device& device = Device::cpu());
+  // A rank-1 tensor holding `values`.
+  template <Element T>
+  static Tensor from_vector(std::vector<T> values);
+  // A rank-0 tensor.
+  template <Element T>
+  static Tensor scalar(T value, const Device& device = Device::cpu());
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return shape_.rank(); }
+  std::int64_t num_elements() const { return shape_.num_elements(); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(num_elements()) * dtype_size(dtype_); }
+  const Device& device() const;
+
+  // The first element's address in device memory (nullptr for an empty tensor).
+  void* raw_data() const;
+  // Typed host pointers; throw InvalidArgumentError when T is not dtype(), FailedPreconditionError
+  // when the tensor is not in host memory.
+  template <Element T>
+  T* data() const;
+
+  // Copies the elements to a host vector; T must be dtype()'s type.
+  template <Element T>
+  std::vector<T> to_vector() const;
+  // The only element; throws InvalidArgumentError unless num_elements() == 1.
+  template <Element T>
+  T item() const;
+
+  // Zero-copy Eigen views of host data: all elements in row-major order, or a rank-2 tensor.
+  template <Element T>
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> flat() const;
+  template <Element T>
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> matrix() const;
+
+  // A deep copy on the same device / on `device`.
+  Tensor clone() const;
+  Tensor to(const Device& device) const;
+  // The same storage seen with another shape of the same number of elements.
+  Tensor reshape(Shape shape) const;
+
+  // True when both are views of the same storage and shape.
+  bool same_storage(const Tensor& other) const { return storage_ == other.storage_; }
+
+ private:
+  Tensor(std::shared_ptr<detail::Storage> storage, DType dtype, Shape shape)
+      : storage_(std::move(storage)), dtype_(dtype), shape_(std::move(shape)) {}
+  void check_defined(const char* what) const;
+  void check_host_type(DType expected, const char* what) const;
+
+  std::shared_ptr<detail::Storage> storage_;
+  DType dtype_ = DType::kFloat32;
+  Shape shape_;
+};
+
+// TF-style: <Tensor: shape=(2, 2), dtype=float32, numpy=[[1.0, 2.0], [3.0, 4.0]]>
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
+
+// ---------------------------------------------------------------------------------------------
+// Implementation of the templates.
+
+template <Element T>
+Tensor Tensor::from_vector(std::vector<T> values, Shape shape, const Device& device) {
+  DISTRIBUTE_CHECK(static_cast<std::int64_t>(values.size()) == shape.num_elements(),
+                   InvalidArgumentError, "Tensor::from_vector: ", values.size(),
+                   " values do not fill shape ", shape.to_string(), ", which holds ",
+                   shape.num_elements(), " elements");
+  Tensor host = empty(dtype_v<T>, std::move(shape), Device::cpu(device.is_cpu() ? device.index() : 0));
+  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
+  return device.is_cpu() ? host : host.to(device);
+}
+
+template <Element T>
+Tensor Tensor::from_vector(std::vector<T> values) {
+  Shape shape{static_cast<std::int64_t>(values.size())};
+  return from_vector<T>(std::move(values), std::move(shape));
+}
+
+template <Element T>
+Tensor Tensor::scalar(T value, const Device& device) {
+  return from_vector<T>(std::vector<T>{value}, Shape{}, device);
+}
+
+template <Element T>
+T* Tensor::data() const {
+  check_host_type(dtype_v<T>, "data");
+  return static_cast<T*>(raw_data());
+}
+
+template <Element T>
+std::vector<T> Tensor::to_vector() const {
+  check_defined("to_vector");
+  DISTRIBUTE_CHECK(dtype_v<T> == dtype_, InvalidArgumentError, "Tensor::to_vector<",
+                   dtype_name(dtype_v<T>), ">: the tensor holds ", dtype_name(dtype_),
+                   "; call to_vector<", dtype_name(dtype_), "-type>() instead");
+  std::vector<T> out(static_cast<std::size_t>(num_elements()));
+  if (!out.empty()) detail::copy_bytes(out.data(), Device::cpu(), raw_data(), device(), nbytes());
+  return out;
+}
+
+template <Element T>
+T Tensor::item() const {
+  check_defined("item");
+  DISTRIBUTE_CHECK(num_elements() == 1, InvalidArgumentError, "Tensor::item: the tensor has shape ",
+                   shape_.to_string(), " (", num_elements(), " elements); item() needs exactly one");
+  return to_vector<T>()[0];
+}
+
+template <Element T>
+Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> Tensor::flat() const {
+  return {data<T>(), static_cast<Eigen::Index>(num_elements())};
+}
+
+template <Element T>
+Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> Tensor::matrix() const {
+  DISTRIBUTE_CHECK(rank() == 2, InvalidArgumentError, "Tensor::matrix: the tensor has rank ", rank(),
+                   " (shape ", shape_.to_string(), "); matrix() needs rank 2, reshape() first");
+  return {data<T>(), static_cast<Eigen::Index>(shape_[0]), static_cast<Eigen::Index>(shape_[1])};
+}
+
+}  // namespace distribute

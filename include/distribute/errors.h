@@ -1,0 +1,50 @@
+// The error taxonomy of distribute. Every public entry point reports failures by throwing a subclass
+// of distribute::Error; each carries the absl::StatusCode it stands for, so code that prefers
+// statuses can call status(). Internal layers may pass absl::Status upward and turn it into an
+// exception at the public boundary with throw_status(). docs/errors.md lists every situation.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace distribute {
+
+class Error : public std::runtime_error {
+ public:
+  Error(absl::StatusCode code, const std::string& message);
+  absl::StatusCode code() const noexcept { return code_; }
+  absl::Status status() const { return absl::Status(code_, what()); }
+
+ private:
+  absl::StatusCode code_;
+};
+
+#define DISTRIBUTE_DEFINE_ERROR(Name, Code)                                        \
+  class Name : public Error {                                                      \
+   public:                                                                         \
+    explicit Name(const std::string& message) : Error(absl::StatusCode::Code, message) {} \
+  }
+
+// Bad values: devices, axes, shapes, dtypes, structures, reduce-op names, batch sizes.
+DISTRIBUTE_DEFINE_ERROR(InvalidArgumentError, kInvalidArgument);
+// The right call in the wrong context or state (replica vs cross-replica context, mixed scopes).
+DISTRIBUTE_DEFINE_ERROR(FailedPreconditionError, kFailedPrecondition);
+// A collective wait ran past its timeout.
+DISTRIBUTE_DEFINE_ERROR(DeadlineExceededError, kDeadlineExceeded);
+// This replica was released from a wait because another replica failed.
+DISTRIBUTE_DEFINE_ERROR(AbortedError, kAborted);
+// The build or backend does not offer what was asked for.
+DISTRIBUTE_DEFINE_ERROR(UnimplementedError, kUnimplemented);
+// An index outside a container (a replica id, a shape dimension).
+DISTRIBUTE_DEFINE_ERROR(OutOfRangeError, kOutOfRange);
+// A device, driver or system call failed.
+DISTRIBUTE_DEFINE_ERROR(InternalError, kInternal);
+
+#undef DISTRIBUTE_DEFINE_ERROR
+
+// Throws the Error subclass that matches status.code(). status must not be OK.
+[[noreturn]] void throw_status(const absl::Status& status);
+
+}  // namespace distribute

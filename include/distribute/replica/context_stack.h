@@ -1,0 +1,57 @@
+// Which context the calling thread is in, as tf.distribute tracks it per thread:
+//   - default: no strategy in scope; get_replica_context() is the default strategy's replica
+//     context and get_strategy() the default strategy (one replica, id 0);
+//   - cross-replica: inside strategy.scope() or a merge_fn; get_replica_context() is nullptr;
+//   - replica: inside the fn passed to run, on that replica's thread.
+#pragma once
+
+namespace distribute {
+
+class Strategy;
+class ReplicaContext;
+
+// The replica context of this thread: the replica's inside run, the default one outside any
+// scope, nullptr in cross-replica context.
+ReplicaContext* get_replica_context();
+// The strategy whose cross-replica context this thread is in, else nullptr.
+Strategy* get_cross_replica_context();
+bool in_cross_replica_context();
+// True when a strategy other than the default one is in scope (cross-replica or replica context).
+bool has_strategy();
+// The strategy in scope, else the default strategy.
+Strategy& get_strategy();
+
+namespace detail {
+
+struct ThreadMode {
+  Strategy* strategy = nullptr;
+  ReplicaContext* replica_context = nullptr;  // null in cross-replica context
+  bool cross_replica = false;
+  // How many run()s this thread is nested in: 0 outside, 1 in a merge_fn of a run, ...
+  int run_depth = 0;
+};
+
+const ThreadMode& current_mode();
+Strategy& default_strategy();
+
+// Pushes a mode for the lifetime of the object.
+class ScopedMode {
+ public:
+  explicit ScopedMode(const ThreadMode& mode);
+  ~ScopedMode();
+  ScopedMode(const ScopedMode&) = delete;
+  ScopedMode& operator=(const ScopedMode&) = delete;
+};
+
+// For scopes that outlive a C++ scope (StrategyScope): push, and pop the entry pushed for `owner`.
+void push_mode(const ThreadMode& mode, const void* owner);
+void pop_mode(const void* owner) noexcept;
+
+// Throws unless this thread may call `method` of `strategy`: in its cross-replica context, or in
+// the default context. FailedPreconditionError otherwise: "requires being in cross-replica
+// context" inside a replica (with `hint` saying what to use instead), "Mixing different
+// distribute::Strategy objects" under another strategy's scope.
+void require_cross_replica_or_default(const Strategy& strategy, const char* method, const char* hint);
+
+}  // namespace detail
+}  // namespace distribute

@@ -1,0 +1,217 @@
+// ReplicaContext: what the fn passed to Strategy::run can do with the other replicas.
+//
+// Threading contract. Each replica's context is used only from that replica's thread, inside run
+// (calling it from another thread is a FailedPreconditionError). all_reduce, all_gather and
+// merge_call are collective: every replica must call them, in the same order, with the same
+// structure, dtypes and shapes (all_gather: all dimensions but `axis`). A difference, a replica
+// returning early or raising, or a timeout ends the collective on every replica with an error
+// naming the replicas; no replica is left waiting. Results are complete when the call returns.
+//
+//   auto sum = get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::scalar(1.0f));
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "distribute/collective/communication_options.h"
+#include "distribute/collective/group.h"
+#include "distribute/collective/reduce_op.h"
+#include "distribute/detail/collective_args.h"
+#include "distribute/replica/context_stack.h"
+#include "distribute/values/distributed_values.h"
+
+namespace distribute {
+
+namespace detail {
+
+// What a replica receives from merge_call's result R: PerReplica and Mirrored values are replaced
+// by the replica's own component, inside tuples, pairs, vectors and maps too.
+template <class R>
+struct Unwrapped {
+  using type = R;
+  static R get(const R& r, int) { return r; }
+};
+template <class T>
+struct Unwrapped<PerReplica<T>> {
+  using type = T;
+  static T get(const PerReplica<T>& r, int replica) { return r[replica]; }
+};
+template <class T>
+struct Unwrapped<Mirrored<T>> {
+  using type = T;
+  static T get(const Mirrored<T>& r, int replica) { return r[replica]; }
+};
+template <class... Ts>
+struct Unwrapped<std::tuple<Ts...>> {
+  using type = std::tuple<typename Unwrapped<Ts>::type...>;
+  static type get(const std::tuple<Ts...>& r, int replica) {
+    return std::apply([&](const auto&... e) { return type{Unwrapped<std::decay_t<decltype(e)>>::get(e, replica)...}; }, r);
+  }
+};
+template <class A, class B>
+struct Unwrapped<std::pair<A, B>> {
+  using type = std::pair<typename Unwrapped<A>::type, typename Unwrapped<B>::type>;
+  static type get(const std::pair<A, B>& r, int replica) {
+    return {Unwrapped<A>::get(r.first, replica), Unwrapped<B>::get(r.second, replica)};
+  }
+};
+template <class T>
+struct Unwrapped<std::vector<T>> {
+  using type = std::vector<typename Unwrapped<T>::type>;
+  static type get(const std::vector<T>& r, int replica) {
+    type out;
+    out.reserve(r.size());
+    for (const T& e : r) out.push_back(Unwrapped<T>::get(e, replica));
+    return out;
+  }
+};
+template <class K, class T>
+struct Unwrapped<std::map<K, T>> {
+  using type = std::map<K, typename Unwrapped<T>::type>;
+  static type get(const std::map<K, T>& r, int replica) {
+    type out;
+    for (const auto& [k, v] : r) out.emplace_hint(out.end(), k, Unwrapped<T>::get(v, replica));
+    return out;
+  }
+};
+
+// One object per (merge_fn type, argument types): its address identifies them across replicas.
+template <class... Ts>
+inline constexpr char kTypeTag = 0;
+
+}  // namespace detail
+
+class ReplicaContext {
+ public:
+  // Made by strategies: `group` is null for a single replica (collectives are then local copies).
+  ReplicaContext(Strategy& strategy, int replica_id, int num_replicas, collective::CollectiveGroup* group,
+                 Device device, int run_depth);
+  ReplicaContext(const ReplicaContext&) = delete;
+  ReplicaContext& operator=(const ReplicaContext&) = delete;
+
+  int replica_id_in_sync_group() const { return replica_id_; }
+  int num_replicas_in_sync() const { return num_replicas_; }
+  Strategy& strategy() const { return *strategy_; }
+  // The device this replica runs on; collective results are placed there.
+  const Device& device() const { return device_; }
+
+  // Reduces `value` (a Tensor, a scalar or a nest of them) across replicas; every replica gets
+  // the result, with the structure of `value`. A nest is reduced in one collective.
+  template <class V>
+  V all_reduce(ReduceOp op, const V& value, const CommunicationOptions& options = {});
+  template <class V>
+  V all_reduce(std::string_view op, const V& value, const CommunicationOptions& options = {}) {
+    return all_reduce(parse_reduce_op(op), value, options);
+  }
+
+  // Concatenates every replica's `value` along `axis` (per-replica sizes along axis may differ).
+  // Every leaf needs rank >= 1; negative axes count from the end.
+  template <class V>
+  V all_gather(const V& value, int axis, const CommunicationOptions& options = {});
+
+  // Pauses every replica, runs merge_fn(strategy, PerReplica<Args>...) once in cross-replica
+  // context and gives its result to every replica, each PerReplica/Mirrored in it unpacked to the
+  // replica's own component.
+  template <class Fn, class... Args>
+  auto merge_call(Fn&& merge_fn, Args&&... args);
+
+ private:
+  void require_current(const char* method) const;
+  void run_all_reduce(detail::CollectiveArgs& args);
+  void run_all_gather(detail::CollectiveArgs& args);
+  std::shared_ptr<void> run_merge_call(collective::CollectiveCall& call);
+  detail::ThreadMode merge_mode() const;
+
+  template <class Fn, class... Args>
+  struct MergeFrame {
+    const ReplicaContext* context;
+    Fn* fn;
+    std::tuple<const std::decay_t<Args>*...> args;
+  };
+
+  Strategy* strategy_;
+  int replica_id_;
+  int num_replicas_;
+  collective::CollectiveGroup* group_;
+  Device device_;
+  int run_depth_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Implementation of the templates.
+
+template <class V>
+V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOptions& options) {
+  static_assert(nest::Nest<V>, "all_reduce takes a Tensor, an arithmetic scalar or a nest of them");
+  require_current("all_reduce");
+  detail::CollectiveArgs args(value, "all_reduce", device_);
+  args.call().op = op;
+  args.call().options = options;
+  args.allocate_outputs_like_inputs();
+  run_all_reduce(args);
+  return args.rebuild(value);
+}
+
+template <class V>
+V ReplicaContext::all_gather(const V& value, int axis, const CommunicationOptions& options) {
+  static_assert(nest::Nest<V>, "all_gather takes a Tensor or a nest of Tensors");
+  require_current("all_gather");
+  detail::CollectiveArgs args(value, "all_gather", device_);
+  args.call().options = options;
+  args.prepare_gather(axis);
+  run_all_gather(args);
+  return args.rebuild(value);
+}
+
+template <class Fn, class... Args>
+auto ReplicaContext::merge_call(Fn&& merge_fn, Args&&... args) {
+  using F = std::remove_reference_t<Fn>;
+  using R = std::invoke_result_t<F&, Strategy&, PerReplica<std::decay_t<Args>>...>;
+  require_current("merge_call");
+
+  using Frame = MergeFrame<F, Args...>;
+  Frame frame{this, &merge_fn, {&args...}};
+  auto run = [](std::span<collective::CollectiveCall* const> calls) -> std::shared_ptr<void> {
+    const Frame& first = *static_cast<const Frame*>(calls[0]->frame);
+    auto collect = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
+      using A = std::decay_t<std::tuple_element_t<I, std::tuple<Args...>>>;
+      std::vector<A> values;
+      values.reserve(calls.size());
+      for (collective::CollectiveCall* call : calls) {
+        values.push_back(*std::get<I>(static_cast<const Frame*>(call->frame)->args));
+      }
+      return PerReplica<A>(std::move(values));
+    };
+    detail::ScopedMode mode(first.context->merge_mode());
+    return [&]<std::size_t... I>(std::index_sequence<I...>) -> std::shared_ptr<void> {
+      if constexpr (std::is_void_v<R>) {
+        std::invoke(*first.fn, first.context->strategy(), collect(std::integral_constant<std::size_t, I>{})...);
+        return nullptr;
+      } else {
+        return std::make_shared<std::decay_t<R>>(
+            std::invoke(*first.fn, first.context->strategy(), collect(std::integral_constant<std::size_t, I>{})...));
+      }
+    }(std::index_sequence_for<Args...>{});
+  };
+
+  collective::CollectiveCall call;
+  call.merge_type = &detail::kTypeTag<F, std::decay_t<Args>...>;
+  call.frame = &frame;
+  call.run_merge = run;
+  std::shared_ptr<void> result = run_merge_call(call);
+  if constexpr (!std::is_void_v<R>) {
+    return detail::Unwrapped<std::decay_t<R>>::get(*static_cast<const std::decay_t<R>*>(result.get()), replica_id_);
+  } else {
+    (void)result;
+    return;
+  }
+}
+
+}  // namespace distribute

@@ -1,0 +1,194 @@
+// Strategy: the user's handle on a set of replicas (tf.distribute.Strategy). Write a step fn once;
+// run() calls it on every replica; reduce() and gather() bring the per-replica results home.
+//
+//   MirroredStrategy strategy({"CPU:0", "CPU:1"});
+//   PerReplica<Tensor> losses = strategy.run([](const Tensor& batch) { ... }, per_replica_batches);
+//   Tensor mean_loss = strategy.reduce(ReduceOp::kMean, losses, std::nullopt);
+//
+// run, reduce, gather and the extended() operations require cross-replica context (inside
+// scope(), inside a merge_fn) or the default context (no scope); inside a replica's fn they throw
+// FailedPreconditionError. Scopes of one strategy nest; scopes of two strategies do not mix.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "distribute/nest/structure_traits.h"
+#include "distribute/replica/context_stack.h"
+#include "distribute/replica/replica_context.h"
+#include "distribute/strategy/strategy_extended.h"
+#include "distribute/values/distributed_values.h"
+#include "distribute/values/value_context.h"
+
+namespace distribute {
+
+class StrategyScope;
+
+class Strategy {
+ public:
+  virtual ~Strategy();
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  StrategyExtended& extended() { return *extended_; }
+  const StrategyExtended& extended() const { return *extended_; }
+  int num_replicas_in_sync() const { return extended_->num_replicas_in_sync(); }
+  // E.g. "MirroredStrategy(CPU:0, CPU:1)"; used in error messages.
+  virtual std::string name() const = 0;
+
+  // Enters this strategy's cross-replica context until the returned guard is destroyed.
+  [[nodiscard]] StrategyScope scope();
+
+  // Calls fn once per replica, on that replica's thread, in its replica context. A PerReplica or
+  // Mirrored argument is replaced by that replica's component; other arguments are passed to every
+  // replica as they are (by reference: fn must not modify them without synchronisation). Returns
+  // PerReplica<R> for fn's result type R, or nothing when fn returns void.
+  template <class Fn, class... Args>
+  auto run(Fn&& fn, Args&&... args);
+
+  // Reduces across replicas (axis = nullopt) or also across dimension `axis` of every component
+  // (MEAN then divides by the true element count). V: PerReplica/Mirrored of Tensor or of an
+  // arithmetic scalar, or a plain Tensor or scalar (a value that is the same on every replica).
+  // Returns a Tensor on the host (a scalar for scalar values).
+  template <class V>
+  auto reduce(ReduceOp op, const V& value, std::optional<int> axis);
+  template <class V>
+  auto reduce(std::string_view op, const V& value, std::optional<int> axis) {
+    return reduce(parse_reduce_op(op), value, axis);
+  }
+
+  // Concatenates the replicas' components along `axis` on the host.
+  Tensor gather(const DistributedValues<Tensor>& value, int axis);
+
+  template <class T>
+  std::vector<T> experimental_local_results(const DistributedValues<T>& value) const {
+    return value.values();
+  }
+  // A value that is not distributed is its own only local result.
+  template <class T>
+    requires(!Distributed<T>)
+  std::vector<T> experimental_local_results(const T& value) const {
+    return {value};
+  }
+
+  // Calls value_fn(ValueContext(i, n)) for each replica i and returns the results as PerReplica.
+  template <class Fn>
+  auto experimental_distribute_values_from_function(Fn&& value_fn);
+
+ protected:
+  Strategy() = default;
+  // Called once by the concrete strategy's constructor.
+  void set_extended(std::unique_ptr<StrategyExtended> extended) { extended_ = std::move(extended); }
+
+ private:
+  template <class Arg>
+  void check_distributed_argument(const Arg& arg, std::size_t index) const;
+  Tensor reduce_non_distributed(ReduceOp op, const Tensor& value, std::optional<int> axis);
+
+  std::unique_ptr<StrategyExtended> extended_;
+};
+
+// RAII guard returned by Strategy::scope(). Destroy scopes in reverse order of creation, on the
+// thread that created them.
+class StrategyScope {
+ public:
+  StrategyScope(StrategyScope&& other) noexcept : strategy_(std::exchange(other.strategy_, nullptr)) {}
+  StrategyScope& operator=(StrategyScope&&) = delete;
+  ~StrategyScope();
+  Strategy& strategy() const { return *strategy_; }
+
+ private:
+  friend class Strategy;
+  explicit StrategyScope(Strategy& strategy);
+  Strategy* strategy_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Implementation of the templates.
+
+namespace detail {
+
+// The argument fn receives on `replica`: the component of a distributed value, else the value.
+template <class Arg>
+decltype(auto) component(Arg& arg, int replica) {
+  if constexpr (Distributed<Arg>) {
+    return arg[replica];
+  } else {
+    return (arg);
+  }
+}
+
+}  // namespace detail
+
+template <class Arg>
+void Strategy::check_distributed_argument(const Arg& arg, std::size_t index) const {
+  if constexpr (Distributed<Arg>) {
+    DISTRIBUTE_CHECK(arg.num_replicas() == num_replicas_in_sync(), InvalidArgumentError, "run: argument ",
+                     index, " holds values for ", arg.num_replicas(), " replicas but ", name(), " has ",
+                     num_replicas_in_sync(), "; create it with this strategy");
+  }
+}
+
+template <class Fn, class... Args>
+auto Strategy::run(Fn&& fn, Args&&... args) {
+  using R = std::invoke_result_t<Fn&, decltype(detail::component(args, 0))...>;
+  detail::require_cross_replica_or_default(*this, "run",
+                                           "a replica cannot start another run; call run from outside");
+  std::size_t index = 0;
+  (check_distributed_argument(args, index++), ...);
+  if constexpr (std::is_void_v<R>) {
+    extended_->call_for_each_replica([&](ReplicaContext& ctx) {
+      std::invoke(fn, detail::component(args, ctx.replica_id_in_sync_group())...);
+    });
+  } else {
+    using Value = std::decay_t<R>;
+    std::vector<std::optional<Value>> results(static_cast<std::size_t>(num_replicas_in_sync()));
+    extended_->call_for_each_replica([&](ReplicaContext& ctx) {
+      const int id = ctx.replica_id_in_sync_group();
+      results[static_cast<std::size_t>(id)].emplace(std::invoke(fn, detail::component(args, id)...));
+    });
+    std::vector<Value> values;
+    values.reserve(results.size());
+    for (std::optional<Value>& r : results) values.push_back(std::move(*r));
+    return PerReplica<Value>(std::move(values));
+  }
+}
+
+template <class V>
+auto Strategy::reduce(ReduceOp op, const V& value, std::optional<int> axis) {
+  detail::require_cross_replica_or_default(*this, "reduce", nullptr);
+  if constexpr (Distributed<V>) {
+    using T = typename V::value_type;
+    if constexpr (std::same_as<T, Tensor>) {
+      return detail::reduce_components(op, value.values(), axis, Device::cpu(), "Strategy::reduce");
+    } else {
+      static_assert(nest::ScalarLeaf<T>, "Strategy::reduce takes distributed Tensors or arithmetic scalars");
+      std::vector<Tensor> tensors;
+      tensors.reserve(value.values().size());
+      for (const T& v : value.values()) tensors.push_back(Tensor::scalar<T>(v));
+      return detail::reduce_components(op, tensors, axis, Device::cpu(), "Strategy::reduce").template item<T>();
+    }
+  } else if constexpr (std::same_as<V, Tensor>) {
+    return reduce_non_distributed(op, value, axis);
+  } else {
+    static_assert(nest::ScalarLeaf<V>, "Strategy::reduce takes distributed Tensors or arithmetic scalars");
+    return reduce_non_distributed(op, Tensor::scalar<V>(value), axis).template item<V>();
+  }
+}
+
+template <class Fn>
+auto Strategy::experimental_distribute_values_from_function(Fn&& value_fn) {
+  using R = std::decay_t<std::invoke_result_t<Fn&, const ValueContext&>>;
+  std::vector<R> values;
+  values.reserve(static_cast<std::size_t>(num_replicas_in_sync()));
+  for (int i = 0; i < num_replicas_in_sync(); ++i) values.push_back(value_fn(ValueContext(i, num_replicas_in_sync())));
+  return PerReplica<R>(std::move(values));
+}
+
+}  // namespace distribute

@@ -1,0 +1,106 @@
+// StrategyExtended: the backend side of a Strategy (tf.distribute.StrategyExtended). A strategy
+// decides where replicas run (call_for_each_replica) and how values cross devices (reduce_to,
+// batch_reduce_to, gather_to); Strategy's convenience methods are written on top of these.
+//
+// Context contract: call_for_each_replica, reduce_to, batch_reduce_to, gather_to and update
+// require the strategy's cross-replica context (its scope or a merge_fn) or the default context;
+// in a replica context they throw FailedPreconditionError.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "distribute/collective/communication_options.h"
+#include "distribute/collective/reduce_op.h"
+#include "distribute/device/device.h"
+#include "distribute/device/tensor.h"
+#include "distribute/replica/context_stack.h"
+#include "distribute/values/distributed_values.h"
+
+namespace distribute {
+
+class ReplicaContext;
+class Strategy;
+
+class StrategyExtended {
+ public:
+  virtual ~StrategyExtended() = default;
+  StrategyExtended(const StrategyExtended&) = delete;
+  StrategyExtended& operator=(const StrategyExtended&) = delete;
+
+  int num_replicas_in_sync() const { return static_cast<int>(worker_devices_.size()); }
+  // The devices replicas run on, in replica order; and where variables live (the same here).
+  const std::vector<Device>& worker_devices() const { return worker_devices_; }
+  const std::vector<Device>& parameter_devices() const { return worker_devices_; }
+  // The options every collective of this strategy starts from (a constructor argument).
+  const CommunicationOptions& default_options() const { return default_options_; }
+
+  // Calls fn once per replica, each in its replica context, and returns when all have returned.
+  // The first exception raised by a replica (or a merge_fn) is rethrown here, with its type.
+  virtual void call_for_each_replica(absl::FunctionRef<void(ReplicaContext&)> fn) = 0;
+
+  // Reduces value across replicas onto `destination`.
+  virtual Tensor reduce_to(ReduceOp op, const DistributedValues<Tensor>& value, const Device& destination,
+                           const CommunicationOptions& options = {});
+  // All-reduce flavour: the result is copied to each destination's device.
+  virtual Mirrored<Tensor> reduce_to(ReduceOp op, const DistributedValues<Tensor>& value,
+                                     const DistributedValues<Tensor>& destinations,
+                                     const CommunicationOptions& options = {});
+  // Several reduce_to's at once.
+  virtual std::vector<Tensor> batch_reduce_to(
+      ReduceOp op, const std::vector<std::pair<DistributedValues<Tensor>, Device>>& value_destination_pairs,
+      const CommunicationOptions& options = {});
+  // Concatenates value's components along `axis` onto `destination`.
+  virtual Tensor gather_to(const DistributedValues<Tensor>& value, const Device& destination, int axis,
+                           const CommunicationOptions& options = {});
+
+  // Calls fn(component) for each component of var (its value on each replica device) and
+  // returns the results as a Mirrored value (tf's extended.update).
+  template <class Fn>
+  auto update(const Mirrored<Tensor>& var, Fn&& fn);
+
+  Strategy& container_strategy() const { return container_; }
+
+ protected:
+  StrategyExtended(Strategy& container, std::vector<Device> devices, CommunicationOptions default_options);
+  void require_cross_replica_or_default(const char* method, const char* hint = nullptr) const;
+
+ private:
+  Strategy& container_;
+  std::vector<Device> worker_devices_;
+  CommunicationOptions default_options_;
+};
+
+namespace detail {
+
+// Host implementations of the cross-replica operations, shared by Strategy and StrategyExtended.
+// `what` names the public method in error messages.
+Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
+                         const Device& destination, const char* what);
+Tensor concat_components(std::span<const Tensor> components, int axis, const Device& destination,
+                         const char* what);
+
+}  // namespace detail
+
+template <class Fn>
+auto StrategyExtended::update(const Mirrored<Tensor>& var, Fn&& fn) {
+  require_cross_replica_or_default("extended().update");
+  DISTRIBUTE_CHECK(var.num_replicas() == num_replicas_in_sync(), InvalidArgumentError,
+                   "extended().update: the variable has ", var.num_replicas(), " components but the strategy has ",
+                   num_replicas_in_sync(), " replicas");
+  using R = std::decay_t<std::invoke_result_t<Fn&, const Tensor&>>;
+  if constexpr (std::is_void_v<R>) {
+    for (const Tensor& component : var.values()) fn(component);
+  } else {
+    std::vector<R> results;
+    results.reserve(var.values().size());
+    for (const Tensor& component : var.values()) results.push_back(fn(component));
+    return Mirrored<R>(std::move(results));
+  }
+}
+
+}  // namespace distribute

@@ -1,0 +1,93 @@
+#include "distribute/collective/barrier.h"
+
+#include "distribute/errors.h"
+
+namespace distribute::collective {
+namespace {
+
+constexpr std::uint64_t kOneGeneration = std::uint64_t{1} << 32;
+constexpr std::uint64_t kCountMask = kOneGeneration - 1;
+
+}  // namespace
+
+Rendezvous::Rendezvous(int size, detail::WaitPolicy policy)
+    : size_(size), policy_(policy), arrivals_(new Arrivals[static_cast<std::size_t>(size)]) {}
+
+Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadline,
+                                                absl::FunctionRef<void()> complete) {
+  if (aborted()) throw_abort_error();
+  const std::uint32_t released = released_.value.load(std::memory_order_seq_cst);
+  arrivals_[static_cast<std::size_t>(rank)].count.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
+  if ((before & kCountMask) + 1 == static_cast<std::uint64_t>(size_)) {
+    complete();
+    state_.store((before & ~kCountMask) + kOneGeneration, std::memory_order_release);
+    released_.bump_and_wake_all();
+    if (aborted()) throw_abort_error();
+    return Outcome::kCompleted;
+  }
+  auto stop = [this] { return aborted_.load(std::memory_order_seq_cst); };
+  while (!released_.wait_while_equal(released, deadline, policy_, stop)) {
+    // Deadline: withdraw the arrival unless the phase is already completing.
+    std::uint64_t s = state_.load(std::memory_order_acquire);
+    while ((s >> 32) == (before >> 32) && (s & kCountMask) < static_cast<std::uint64_t>(size_)) {
+      if (state_.compare_exchange_weak(s, s - 1, std::memory_order_acq_rel)) {
+        if (aborted()) throw_abort_error();
+        return Outcome::kTimedOut;
+      }
+    }
+    deadline = detail::kNoDeadline;  // completing or completed: wait for the release
+  }
+  if (aborted()) throw_abort_error();
+  return Outcome::kCompleted;
+}
+
+void Rendezvous::arrive_and_wait_uninterruptible() {
+  const std::uint32_t released = released_.value.load(std::memory_order_seq_cst);
+  const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
+  if ((before & kCountMask) + 1 == static_cast<std::uint64_t>(size_)) {
+    state_.store((before & ~kCountMask) + kOneGeneration, std::memory_order_release);
+    released_.bump_and_wake_all();
+    return;
+  }
+  released_.wait_while_equal(released, detail::kNoDeadline, policy_, [] { return false; });
+}
+
+void Rendezvous::abort(std::exception_ptr error) {
+  {
+    absl::MutexLock lock(&abort_mu_);
+    if (abort_error_) return;
+    abort_error_ = std::move(error);
+  }
+  aborted_.store(true, std::memory_order_seq_cst);
+  released_.bump_and_wake_all();
+}
+
+std::vector<int> Rendezvous::behind(int rank) const {
+  std::vector<int> ranks;
+  const std::uint64_t mine = arrivals_[static_cast<std::size_t>(rank)].count.load(std::memory_order_relaxed);
+  for (int r = 0; r < size_; ++r) {
+    if (arrivals_[static_cast<std::size_t>(r)].count.load(std::memory_order_relaxed) < mine) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+void Rendezvous::reset() {
+  state_.store(state_.load(std::memory_order_relaxed) & ~kCountMask, std::memory_order_relaxed);
+  for (int r = 0; r < size_; ++r) arrivals_[static_cast<std::size_t>(r)].count.store(0, std::memory_order_relaxed);
+  absl::MutexLock lock(&abort_mu_);
+  abort_error_ = nullptr;
+  aborted_.store(false, std::memory_order_release);
+}
+
+void Rendezvous::throw_abort_error() const {
+  std::exception_ptr error;
+  {
+    absl::MutexLock lock(&abort_mu_);
+    error = abort_error_;
+  }
+  if (!error) throw InternalError("rendezvous aborted without an error");
+  std::rethrow_exception(error);
+}
+
+}  // namespace distribute::collective

@@ -1,0 +1,91 @@
+#include "distribute/collective/cpu/communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "distribute/collective/kernels.h"
+
+namespace distribute::collective::cpu {
+namespace {
+
+constexpr std::size_t kCacheLine = 64;
+// Reduce this many bytes at a time, then copy them to the other outputs while they are in cache.
+constexpr std::size_t kChunkBytes = 16 * 1024;
+
+std::size_t align_up(std::size_t x) { return (x + kCacheLine - 1) / kCacheLine * kCacheLine; }
+
+void reduce_slice(const std::span<CollectiveCall* const> calls, int rank, std::size_t leaf,
+                  std::size_t begin, std::size_t end) {
+  const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+  const DType dtype = mine.inputs[leaf].dtype;
+  const std::size_t element = dtype_size(dtype);
+  const std::size_t n = calls.size();
+  absl::InlinedVector<const void*, 8> inputs(n);
+  for (std::size_t offset = begin; offset < end; offset += kChunkBytes) {
+    const std::size_t bytes = std::min(kChunkBytes, end - offset);
+    for (std::size_t r = 0; r < n; ++r) {
+      inputs[r] = static_cast<const char*>(calls[r]->inputs[leaf].data) + offset;
+    }
+    char* out = static_cast<char*>(mine.outputs[leaf].data) + offset;
+    reduce_buffers(dtype, mine.op, inputs, out, static_cast<std::int64_t>(bytes / element),
+                   static_cast<std::int64_t>(n));
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r != static_cast<std::size_t>(rank)) {
+        std::memcpy(static_cast<char*>(calls[r]->outputs[leaf].data) + offset, out, bytes);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+CpuCommunicator::CpuCommunicator(int size, detail::WaitPolicy policy) : done_(size, policy) {}
+
+void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> calls) {
+  const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+  const std::size_t n = calls.size();
+  // Leaves start at cache-line multiples of the virtual range, so every slice boundary falls on
+  // an element boundary of every dtype.
+  std::size_t total = 0;
+  for (const BufferRef& leaf : mine.inputs) total = align_up(total) + leaf.nbytes();
+  const std::size_t lines = align_up(total) / kCacheLine;
+  const std::size_t begin = lines * static_cast<std::size_t>(rank) / n * kCacheLine;
+  const std::size_t end = lines * static_cast<std::size_t>(rank + 1) / n * kCacheLine;
+  std::size_t leaf_start = 0;
+  for (std::size_t leaf = 0; leaf < mine.inputs.size() && leaf_start < end; ++leaf) {
+    leaf_start = align_up(leaf_start);
+    const std::size_t leaf_end = leaf_start + mine.inputs[leaf].nbytes();
+    const std::size_t lo = std::max(begin, leaf_start);
+    const std::size_t hi = std::min(end, leaf_end);
+    if (lo < hi) reduce_slice(calls, rank, leaf, lo - leaf_start, hi - leaf_start);
+    leaf_start = leaf_end;
+  }
+  done_.arrive_and_wait_uninterruptible();
+}
+
+void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> calls) {
+  CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+  const std::size_t n = calls.size();
+  absl::InlinedVector<const void*, 8> inputs(n);
+  absl::InlinedVector<std::int64_t, 8> dims(n);
+  for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+    const Shape& shape = *mine.inputs[leaf].shape;
+    const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
+    std::int64_t total = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      inputs[r] = calls[r]->inputs[leaf].data;
+      dims[r] = (*calls[r]->inputs[leaf].shape)[axis];
+      total += dims[r];
+    }
+    Shape gathered = shape.with_dim(axis, total);
+    void* out = mine.allocate_output(mine.allocate_context, leaf, gathered);
+    concat_buffers(inputs, dims, shape.outer_size(axis),
+                   static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(mine.inputs[leaf].dtype),
+                   out);
+  }
+  done_.arrive_and_wait_uninterruptible();
+}
+
+}  // namespace distribute::collective::cpu

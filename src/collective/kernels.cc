@@ -1,0 +1,105 @@
+#include "distribute/collective/kernels.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+namespace distribute::collective {
+namespace {
+
+template <class T>
+using Accumulator = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+
+template <class T>
+using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+template <class T>
+void reduce_typed(ReduceOp op, std::span<const void* const> inputs, void* out_data, std::int64_t count,
+                  std::int64_t denominator) {
+  const auto in = [&](std::size_t i, std::int64_t offset, std::int64_t n) {
+    return ConstVec<T>(static_cast<const T*>(inputs[i]) + offset, n);
+  };
+  const bool mean = op == ReduceOp::kMean;
+  if constexpr (std::is_same_v<Accumulator<T>, T>) {
+    Vec<T> out(static_cast<T*>(out_data), count);
+    if (inputs.size() == 1) {
+      if (out.data() != inputs[0]) out = in(0, 0, count);
+    } else {
+      out = in(0, 0, count) + in(1, 0, count);
+      for (std::size_t i = 2; i < inputs.size(); ++i) out += in(i, 0, count);
+    }
+    if (mean && denominator != 1) out /= static_cast<T>(denominator);
+  } else {
+    constexpr std::int64_t kBlock = 1024;
+    std::array<float, kBlock> acc_storage;
+    for (std::int64_t offset = 0; offset < count; offset += kBlock) {
+      const std::int64_t n = std::min(kBlock, count - offset);
+      Eigen::Map<Eigen::ArrayXf> acc(acc_storage.data(), n);
+      acc = in(0, offset, n).template cast<float>();
+      for (std::size_t i = 1; i < inputs.size(); ++i) acc += in(i, offset, n).template cast<float>();
+      if (mean) acc /= static_cast<float>(denominator);
+      Vec<T>(static_cast<T*>(out_data) + offset, n) = acc.template cast<T>();
+    }
+  }
+}
+
+template <class T>
+void sum_over_axis_typed(const void* in_data, std::int64_t outer, std::int64_t dim, std::int64_t inner,
+                         void* out_data) {
+  using Acc = Accumulator<T>;
+  const T* in = static_cast<const T*>(in_data);
+  T* out = static_cast<T*>(out_data);
+  Eigen::Array<Acc, Eigen::Dynamic, 1> acc(inner);
+  for (std::int64_t o = 0; o < outer; ++o) {
+    acc.setZero();
+    for (std::int64_t d = 0; d < dim; ++d) {
+      acc += ConstVec<T>(in + (o * dim + d) * inner, inner).template cast<Acc>();
+    }
+    Vec<T>(out + o * inner, inner) = acc.template cast<T>();
+  }
+}
+
+}  // namespace
+
+void reduce_buffers(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out,
+                    std::int64_t count, std::int64_t mean_denominator) {
+  if (count == 0 || inputs.empty()) return;
+  dispatch_dtype(dtype, [&]<class T>(TypeTag<T>) {
+    reduce_typed<T>(op, inputs, out, count, mean_denominator);
+  });
+}
+
+void concat_buffers(std::span<const void* const> inputs, std::span<const std::int64_t> dims,
+                    std::int64_t outer, std::size_t inner_bytes, void* out) {
+  std::int64_t total = 0;
+  for (std::int64_t d : dims) total += d;
+  const std::size_t out_row = static_cast<std::size_t>(total) * inner_bytes;
+  std::size_t column = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::size_t row = static_cast<std::size_t>(dims[i]) * inner_bytes;
+    if (row != 0) {
+      const char* src = static_cast<const char*>(inputs[i]);
+      char* dst = static_cast<char*>(out) + column;
+      if (outer == 1) {
+        std::memcpy(dst, src, row);
+      } else {
+        for (std::int64_t o = 0; o < outer; ++o) {
+          std::memcpy(dst + static_cast<std::size_t>(o) * out_row, src + static_cast<std::size_t>(o) * row, row);
+        }
+      }
+    }
+    column += row;
+  }
+}
+
+void sum_over_axis(DType dtype, const void* in, std::int64_t outer, std::int64_t dim, std::int64_t inner,
+                   void* out) {
+  dispatch_dtype(dtype, [&]<class T>(TypeTag<T>) { sum_over_axis_typed<T>(in, outer, dim, inner, out); });
+}
+
+}  // namespace distribute::collective

@@ -1,0 +1,123 @@
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "distribute/collective/group.h"
+#include "distribute/collective/signature.h"
+#include "distribute/errors.h"
+
+namespace distribute::collective {
+namespace {
+
+std::string describe_exception(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+}  // namespace
+
+CollectiveGroup::CollectiveGroup(int size, std::unique_ptr<Communicator> communicator,
+                                 detail::WaitPolicy policy, CommunicationOptions defaults)
+    : size_(size),
+      defaults_(defaults),
+      communicator_(std::move(communicator)),
+      rendezvous_(size, policy),
+      slots_(static_cast<std::size_t>(size)),
+      calls_(static_cast<std::size_t>(size)) {}
+
+void CollectiveGroup::reset() {
+  rendezvous_.reset();
+  for (Slot& slot : slots_) slot = Slot{};
+  merge_result_.reset();
+  absl::MutexLock lock(&mu_);
+  first_error_ = nullptr;
+}
+
+void CollectiveGroup::complete_phase() {
+  for (std::size_t r = 0; r < slots_.size(); ++r) calls_[r] = slots_[r].call;
+  if (std::exception_ptr mismatch = compare_calls(calls_)) {
+    record_failure(mismatch, mismatch);
+    return;
+  }
+  if (calls_[0]->kind == CollectiveKind::kMergeCall) {
+    try {
+      merge_result_ = calls_[0]->run_merge(calls_);
+    } catch (...) {
+      std::exception_ptr error = std::current_exception();
+      record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
+                                "merge_fn of ", call_name(*calls_[0]), " raised: ", describe_exception(error)))));
+    }
+  }
+}
+
+void CollectiveGroup::rendezvous(int rank, CollectiveCall& call) {
+  Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  call.sequence = ++slot.sequence;
+  call.options = call.options.merged_with(defaults_);
+  slot.call = &call;
+  const detail::Deadline deadline = detail::deadline_after(call.options.timeout);
+  if (rendezvous_.arrive_and_wait(rank, deadline, [this] { complete_phase(); }) ==
+      Rendezvous::Outcome::kCompleted) {
+    return;
+  }
+  const std::string waiting = call.kind == CollectiveKind::kReturn
+                                  ? std::string("waited for the others to return from the replica function")
+                                  : absl::StrCat("waits in ", call_name(call));
+  auto error = std::make_exception_ptr(DeadlineExceededError(absl::StrCat(
+      "timed out after ", call.options.timeout.count(), " s: ", replicas_text(rendezvous_.behind(rank)),
+      " did not arrive while replica ", rank, " ", waiting,
+      "; a replica is stuck or skipped the collective (raise CommunicationOptions::timeout if it is slow)")));
+  record_failure(error, error);
+  std::rethrow_exception(error);
+}
+
+void CollectiveGroup::all_reduce(int rank, CollectiveCall& call) {
+  call.kind = CollectiveKind::kAllReduce;
+  rendezvous(rank, call);
+  communicator_->all_reduce(rank, calls_);
+}
+
+void CollectiveGroup::all_gather(int rank, CollectiveCall& call) {
+  call.kind = CollectiveKind::kAllGather;
+  rendezvous(rank, call);
+  communicator_->all_gather(rank, calls_);
+}
+
+std::shared_ptr<void> CollectiveGroup::merge_call(int rank, CollectiveCall& call) {
+  call.kind = CollectiveKind::kMergeCall;
+  rendezvous(rank, call);
+  return merge_result_;
+}
+
+void CollectiveGroup::replica_returned(int rank) {
+  CollectiveCall call;
+  call.kind = CollectiveKind::kReturn;
+  rendezvous(rank, call);
+}
+
+void CollectiveGroup::fail(int rank, std::exception_ptr error) {
+  record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
+                            "replica ", rank, " raised: ", describe_exception(error),
+                            "; the other replicas were released from their collectives"))));
+}
+
+void CollectiveGroup::record_failure(std::exception_ptr root, std::exception_ptr release) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!first_error_) first_error_ = root;
+  }
+  rendezvous_.abort(std::move(release));
+}
+
+std::exception_ptr CollectiveGroup::first_error() const {
+  absl::MutexLock lock(&mu_);
+  return first_error_;
+}
+
+}  // namespace distribute::collective
+
+

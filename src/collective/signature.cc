@@ -1,0 +1,197 @@
+#include "distribute/collective/signature.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "distribute/errors.h"
+
+namespace distribute::collective {
+namespace {
+
+// Splits the replicas into classes of equal calls (by `same`) and returns them with the
+// reference class first: the largest, preferring one that `preferred` accepts, then the one
+// holding the lowest replica id.
+template <class Same, class Preferred>
+std::vector<std::vector<int>> classes_of(std::span<CollectiveCall* const> calls, Same&& same,
+                                         Preferred&& preferred) {
+  std::vector<std::vector<int>> classes;
+  for (int r = 0; r < static_cast<int>(calls.size()); ++r) {
+    auto it = std::find_if(classes.begin(), classes.end(), [&](const std::vector<int>& c) {
+      return same(*calls[static_cast<std::size_t>(c[0])], *calls[static_cast<std::size_t>(r)]);
+    });
+    if (it == classes.end()) {
+      classes.push_back({r});
+    } else {
+      it->push_back(r);
+    }
+  }
+  std::stable_sort(classes.begin(), classes.end(), [&](const auto& a, const auto& b) {
+    const bool pa = preferred(*calls[static_cast<std::size_t>(a[0])]);
+    const bool pb = preferred(*calls[static_cast<std::size_t>(b[0])]);
+    if (pa != pb) return pa;
+    return a.size() > b.size();
+  });
+  return classes;
+}
+
+template <class Same>
+std::vector<std::vector<int>> classes_of(std::span<CollectiveCall* const> calls, Same&& same) {
+  return classes_of(calls, same, [](const CollectiveCall&) { return true; });
+}
+
+std::string leaf_text(const BufferRef& leaf) {
+  return absl::StrCat(dtype_name(leaf.dtype), leaf.shape->compact());
+}
+
+// "all_reduce #3: replica 1 passed X, replicas 0, 2 passed Y"
+template <class Describe>
+std::string value_mismatch(const std::string& prefix, std::span<CollectiveCall* const> calls,
+                           const std::vector<std::vector<int>>& classes, Describe&& describe) {
+  std::vector<std::string> parts;
+  for (std::size_t c = 1; c < classes.size(); ++c) {
+    parts.push_back(absl::StrCat(replicas_text(classes[c]), " passed ",
+                                 describe(*calls[static_cast<std::size_t>(classes[c][0])])));
+  }
+  parts.push_back(absl::StrCat(replicas_text(classes[0]), " passed ",
+                               describe(*calls[static_cast<std::size_t>(classes[0][0])])));
+  return absl::StrCat(prefix, ": ", absl::StrJoin(parts, ", "));
+}
+
+std::exception_ptr invalid(std::string message) {
+  return std::make_exception_ptr(InvalidArgumentError(message));
+}
+
+bool same_leaf(const BufferRef& a, const BufferRef& b, CollectiveKind kind, int axis) {
+  if (a.dtype != b.dtype) return false;
+  if (kind != CollectiveKind::kAllGather) return *a.shape == *b.shape;
+  if (a.shape->rank() != b.shape->rank()) return false;
+  if (axis < 0) axis += a.shape->rank();
+  for (int d = 0; d < a.shape->rank(); ++d) {
+    if (d != axis && (*a.shape)[d] != (*b.shape)[d]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string replicas_text(const std::vector<int>& replicas) {
+  return absl::StrCat(replicas.size() == 1 ? "replica " : "replicas ", absl::StrJoin(replicas, ", "));
+}
+
+std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
+  const CollectiveCall& first = *calls[0];
+  bool all_same_kind = true;
+  for (CollectiveCall* call : calls) all_same_kind &= call->kind == first.kind;
+
+  if (!all_same_kind) {
+    auto classes = classes_of(
+        calls, [](const CollectiveCall& a, const CollectiveCall& b) { return a.kind == b.kind; },
+        [](const CollectiveCall& c) { return c.kind != CollectiveKind::kReturn; });
+    const CollectiveCall& ref = *calls[static_cast<std::size_t>(classes[0][0])];
+    std::vector<std::string> parts;
+    for (std::size_t c = 1; c < classes.size(); ++c) {
+      const CollectiveCall& other = *calls[static_cast<std::size_t>(classes[c][0])];
+      if (other.kind == CollectiveKind::kReturn) {
+        parts.push_back(absl::StrCat(replicas_text(classes[c]), " returned from the replica function while ",
+                                     replicas_text(classes[0]), " wait in ", kind_name(ref.kind),
+                                     " (collective #", ref.sequence, ")"));
+      } else {
+        parts.push_back(absl::StrCat(replicas_text(classes[c]), " called ", kind_name(other.kind),
+                                     " where ", replicas_text(classes[0]), " called ", kind_name(ref.kind),
+                                     " (collective #", ref.sequence, ")"));
+      }
+    }
+    return std::make_exception_ptr(FailedPreconditionError(absl::StrCat(
+        absl::StrJoin(parts, "; "),
+        ". Every replica must make the same collective calls in the same order.")));
+  }
+  if (first.kind == CollectiveKind::kReturn) return nullptr;
+
+  const std::string prefix = call_name(first);
+  auto differs = [&](auto&& same) {
+    for (CollectiveCall* call : calls) {
+      if (!same(first, *call)) return true;
+    }
+    return false;
+  };
+
+  if (first.kind == CollectiveKind::kMergeCall) {
+    auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.merge_type == b.merge_type; };
+    if (differs(same)) {
+      auto classes = classes_of(calls, same);
+      return std::make_exception_ptr(FailedPreconditionError(absl::StrCat(
+          prefix, ": ", replicas_text(classes[1]), " passed a merge_fn or arguments of other types than ",
+          replicas_text(classes[0]), "; every replica must call merge_call with the same function")));
+    }
+    return nullptr;
+  }
+
+  if (first.kind == CollectiveKind::kAllReduce) {
+    auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.op == b.op; };
+    if (differs(same)) {
+      return invalid(value_mismatch(prefix, calls, classes_of(calls, same), [](const CollectiveCall& c) {
+        return absl::StrCat("reduce op ", reduce_op_name(c.op));
+      }));
+    }
+  } else {
+    auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.axis == b.axis; };
+    if (differs(same)) {
+      return invalid(value_mismatch(prefix, calls, classes_of(calls, same),
+                                    [](const CollectiveCall& c) { return absl::StrCat("axis=", c.axis); }));
+    }
+  }
+
+  auto same_structure = [](const CollectiveCall& a, const CollectiveCall& b) {
+    return a.structure_hash == b.structure_hash && a.inputs.size() == b.inputs.size();
+  };
+  if (differs(same_structure)) {
+    return invalid(value_mismatch(prefix, calls, classes_of(calls, same_structure), [](const CollectiveCall& c) {
+      return c.describe_structure(c.value);
+    }) + "; the nest structure must be the same on every replica");
+  }
+
+  for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
+    auto same = [&](const CollectiveCall& a, const CollectiveCall& b) {
+      return same_leaf(a.inputs[leaf], b.inputs[leaf], first.kind, first.axis);
+    };
+    if (differs(same)) {
+      std::string where = first.inputs.size() > 1 ? absl::StrCat(" (leaf ", leaf, ")") : "";
+      std::string hint = first.kind == CollectiveKind::kAllGather
+                             ? absl::StrCat("; all_gather needs the same dtype, rank and dimensions except axis ",
+                                            first.axis)
+                             : "; all_reduce needs the same dtype and shape on every replica";
+      return invalid(value_mismatch(prefix + where, calls, classes_of(calls, same), [&](const CollectiveCall& c) {
+        return leaf_text(c.inputs[leaf]);
+      }) + hint);
+    }
+  }
+
+  auto same_options = [](const CollectiveCall& a, const CollectiveCall& b) {
+    return a.options.implementation == b.options.implementation &&
+           a.options.bytes_per_pack == b.options.bytes_per_pack;
+  };
+  if (differs(same_options)) {
+    return invalid(value_mismatch(prefix, calls, classes_of(calls, same_options), [](const CollectiveCall& c) {
+      return absl::StrCat("options {implementation=", implementation_name(c.options.implementation),
+                          ", bytes_per_pack=", c.options.bytes_per_pack, "}");
+    }));
+  }
+  return nullptr;
+}
+
+const char* kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kMergeCall: return "merge_call";
+    case CollectiveKind::kReturn: return "return";
+  }
+  return "?";
+}
+
+std::string call_name(const CollectiveCall& call) {
+  return absl::StrCat(kind_name(call.kind), " #", call.sequence);
+}
+
+}  // namespace distribute::collective

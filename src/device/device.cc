@@ -1,0 +1,94 @@
+#include "distribute/device/device.h"
+
+#include <charconv>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "distribute/check.h"
+
+namespace distribute {
+namespace {
+
+constexpr int kMaxDeviceIndex = 1 << 16;
+
+[[noreturn]] void bad_device(absl::string_view spec, absl::string_view why) {
+  throw InvalidArgumentError(absl::StrCat(
+      "invalid device string \"", spec, "\": ", why,
+      "; expected \"CPU:0\", \"GPU:1\", \"/device:GPU:1\" or "
+      "\"/job:localhost/replica:0/task:0/device:CPU:0\""));
+}
+
+int parse_index(absl::string_view spec, absl::string_view text, absl::string_view field) {
+  int value = -1;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < 0 || value > kMaxDeviceIndex) {
+    bad_device(spec, absl::StrCat(field, " \"", text, "\" is not an integer in [0, ", kMaxDeviceIndex, "]"));
+  }
+  return value;
+}
+
+}  // namespace
+
+Device::Device(Type type, int index) : type_(type), index_(index) {
+  DISTRIBUTE_CHECK(index >= 0 && index <= kMaxDeviceIndex, InvalidArgumentError, "device index ",
+                   index, " is out of range [0, ", kMaxDeviceIndex, "]");
+}
+
+Device Device::parse(std::string_view spec_text) {
+  const absl::string_view spec(spec_text.data(), spec_text.size());
+  Device device;
+  bool have_device = false;
+  auto set_type_and_index = [&](absl::string_view type, absl::string_view index) {
+    if (have_device) bad_device(spec, "it names more than one device");
+    const std::string lower = absl::AsciiStrToLower(type);
+    if (lower == "cpu") {
+      device.type_ = Type::kCpu;
+    } else if (lower == "gpu") {
+      device.type_ = Type::kGpu;
+    } else {
+      bad_device(spec, absl::StrCat("unknown device type \"", type, "\" (CPU and GPU are known)"));
+    }
+    device.index_ = parse_index(spec, index, "device index");
+    have_device = true;
+  };
+  const bool full = !spec.empty() && spec.front() == '/';
+  std::vector<absl::string_view> parts = absl::StrSplit(spec, '/', absl::SkipEmpty());
+  if (parts.empty()) bad_device(spec, "it is empty");
+  if (!full && parts.size() != 1) bad_device(spec, "a short name is TYPE:INDEX");
+  for (absl::string_view part : parts) {
+    std::vector<absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
+    if (kv.size() == 1) bad_device(spec, absl::StrCat("\"", part, "\" has no ':'"));
+    const std::string key = absl::AsciiStrToLower(kv[0]);
+    if (full && key == "job") {
+      if (kv[1].empty()) bad_device(spec, "the job name is empty");
+      device.job_ = std::string(kv[1]);
+    } else if (full && key == "replica") {
+      device.replica_ = parse_index(spec, kv[1], "replica");
+    } else if (full && key == "task") {
+      device.task_ = parse_index(spec, kv[1], "task");
+    } else if (full && key == "device") {
+      std::vector<absl::string_view> tv = absl::StrSplit(kv[1], absl::MaxSplits(':', 1));
+      if (tv.size() != 2) bad_device(spec, "the device part needs TYPE:INDEX");
+      set_type_and_index(tv[0], tv[1]);
+    } else {
+      set_type_and_index(kv[0], kv[1]);
+    }
+  }
+  if (!have_device) bad_device(spec, "it names no device type and index");
+  return device;
+}
+
+std::string Device::to_string() const {
+  return absl::StrCat("/job:", job_, "/replica:", replica_, "/task:", task_, "/device:", short_name());
+}
+
+std::string Device::short_name() const {
+  return absl::StrCat(type_ == Type::kCpu ? "CPU:" : "GPU:", index_);
+}
+
+std::ostream& operator<<(std::ostream& os, const Device& device) { return os << device.to_string(); }
+
+}  // namespace distribute

@@ -1,0 +1,97 @@
+// Host memory for tensors. Each logical CPU device has its own pool, so N replicas allocating their
+// outputs at the same moment do not contend on one lock. A pool keeps freed blocks by exact size
+// (no rounding, so an all_reduce of S bytes holds S bytes per replica) up to a cap, after which
+// blocks go back to the system.
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "distribute/detail/storage.h"
+#include "distribute/errors.h"
+
+namespace distribute::detail {
+namespace {
+
+constexpr std::size_t kAlignment = 64;
+constexpr std::size_t kMaxCachedBytesPerPool = std::size_t{1} << 30;
+
+class HostPool {
+ public:
+  void* allocate(std::size_t nbytes) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = free_.find(nbytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* block = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= nbytes;
+        return block;
+      }
+    }
+    const std::size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* block = std::aligned_alloc(kAlignment, rounded);
+    if (block == nullptr) {
+      throw InternalError(absl::StrCat("host allocation of ", nbytes, " bytes failed"));
+    }
+    return block;
+  }
+
+  void release(void* block, std::size_t nbytes) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (cached_bytes_ + nbytes <= kMaxCachedBytesPerPool) {
+        free_[nbytes].push_back(block);
+        cached_bytes_ += nbytes;
+        return;
+      }
+    }
+    std::free(block);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
+  std::size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Pools live for the whole program (never destroyed), so a tensor released during static
+// destruction still finds its pool.
+HostPool& host_pool(int device_index) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* pools = new absl::flat_hash_map<int, HostPool*>();
+  absl::MutexLock lock(&mu);
+  HostPool*& pool = (*pools)[device_index];
+  if (pool == nullptr) pool = new HostPool();
+  return *pool;
+}
+
+}  // namespace
+
+std::shared_ptr<Storage> allocate_storage(const Device& device, std::size_t nbytes) {
+  if (!device.is_cpu()) {
+    throw UnimplementedError(absl::StrCat(
+        "cannot allocate on ", device.short_name(),
+        ": this build of distribute has no GPU backend (reconfigure with -DDISTRIBUTE_WITH_CUDA=ON)"));
+  }
+  if (nbytes == 0) return std::make_shared<Storage>(nullptr, 0, device, nullptr);
+  HostPool* pool = &host_pool(device.index());
+  void* block = pool->allocate(nbytes);
+  return std::make_shared<Storage>(block, nbytes, device,
+                                   [pool](void* data, std::size_t n) { pool->release(data, n); });
+}
+
+void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,
+                std::size_t nbytes) {
+  if (!dst_device.is_cpu() || !src_device.is_cpu()) {
+    throw UnimplementedError(absl::StrCat("cannot copy from ", src_device.short_name(), " to ",
+                                          dst_device.short_name(),
+                                          ": this build of distribute has no GPU backend"));
+  }
+  if (nbytes != 0) std::memcpy(dst, src, nbytes);
+}
+
+}  // namespace distribute::detail

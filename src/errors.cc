@@ -1,0 +1,22 @@
+#include "distribute/errors.h"
+
+namespace distribute {
+
+Error::Error(absl::StatusCode code, const std::string& message)
+    : std::runtime_error(message), code_(code) {}
+
+void throw_status(const absl::Status& status) {
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument: throw InvalidArgumentError(message);
+    case absl::StatusCode::kFailedPrecondition: throw FailedPreconditionError(message);
+    case absl::StatusCode::kDeadlineExceeded: throw DeadlineExceededError(message);
+    case absl::StatusCode::kAborted: throw AbortedError(message);
+    case absl::StatusCode::kUnimplemented: throw UnimplementedError(message);
+    case absl::StatusCode::kOutOfRange: throw OutOfRangeError(message);
+    case absl::StatusCode::kOk: throw InternalError("throw_status called with an OK status");
+    default: throw InternalError(message);
+  }
+}
+
+}  // namespace distribute

@@ -1,0 +1,119 @@
+#include "distribute/replica/replica_context.h"
+
+#include "absl/strings/str_cat.h"
+#include "distribute/collective/kernels.h"
+#include "distribute/strategy/strategy.h"
+
+namespace distribute {
+
+ReplicaContext::ReplicaContext(Strategy& strategy, int replica_id, int num_replicas,
+                               collective::CollectiveGroup* group, Device device, int run_depth)
+    : strategy_(&strategy),
+      replica_id_(replica_id),
+      num_replicas_(num_replicas),
+      group_(group),
+      device_(std::move(device)),
+      run_depth_(run_depth) {}
+
+void ReplicaContext::require_current(const char* method) const {
+  const detail::ThreadMode& mode = detail::current_mode();
+  if (mode.replica_context == this) return;
+  if (mode.replica_context == nullptr) {
+    throw FailedPreconditionError(absl::StrCat(
+        "ReplicaContext::", method, " of replica ", replica_id_,
+        " called in cross-replica context; call it inside the fn passed to Strategy::run, or use the "
+        "cross-replica counterpart (Strategy::reduce, Strategy::gather, extended().reduce_to)"));
+  }
+  throw FailedPreconditionError(absl::StrCat(
+      "ReplicaContext::", method, " of replica ", replica_id_, " called from a thread that is not that replica's "
+      "(this thread is in the context of replica ", mode.replica_context->replica_id_in_sync_group(),
+      "); use get_replica_context() on the calling thread"));
+}
+
+detail::ThreadMode ReplicaContext::merge_mode() const {
+  return detail::ThreadMode{strategy_, nullptr, true, run_depth_ + 1};
+}
+
+void ReplicaContext::run_all_reduce(detail::CollectiveArgs& args) {
+  collective::CollectiveCall& call = args.call();
+  if (group_ != nullptr) {
+    group_->all_reduce(replica_id_, call);
+    return;
+  }
+  for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
+    const collective::BufferRef& in = call.inputs[leaf];
+    const void* inputs[] = {in.data};
+    collective::reduce_buffers(in.dtype, call.op, inputs, call.outputs[leaf].data, in.num_elements(), 1);
+  }
+}
+
+void ReplicaContext::run_all_gather(detail::CollectiveArgs& args) {
+  collective::CollectiveCall& call = args.call();
+  if (group_ != nullptr) {
+    group_->all_gather(replica_id_, call);
+    return;
+  }
+  for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
+    const collective::BufferRef& in = call.inputs[leaf];
+    void* out = call.allocate_output(call.allocate_context, leaf, *in.shape);
+    detail::copy_bytes(out, device_, in.data, in.device, in.nbytes());
+  }
+}
+
+std::shared_ptr<void> ReplicaContext::run_merge_call(collective::CollectiveCall& call) {
+  if (group_ != nullptr) return group_->merge_call(replica_id_, call);
+  call.sequence = 1;
+  collective::CollectiveCall* calls[] = {&call};
+  return call.run_merge(std::span<collective::CollectiveCall* const>(calls, 1));
+}
+
+namespace detail {
+
+const Shape& scalar_shape() {
+  static const Shape shape;
+  return shape;
+}
+
+void CollectiveArgs::check_device(const Tensor& t, std::size_t leaf) const {
+  DISTRIBUTE_CHECK(t.defined(), InvalidArgumentError, method_, ": leaf ", leaf,
+                   " is an undefined Tensor (default-constructed)");
+  DISTRIBUTE_CHECK(t.device().is_cpu() && device_.is_cpu(), UnimplementedError, method_, ": leaf ", leaf,
+                   " is on ", t.device().short_name(), " and the replica on ", device_.short_name(),
+                   "; this build's collectives work on host memory only");
+}
+
+void CollectiveArgs::allocate_outputs_like_inputs() {
+  for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
+    const collective::BufferRef& in = inputs_[leaf];
+    if (in.shape == &scalar_shape()) {
+      outputs_.push_back({scalars_[leaf].data(), in.dtype, in.shape, Device::cpu()});
+    } else {
+      tensors_[leaf] = Tensor::empty(in.dtype, *in.shape, device_);
+      outputs_.push_back({tensors_[leaf].raw_data(), in.dtype, &tensors_[leaf].shape(), device_});
+    }
+  }
+  call_.outputs = outputs_;
+}
+
+void CollectiveArgs::prepare_gather(int axis) {
+  for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
+    const Shape& shape = *inputs_[leaf].shape;
+    DISTRIBUTE_CHECK(shape.rank() > 0, InvalidArgumentError, method_, ": leaf ", leaf,
+                     " has rank 0 (a scalar); all_gather needs every value to have rank >= 1, "
+                     "reshape it to shape (1,) first");
+    normalize_axis(axis, shape.rank(), method_);
+    outputs_.push_back({nullptr, inputs_[leaf].dtype, nullptr, device_});
+  }
+  call_.axis = axis;
+  call_.outputs = outputs_;
+}
+
+void* CollectiveArgs::allocate_output(std::size_t leaf, const Shape& shape) {
+  tensors_[leaf] = Tensor::empty(inputs_[leaf].dtype, shape, device_);
+  outputs_[leaf].data = tensors_[leaf].raw_data();
+  outputs_[leaf].shape = &tensors_[leaf].shape();
+  return outputs_[leaf].data;
+}
+
+}  // namespace detail
+}  // namespace distribute

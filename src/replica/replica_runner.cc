@@ -1,0 +1,55 @@
+#include "replica/replica_runner.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace distribute::detail {
+
+ReplicaRunner::ReplicaRunner(int num_replicas, const std::string& name, bool pin_threads)
+    : num_replicas_(num_replicas), policy_(WaitPolicy::for_threads(num_replicas + 1)) {
+  threads_.reserve(static_cast<std::size_t>(num_replicas));
+  for (int r = 0; r < num_replicas; ++r) {
+    threads_.emplace_back([this, r, pin_threads] { worker(r, pin_threads); });
+    // Thread names are limited to 15 characters.
+    pthread_setname_np(threads_.back().native_handle(), absl::StrCat(name.substr(0, 10), "/r", r).c_str());
+  }
+}
+
+ReplicaRunner::~ReplicaRunner() {
+  stop_.store(true, std::memory_order_relaxed);
+  start_.bump_and_wake_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ReplicaRunner::run(absl::FunctionRef<void(int)> job) {
+  job_ = &job;
+  remaining_.store(num_replicas_, std::memory_order_relaxed);
+  const std::uint32_t done = done_.value.load(std::memory_order_acquire);
+  start_.bump_and_wake_all();
+  done_.wait_while_equal(done, kNoDeadline, policy_, [] { return false; });
+  job_ = nullptr;
+}
+
+void ReplicaRunner::worker(int replica, bool pin) {
+  if (pin) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(static_cast<unsigned>(replica) % cores, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+  std::uint32_t seen = 0;
+  while (true) {
+    start_.wait_while_equal(seen, kNoDeadline, policy_, [] { return false; });
+    seen = start_.value.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_relaxed)) return;
+    (*job_)(replica);
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.bump_and_wake_all();
+  }
+}
+
+}  // namespace distribute::detail

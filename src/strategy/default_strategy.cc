@@ -1,0 +1,24 @@
+#include "distribute/strategy/default_strategy.h"
+
+#include "strategy/inline_extended.h"
+
+namespace distribute {
+
+namespace detail {
+
+void InlineExtended::call_for_each_replica(absl::FunctionRef<void(ReplicaContext&)> fn) {
+  require_cross_replica_or_default("extended().call_for_each_replica");
+  const ThreadMode& mode = current_mode();
+  const int depth = mode.cross_replica ? mode.run_depth : 0;
+  ReplicaContext context(container_strategy(), 0, 1, nullptr, worker_devices()[0], depth);
+  ScopedMode replica_mode(ThreadMode{&container_strategy(), &context, false, depth});
+  fn(context);
+}
+
+}  // namespace detail
+
+DefaultStrategy::DefaultStrategy() {
+  set_extended(std::make_unique<detail::InlineExtended>(*this, Device::cpu(), CommunicationOptions{}));
+}
+
+}  // namespace distribute

@@ -1,0 +1,19 @@
+#include "distribute/strategy/one_device_strategy.h"
+
+#include "absl/strings/str_cat.h"
+#include "strategy/inline_extended.h"
+
+namespace distribute {
+
+OneDeviceStrategy::OneDeviceStrategy(std::string_view device, CommunicationOptions options) {
+  Device parsed = Device::parse(device);
+  DISTRIBUTE_CHECK(parsed.is_cpu(), UnimplementedError, "OneDeviceStrategy(\"", std::string(device),
+                   "\"): this build of distribute has no GPU backend (reconfigure with -DDISTRIBUTE_WITH_CUDA=ON)");
+  set_extended(std::make_unique<detail::InlineExtended>(*this, parsed, options));
+}
+
+std::string OneDeviceStrategy::name() const {
+  return absl::StrCat("OneDeviceStrategy(", extended().worker_devices()[0].short_name(), ")");
+}
+
+}  // namespace distribute

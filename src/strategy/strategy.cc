@@ -1,0 +1,44 @@
+#include "distribute/strategy/strategy.h"
+
+#include "absl/strings/str_cat.h"
+#include "distribute/strategy/default_strategy.h"
+
+namespace distribute {
+
+Strategy::~Strategy() = default;
+
+StrategyScope Strategy::scope() { return StrategyScope(*this); }
+
+StrategyScope::StrategyScope(Strategy& strategy) : strategy_(&strategy) {
+  const detail::ThreadMode& mode = detail::current_mode();
+  if (mode.strategy == &strategy || !has_strategy()) {
+    detail::require_cross_replica_or_default(strategy, "Strategy::scope", "a replica cannot enter a scope");
+    detail::push_mode(detail::ThreadMode{&strategy, nullptr, true, mode.strategy == &strategy ? mode.run_depth : 0},
+                      this);
+    return;
+  }
+  throw FailedPreconditionError(absl::StrCat(
+      "Strategy::scope: Mixing different distribute::Strategy objects: ", mode.strategy->name(), " is not ",
+      strategy.name(), "; leave the scope of ", mode.strategy->name(), " before entering another strategy's"));
+}
+
+StrategyScope::~StrategyScope() {
+  if (strategy_ != nullptr) detail::pop_mode(this);
+}
+
+Tensor Strategy::gather(const DistributedValues<Tensor>& value, int axis) {
+  detail::require_cross_replica_or_default(
+      *this, "Strategy::gather", "inside a replica use get_replica_context()->all_gather() instead");
+  return extended_->gather_to(value, Device::cpu(), axis);
+}
+
+Tensor Strategy::reduce_non_distributed(ReduceOp op, const Tensor& value, std::optional<int> axis) {
+  DISTRIBUTE_CHECK(op == ReduceOp::kMean || num_replicas_in_sync() == 1, InvalidArgumentError,
+                   "Strategy::reduce: a value that is not distributed cannot be reduced with SUM over the ",
+                   num_replicas_in_sync(), " replicas of ", name(),
+                   " (it would count it once per replica); pass a PerReplica or use MEAN");
+  const Tensor components[] = {value};
+  return detail::reduce_components(op, components, axis, Device::cpu(), "Strategy::reduce");
+}
+
+}  // namespace distribute
