@@ -1,5 +1,5 @@
-# Warnings for distribute's own code (library, tests, examples, benchmarks); never exported, so a
-# consumer's build keeps its own flags.
+# Warnings for distribute's own code (library, tests, examples, benchmarks). The library links it
+# privately, so it is exported only as a link-only dependency: consumers keep their own flags.
 add_library(distribute_warnings INTERFACE)
 target_compile_options(distribute_warnings INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align

@@ -59,17 +59,18 @@ void CollectiveGroup::rendezvous(int rank, CollectiveCall& call) {
   call.sequence = ++slot.sequence;
   call.options = call.options.merged_with(defaults_);
   slot.call = &call;
-  const detail::Deadline deadline = detail::deadline_after(call.options.timeout);
+  // The timeout bounds collective waits; waiting for the others to finish their own work after
+  // this replica returned is not one (an early return is caught when the others next arrive).
+  const detail::Deadline deadline = call.kind == CollectiveKind::kReturn
+                                        ? detail::kNoDeadline
+                                        : detail::deadline_after(call.options.timeout);
   if (rendezvous_.arrive_and_wait(rank, deadline, [this] { complete_phase(); }) ==
       Rendezvous::Outcome::kCompleted) {
     return;
   }
-  const std::string waiting = call.kind == CollectiveKind::kReturn
-                                  ? std::string("waited for the others to return from the replica function")
-                                  : absl::StrCat("waits in ", call_name(call));
   auto error = std::make_exception_ptr(DeadlineExceededError(absl::StrCat(
       "timed out after ", call.options.timeout.count(), " s: ", replicas_text(rendezvous_.behind(rank)),
-      " did not arrive while replica ", rank, " ", waiting,
+      " did not arrive while replica ", rank, " waits in ", call_name(call),
       "; a replica is stuck or skipped the collective (raise CommunicationOptions::timeout if it is slow)")));
   record_failure(error, error);
   std::rethrow_exception(error);

@@ -108,7 +108,8 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
   }
   if (first.kind == CollectiveKind::kReturn) return nullptr;
 
-  const std::string prefix = call_name(first);
+  // Built only on a mismatch: the matching path allocates nothing.
+  auto prefix = [&] { return call_name(first); };
   auto differs = [&](auto&& same) {
     for (CollectiveCall* call : calls) {
       if (!same(first, *call)) return true;
@@ -121,7 +122,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
     if (differs(same)) {
       auto classes = classes_of(calls, same);
       return std::make_exception_ptr(FailedPreconditionError(absl::StrCat(
-          prefix, ": ", replicas_text(classes[1]), " passed a merge_fn or arguments of other types than ",
+          prefix(), ": ", replicas_text(classes[1]), " passed a merge_fn or arguments of other types than ",
           replicas_text(classes[0]), "; every replica must call merge_call with the same function")));
     }
     return nullptr;
@@ -130,14 +131,14 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
   if (first.kind == CollectiveKind::kAllReduce) {
     auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.op == b.op; };
     if (differs(same)) {
-      return invalid(value_mismatch(prefix, calls, classes_of(calls, same), [](const CollectiveCall& c) {
+      return invalid(value_mismatch(prefix(), calls, classes_of(calls, same), [](const CollectiveCall& c) {
         return absl::StrCat("reduce op ", reduce_op_name(c.op));
       }));
     }
   } else {
     auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.axis == b.axis; };
     if (differs(same)) {
-      return invalid(value_mismatch(prefix, calls, classes_of(calls, same),
+      return invalid(value_mismatch(prefix(), calls, classes_of(calls, same),
                                     [](const CollectiveCall& c) { return absl::StrCat("axis=", c.axis); }));
     }
   }
@@ -146,7 +147,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
     return a.structure_hash == b.structure_hash && a.inputs.size() == b.inputs.size();
   };
   if (differs(same_structure)) {
-    return invalid(value_mismatch(prefix, calls, classes_of(calls, same_structure), [](const CollectiveCall& c) {
+    return invalid(value_mismatch(prefix(), calls, classes_of(calls, same_structure), [](const CollectiveCall& c) {
       return c.describe_structure(c.value);
     }) + "; the nest structure must be the same on every replica");
   }
@@ -161,7 +162,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
                              ? absl::StrCat("; all_gather needs the same dtype, rank and dimensions except axis ",
                                             first.axis)
                              : "; all_reduce needs the same dtype and shape on every replica";
-      return invalid(value_mismatch(prefix + where, calls, classes_of(calls, same), [&](const CollectiveCall& c) {
+      return invalid(value_mismatch(prefix() + where, calls, classes_of(calls, same), [&](const CollectiveCall& c) {
         return leaf_text(c.inputs[leaf]);
       }) + hint);
     }
@@ -172,7 +173,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
            a.options.bytes_per_pack == b.options.bytes_per_pack;
   };
   if (differs(same_options)) {
-    return invalid(value_mismatch(prefix, calls, classes_of(calls, same_options), [](const CollectiveCall& c) {
+    return invalid(value_mismatch(prefix(), calls, classes_of(calls, same_options), [](const CollectiveCall& c) {
       return absl::StrCat("options {implementation=", implementation_name(c.options.implementation),
                           ", bytes_per_pack=", c.options.bytes_per_pack, "}");
     }));

@@ -53,10 +53,8 @@ void pop_mode(const void* owner) noexcept {
 void require_cross_replica_or_default(const Strategy& strategy, const char* method, const char* hint) {
   const ThreadMode& mode = current_mode();
   if (mode.cross_replica && mode.strategy == &strategy) return;
-  if (mode.strategy == &default_strategy()) {
-    if (mode.replica_context == &default_replica_context() || &strategy == &default_strategy()) return;
-  }
-  if (mode.strategy != &strategy && mode.strategy != &default_strategy()) {
+  if (mode.replica_context == &default_replica_context()) return;  // no scope: the default context
+  if (mode.strategy != &strategy && (mode.cross_replica || mode.strategy != &default_strategy())) {
     throw FailedPreconditionError(absl::StrCat(
         method, ": Mixing different distribute::Strategy objects: ", mode.strategy->name(), " is not ",
         strategy.name(), "; leave the other strategy's scope (or its run) first"));

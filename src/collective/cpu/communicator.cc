@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -70,7 +71,9 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> call
   const std::size_t n = calls.size();
   absl::InlinedVector<const void*, 8> inputs(n);
   absl::InlinedVector<std::int64_t, 8> dims(n);
-  for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+  // An allocation failure must still reach the barrier, or the other replicas would wait forever.
+  std::exception_ptr error;
+  for (std::size_t leaf = 0; leaf < mine.inputs.size() && !error; ++leaf) {
     const Shape& shape = *mine.inputs[leaf].shape;
     const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
     std::int64_t total = 0;
@@ -79,13 +82,16 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> call
       dims[r] = (*calls[r]->inputs[leaf].shape)[axis];
       total += dims[r];
     }
-    Shape gathered = shape.with_dim(axis, total);
-    void* out = mine.allocate_output(mine.allocate_context, leaf, gathered);
-    concat_buffers(inputs, dims, shape.outer_size(axis),
-                   static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(mine.inputs[leaf].dtype),
-                   out);
+    try {
+      void* out = mine.allocate_output(mine.allocate_context, leaf, shape.with_dim(axis, total));
+      concat_buffers(inputs, dims, shape.outer_size(axis),
+                     static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(mine.inputs[leaf].dtype), out);
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
   done_.arrive_and_wait_uninterruptible();
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace distribute::collective::cpu
