@@ -17,7 +17,10 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
                                                 absl::FunctionRef<void()> complete) {
   if (aborted()) throw_abort_error();
   const std::uint32_t released = released_.value.load(std::memory_order_seq_cst);
-  arrivals_[static_cast<std::size_t>(rank)].count.fetch_add(1, std::memory_order_relaxed);
+  Arrivals& mine = arrivals_[static_cast<std::size_t>(rank)];
+  // A rank that timed out and withdrew still counts as arrived at that phase (so behind() keeps
+  // naming the others); its next arrival is at the same phase, not a new one.
+  if (!mine.withdrawn.exchange(false, std::memory_order_relaxed)) mine.count.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
   if ((before & kCountMask) + 1 == static_cast<std::uint64_t>(size_)) {
     complete();
@@ -32,6 +35,7 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
     std::uint64_t s = state_.load(std::memory_order_acquire);
     while ((s >> 32) == (before >> 32) && (s & kCountMask) < static_cast<std::uint64_t>(size_)) {
       if (state_.compare_exchange_weak(s, s - 1, std::memory_order_acq_rel)) {
+        mine.withdrawn.store(true, std::memory_order_relaxed);
         if (aborted()) throw_abort_error();
         return Outcome::kTimedOut;
       }
@@ -50,12 +54,17 @@ void Rendezvous::arrive_and_wait_uninterruptible() {
     released_.bump_and_wake_all();
     return;
   }
-  released_.wait_while_equal(released, detail::kNoDeadline, policy_, [] { return false; });
+  // Only this phase's completion releases: an abort (which also bumps `released_`) does not.
+  for (std::uint32_t seen = released;
+       (state_.load(std::memory_order_acquire) >> 32) == (before >> 32);
+       seen = released_.value.load(std::memory_order_acquire)) {
+    released_.wait_while_equal(seen, detail::kNoDeadline, policy_, [] { return false; });
+  }
 }
 
 void Rendezvous::abort(std::exception_ptr error) {
   {
-    absl::MutexLock lock(&abort_mu_);
+    std::lock_guard<std::mutex> lock(abort_mu_);
     if (abort_error_) return;
     abort_error_ = std::move(error);
   }
@@ -74,8 +83,11 @@ std::vector<int> Rendezvous::behind(int rank) const {
 
 void Rendezvous::reset() {
   state_.store(state_.load(std::memory_order_relaxed) & ~kCountMask, std::memory_order_relaxed);
-  for (int r = 0; r < size_; ++r) arrivals_[static_cast<std::size_t>(r)].count.store(0, std::memory_order_relaxed);
-  absl::MutexLock lock(&abort_mu_);
+  for (int r = 0; r < size_; ++r) {
+    arrivals_[static_cast<std::size_t>(r)].count.store(0, std::memory_order_relaxed);
+    arrivals_[static_cast<std::size_t>(r)].withdrawn.store(false, std::memory_order_relaxed);
+  }
+  std::lock_guard<std::mutex> lock(abort_mu_);
   abort_error_ = nullptr;
   aborted_.store(false, std::memory_order_release);
 }
@@ -83,7 +95,7 @@ void Rendezvous::reset() {
 void Rendezvous::throw_abort_error() const {
   std::exception_ptr error;
   {
-    absl::MutexLock lock(&abort_mu_);
+    std::lock_guard<std::mutex> lock(abort_mu_);
     error = abort_error_;
   }
   if (!error) throw InternalError("rendezvous aborted without an error");

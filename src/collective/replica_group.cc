@@ -33,7 +33,7 @@ void CollectiveGroup::reset() {
   rendezvous_.reset();
   for (Slot& slot : slots_) slot = Slot{};
   merge_result_.reset();
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   first_error_ = nullptr;
 }
 
@@ -108,14 +108,14 @@ void CollectiveGroup::fail(int rank, std::exception_ptr error) {
 
 void CollectiveGroup::record_failure(std::exception_ptr root, std::exception_ptr release) {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!first_error_) first_error_ = root;
   }
   rendezvous_.abort(std::move(release));
 }
 
 std::exception_ptr CollectiveGroup::first_error() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return first_error_;
 }
 

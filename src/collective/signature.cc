@@ -40,9 +40,14 @@ std::vector<std::vector<int>> classes_of(std::span<CollectiveCall* const> calls,
   return classes_of(calls, same, [](const CollectiveCall&) { return true; });
 }
 
-std::string leaf_text(const BufferRef& leaf) {
-  return absl::StrCat(dtype_name(leaf.dtype), leaf.shape->compact());
+int normalized_axis(int axis, const Shape& shape) { return axis < 0 ? axis + shape.rank() : axis; }
+
+// all_gather's axis as it applies to the call's first leaf (-1 and rank-1 are the same axis).
+int gather_axis(const CollectiveCall& call) {
+  return call.inputs.empty() ? call.axis : normalized_axis(call.axis, *call.inputs[0].shape);
 }
+
+std::string leaf_text(const BufferRef& leaf) { return absl::StrCat(dtype_name(leaf.dtype), leaf.shape->compact()); }
 
 // "all_reduce #3: replica 1 passed X, replicas 0, 2 passed Y"
 template <class Describe>
@@ -62,11 +67,13 @@ std::exception_ptr invalid(std::string message) {
   return std::make_exception_ptr(InvalidArgumentError(message));
 }
 
-bool same_leaf(const BufferRef& a, const BufferRef& b, CollectiveKind kind, int axis) {
+// For all_gather, the axes are compared as normalised for the leaf's rank, so -1 and rank-1 agree.
+bool same_leaf(const CollectiveCall& ca, const BufferRef& a, const CollectiveCall& cb, const BufferRef& b) {
   if (a.dtype != b.dtype) return false;
-  if (kind != CollectiveKind::kAllGather) return *a.shape == *b.shape;
+  if (ca.kind != CollectiveKind::kAllGather) return *a.shape == *b.shape;
   if (a.shape->rank() != b.shape->rank()) return false;
-  if (axis < 0) axis += a.shape->rank();
+  const int axis = normalized_axis(ca.axis, *a.shape);
+  if (axis != normalized_axis(cb.axis, *b.shape)) return false;
   for (int d = 0; d < a.shape->rank(); ++d) {
     if (d != axis && (*a.shape)[d] != (*b.shape)[d]) return false;
   }
@@ -94,7 +101,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
       const CollectiveCall& other = *calls[static_cast<std::size_t>(classes[c][0])];
       if (other.kind == CollectiveKind::kReturn) {
         parts.push_back(absl::StrCat(replicas_text(classes[c]), " returned from the replica function while ",
-                                     replicas_text(classes[0]), " wait in ", kind_name(ref.kind),
+                                     replicas_text(classes[0]), (classes[0].size() == 1 ? " waits in " : " wait in "), kind_name(ref.kind),
                                      " (collective #", ref.sequence, ")"));
       } else {
         parts.push_back(absl::StrCat(replicas_text(classes[c]), " called ", kind_name(other.kind),
@@ -136,10 +143,10 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
       }));
     }
   } else {
-    auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.axis == b.axis; };
+    auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return gather_axis(a) == gather_axis(b); };
     if (differs(same)) {
       return invalid(value_mismatch(prefix(), calls, classes_of(calls, same),
-                                    [](const CollectiveCall& c) { return absl::StrCat("axis=", c.axis); }));
+                                    [](const CollectiveCall& c) { return absl::StrCat("axis=", gather_axis(c)); }));
     }
   }
 
@@ -154,13 +161,13 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
 
   for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
     auto same = [&](const CollectiveCall& a, const CollectiveCall& b) {
-      return same_leaf(a.inputs[leaf], b.inputs[leaf], first.kind, first.axis);
+      return same_leaf(a, a.inputs[leaf], b, b.inputs[leaf]);
     };
     if (differs(same)) {
       std::string where = first.inputs.size() > 1 ? absl::StrCat(" (leaf ", leaf, ")") : "";
       std::string hint = first.kind == CollectiveKind::kAllGather
                              ? absl::StrCat("; all_gather needs the same dtype, rank and dimensions except axis ",
-                                            first.axis)
+                                            normalized_axis(first.axis, *first.inputs[leaf].shape))
                              : "; all_reduce needs the same dtype and shape on every replica";
       return invalid(value_mismatch(prefix() + where, calls, classes_of(calls, same), [&](const CollectiveCall& c) {
         return leaf_text(c.inputs[leaf]);

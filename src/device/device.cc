@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "distribute/check.h"
 
@@ -55,6 +56,9 @@ Device Device::parse(std::string_view spec_text) {
     have_device = true;
   };
   const bool full = !spec.empty() && spec.front() == '/';
+  if (absl::StrContains(spec, "//") || (spec.size() > 1 && spec.back() == '/')) {
+    bad_device(spec, "it has an empty part between slashes");
+  }
   std::vector<absl::string_view> parts = absl::StrSplit(spec, '/', absl::SkipEmpty());
   if (parts.empty()) bad_device(spec, "it is empty");
   if (!full && parts.size() != 1) bad_device(spec, "a short name is TYPE:INDEX");

@@ -9,7 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "distribute/detail/storage.h"
 #include "distribute/errors.h"
 
@@ -23,7 +23,7 @@ class HostPool {
  public:
   void* allocate(std::size_t nbytes) {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       auto it = free_.find(nbytes);
       if (it != free_.end() && !it->second.empty()) {
         void* block = it->second.back();
@@ -42,7 +42,7 @@ class HostPool {
 
   void release(void* block, std::size_t nbytes) {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (cached_bytes_ + nbytes <= kMaxCachedBytesPerPool) {
         free_[nbytes].push_back(block);
         cached_bytes_ += nbytes;
@@ -53,17 +53,18 @@ class HostPool {
   }
 
  private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
-  std::size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mutex mu_;
+  // Guarded by mu_ (std::mutex rather than absl::Mutex: ThreadSanitizer sees std::mutex).
+  absl::flat_hash_map<std::size_t, std::vector<void*>> free_;
+  std::size_t cached_bytes_ = 0;
 };
 
 // Pools live for the whole program (never destroyed), so a tensor released during static
 // destruction still finds its pool.
 HostPool& host_pool(int device_index) {
-  static absl::Mutex mu(absl::kConstInit);
+  static std::mutex mu;
   static auto* pools = new absl::flat_hash_map<int, HostPool*>();
-  absl::MutexLock lock(&mu);
+  std::lock_guard<std::mutex> lock(mu);
   HostPool*& pool = (*pools)[device_index];
   if (pool == nullptr) pool = new HostPool();
   return *pool;

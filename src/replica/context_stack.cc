@@ -50,6 +50,12 @@ void pop_mode(const void* owner) noexcept {
   if (it != t_stack.rend()) t_stack.erase(std::next(it).base());
 }
 
+void transfer_mode(const void* from, const void* to) noexcept {
+  for (Entry& e : t_stack) {
+    if (e.owner == from) e.owner = to;
+  }
+}
+
 void require_cross_replica_or_default(const Strategy& strategy, const char* method, const char* hint) {
   const ThreadMode& mode = current_mode();
   if (mode.cross_replica && mode.strategy == &strategy) return;

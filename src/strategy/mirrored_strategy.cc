@@ -1,5 +1,6 @@
 #include "distribute/strategy/mirrored_strategy.h"
 
+#include <mutex>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -47,7 +48,7 @@ struct RunLevel {
     }
   }
 
-  absl::Mutex run_mu;  // one run at a time per level
+  std::mutex run_mu;  // one run at a time per level
   detail::ReplicaRunner runner;
   collective::CollectiveGroup group;
   std::vector<std::unique_ptr<ReplicaContext>> contexts;
@@ -65,7 +66,7 @@ class MirroredExtended final : public StrategyExtended {
     const detail::ThreadMode& mode = detail::current_mode();
     const int depth = mode.cross_replica && mode.strategy == &container_strategy() ? mode.run_depth : 0;
     RunLevel& level = level_at(depth);
-    absl::MutexLock run_lock(&level.run_mu);
+    std::lock_guard<std::mutex> run_lock(level.run_mu);
     level.group.reset();
     level.runner.run([&](int r) {
       ReplicaContext& context = *level.contexts[static_cast<std::size_t>(r)];
@@ -84,14 +85,14 @@ class MirroredExtended final : public StrategyExtended {
   RunLevel& level_at(int depth) {
     DISTRIBUTE_CHECK(depth < kMaxRunDepth, FailedPreconditionError, "run nested ", depth,
                      " levels deep through merge_fn; at most ", kMaxRunDepth, " levels are supported");
-    absl::MutexLock lock(&levels_mu_);
+    std::lock_guard<std::mutex> lock(levels_mu_);
     auto& level = levels_[static_cast<std::size_t>(depth)];
     if (!level) level = std::make_unique<RunLevel>(container_strategy(), worker_devices(), depth, options_);
     return *level;
   }
 
   const MirroredStrategyOptions options_;
-  absl::Mutex levels_mu_;
+  std::mutex levels_mu_;
   std::array<std::unique_ptr<RunLevel>, kMaxRunDepth> levels_;
 };
 

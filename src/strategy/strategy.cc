@@ -22,6 +22,10 @@ StrategyScope::StrategyScope(Strategy& strategy) : strategy_(&strategy) {
       strategy.name(), "; leave the scope of ", mode.strategy->name(), " before entering another strategy's"));
 }
 
+StrategyScope::StrategyScope(StrategyScope&& other) noexcept : strategy_(std::exchange(other.strategy_, nullptr)) {
+  if (strategy_ != nullptr) detail::transfer_mode(&other, this);
+}
+
 StrategyScope::~StrategyScope() {
   if (strategy_ != nullptr) detail::pop_mode(this);
 }
@@ -29,7 +33,14 @@ StrategyScope::~StrategyScope() {
 Tensor Strategy::gather(const DistributedValues<Tensor>& value, int axis) {
   detail::require_cross_replica_or_default(
       *this, "Strategy::gather", "inside a replica use get_replica_context()->all_gather() instead");
+  check_replica_count(value.num_replicas(), "Strategy::gather");
   return extended_->gather_to(value, Device::cpu(), axis);
+}
+
+void Strategy::check_replica_count(int num_values, const char* method) const {
+  DISTRIBUTE_CHECK(num_values == num_replicas_in_sync(), InvalidArgumentError, method, ": the value holds values for ",
+                   num_values, " replicas but ", name(), " has ", num_replicas_in_sync(),
+                   "; pass values created by this strategy");
 }
 
 Tensor Strategy::reduce_non_distributed(ReduceOp op, const Tensor& value, std::optional<int> axis) {

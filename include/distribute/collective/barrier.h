@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "distribute/detail/wait.h"
 
 namespace distribute::collective {
@@ -60,10 +60,11 @@ class Rendezvous {
   alignas(64) std::atomic<std::uint64_t> state_{0};
   alignas(64) detail::WaitWord released_;
   alignas(64) std::atomic<bool> aborted_{false};
-  mutable absl::Mutex abort_mu_;
-  std::exception_ptr abort_error_ ABSL_GUARDED_BY(abort_mu_);
+  mutable std::mutex abort_mu_;
+  std::exception_ptr abort_error_;  // guarded by abort_mu_
   struct alignas(64) Arrivals {
     std::atomic<std::uint64_t> count{0};
+    std::atomic<bool> withdrawn{false};
   };
   std::unique_ptr<Arrivals[]> arrivals_;
 };

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "distribute/collective/barrier.h"
 #include "distribute/collective/collective_call.h"
 #include "distribute/collective/communicator.h"
@@ -62,8 +62,8 @@ class CollectiveGroup {
   std::vector<Slot> slots_;
   std::vector<CollectiveCall*> calls_;  // written only by the completer of a phase
   std::shared_ptr<void> merge_result_;   // likewise
-  mutable absl::Mutex mu_;
-  std::exception_ptr first_error_ ABSL_GUARDED_BY(mu_);
+  mutable std::mutex mu_;
+  std::exception_ptr first_error_;  // guarded by mu_
 };
 
 }  // namespace distribute::collective

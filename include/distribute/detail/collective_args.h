@@ -92,7 +92,7 @@ V CollectiveArgs::rebuild(const V& value) {
       return tensors_[k];
     } else {
       L out;
-      std::memcpy(&out, scalars_[k].data(), sizeof(L));
+      std::memcpy(&out, outputs_[k].data, sizeof(L));
       return out;
     }
   });

@@ -43,7 +43,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int rank() const { return shape_.rank(); }
-  std::int64_t num_elements() const { return shape_.num_elements(); }
+  std::int64_t num_elements() const { return defined() ? shape_.num_elements() : 0; }
   std::size_t nbytes() const { return static_cast<std::size_t>(num_elements()) * dtype_size(dtype_); }
   const Device& device() const;
 
@@ -87,7 +87,8 @@ class Tensor {
   Shape shape_;
 };
 
-// TF-style: <Tensor: shape=(2, 2), dtype=float32, numpy=[[1.0, 2.0], [3.0, 4.0]]>
+// TF-style: "<Tensor: shape=(2,), dtype=float32, numpy=[1.0, 2.0]>"; from rank 2 on the array starts
+// on its own line, one row per line, as numpy prints it.
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
 
 // ---------------------------------------------------------------------------------------------

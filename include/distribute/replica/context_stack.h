@@ -46,6 +46,8 @@ class ScopedMode {
 // For scopes that outlive a C++ scope (StrategyScope): push, and pop the entry pushed for `owner`.
 void push_mode(const ThreadMode& mode, const void* owner);
 void pop_mode(const void* owner) noexcept;
+// The entry pushed for `from` now belongs to `to` (a scope guard was moved).
+void transfer_mode(const void* from, const void* to) noexcept;
 
 // Throws unless this thread may call `method` of `strategy`: in its cross-replica context, or in
 // the default context. FailedPreconditionError otherwise: "requires being in cross-replica

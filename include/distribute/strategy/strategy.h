@@ -89,6 +89,8 @@ class Strategy {
  private:
   template <class Arg>
   void check_distributed_argument(const Arg& arg, std::size_t index) const;
+  // Throws InvalidArgumentError unless a distributed value has one value per replica.
+  void check_replica_count(int num_values, const char* method) const;
   Tensor reduce_non_distributed(ReduceOp op, const Tensor& value, std::optional<int> axis);
 
   std::unique_ptr<StrategyExtended> extended_;
@@ -98,7 +100,7 @@ class Strategy {
 // thread that created them.
 class StrategyScope {
  public:
-  StrategyScope(StrategyScope&& other) noexcept : strategy_(std::exchange(other.strategy_, nullptr)) {}
+  StrategyScope(StrategyScope&& other) noexcept;
   StrategyScope& operator=(StrategyScope&&) = delete;
   ~StrategyScope();
   Strategy& strategy() const { return *strategy_; }
@@ -164,6 +166,7 @@ template <class V>
 auto Strategy::reduce(ReduceOp op, const V& value, std::optional<int> axis) {
   detail::require_cross_replica_or_default(*this, "reduce", nullptr);
   if constexpr (Distributed<V>) {
+    check_replica_count(value.num_replicas(), "Strategy::reduce");
     using T = typename V::value_type;
     if constexpr (std::same_as<T, Tensor>) {
       return detail::reduce_components(op, value.values(), axis, Device::cpu(), "Strategy::reduce");

@@ -7,6 +7,7 @@
 //   }
 #pragma once
 
+#include <initializer_list>
 #include <ostream>
 #include <type_traits>
 #include <vector>
@@ -30,7 +31,8 @@ class DistributedValues {
   const std::vector<T>& values() const { return values_; }
   int num_replicas() const { return static_cast<int>(values_.size()); }
   // The value of replica i; throws OutOfRangeError unless 0 <= i < num_replicas().
-  const T& operator[](int i) const {
+  // (const_reference, not const T&: std::vector<bool> hands out proxies.)
+  typename std::vector<T>::const_reference operator[](int i) const {
     DISTRIBUTE_CHECK(i >= 0 && i < num_replicas(), OutOfRangeError, "replica ", i,
                      " does not exist: these distributed values have ", num_replicas(), " replicas");
     return values_[static_cast<std::size_t>(i)];
@@ -44,12 +46,14 @@ template <class T>
 class PerReplica : public DistributedValues<T> {
  public:
   explicit PerReplica(std::vector<T> values) : DistributedValues<T>(std::move(values)) {}
+  PerReplica(std::initializer_list<T> values) : DistributedValues<T>(std::vector<T>(values)) {}
 };
 
 template <class T>
 class Mirrored : public DistributedValues<T> {
  public:
   explicit Mirrored(std::vector<T> values) : DistributedValues<T>(std::move(values)) {}
+  Mirrored(std::initializer_list<T> values) : DistributedValues<T>(std::vector<T>(values)) {}
   // The same value on each of num_replicas replicas.
   Mirrored(const T& value, int num_replicas)
       : DistributedValues<T>(std::vector<T>(static_cast<std::size_t>(std::max(num_replicas, 0)), value)) {}

@@ -1,0 +1,332 @@
+// Tensor: construction, metadata, element access for every dtype, shared vs deep copies, reshape,
+// the zero-copy Eigen views, device copies, TF-style printing and the error paths (wrong element
+// type, undefined tensors, devices this build cannot allocate on).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "distribute/config.h"
+#include "distribute/distribute.h"
+#include "testing/semantics_util.h"
+
+namespace distribute {
+namespace {
+
+using testing::expect_throw_with;
+
+std::string printed(const Tensor& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
+
+TEST(Tensor, FromVectorWithShape) {
+  const Tensor t = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  EXPECT_TRUE(t.defined());
+  EXPECT_EQ(t.dtype(), DType::kFloat32);
+  EXPECT_EQ(t.shape(), (Shape{2, 3}));
+  EXPECT_EQ(t.rank(), 2);
+  EXPECT_EQ(t.device(), Device::cpu(0));
+  EXPECT_EQ(t.num_elements(), 6);
+  EXPECT_EQ(t.nbytes(), 24u);
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(Tensor, FromVectorOnAnotherCpuDevice) {
+  const Tensor t = Tensor::from_vector<std::int64_t>({7, 8}, Shape{2, 1}, Device::cpu(3));
+  EXPECT_EQ(t.device(), Device::cpu(3));
+  EXPECT_EQ(t.dtype(), DType::kInt64);
+  EXPECT_EQ(t.nbytes(), 16u);
+  EXPECT_EQ(t.to_vector<std::int64_t>(), (std::vector<std::int64_t>{7, 8}));
+}
+
+TEST(Tensor, FromVectorRejectsAWrongCount) {
+  expect_throw_with<InvalidArgumentError>(
+      [] { (void)Tensor::from_vector<float>({1, 2, 3, 4, 5}, Shape{2, 3}); },
+      {"from_vector", "5 values", "(2, 3)", "holds 6 elements"});
+  expect_throw_with<InvalidArgumentError>([] { (void)Tensor::from_vector<std::int32_t>({}, Shape{}); },
+                                          {"0 values", "()", "holds 1 elements"});
+}
+
+TEST(Tensor, FromVectorWithoutShapeIsRank1) {
+  const Tensor t = Tensor::from_vector<std::int32_t>({1, 2, 3});
+  EXPECT_EQ(t.dtype(), DType::kInt32);
+  EXPECT_EQ(t.shape(), Shape{3});
+  EXPECT_EQ(t.rank(), 1);
+  EXPECT_EQ(t.nbytes(), 12u);
+  const Tensor none = Tensor::from_vector<double>({});
+  EXPECT_EQ(none.shape(), Shape{0});
+  EXPECT_EQ(none.num_elements(), 0);
+  EXPECT_EQ(none.nbytes(), 0u);
+  EXPECT_TRUE(none.to_vector<double>().empty());
+}
+
+TEST(Tensor, ScalarIsRank0) {
+  const Tensor t = Tensor::scalar<double>(2.5);
+  EXPECT_EQ(t.dtype(), DType::kFloat64);
+  EXPECT_EQ(t.shape(), Shape{});
+  EXPECT_EQ(t.rank(), 0);
+  EXPECT_EQ(t.num_elements(), 1);
+  EXPECT_EQ(t.nbytes(), 8u);
+  EXPECT_EQ(t.item<double>(), 2.5);
+  EXPECT_EQ(Tensor::scalar<std::int32_t>(4, Device::cpu(2)).device(), Device::cpu(2));
+}
+
+TEST(Tensor, ZerosAndEmpty) {
+  const Tensor z = Tensor::zeros(DType::kFloat64, Shape{2, 2}, Device::cpu(1));
+  EXPECT_EQ(z.dtype(), DType::kFloat64);
+  EXPECT_EQ(z.shape(), (Shape{2, 2}));
+  EXPECT_EQ(z.device(), Device::cpu(1));
+  EXPECT_EQ(z.to_vector<double>(), (std::vector<double>(4, 0.0)));
+  const Tensor e = Tensor::empty(DType::kInt32, Shape{3, 4});
+  EXPECT_EQ(e.shape(), (Shape{3, 4}));
+  EXPECT_EQ(e.nbytes(), 48u);
+  EXPECT_NE(e.raw_data(), nullptr);
+  const Tensor no_elements = Tensor::empty(DType::kFloat32, Shape{0, 5});
+  EXPECT_EQ(no_elements.num_elements(), 0);
+  EXPECT_EQ(no_elements.nbytes(), 0u);
+  EXPECT_EQ(no_elements.raw_data(), nullptr);
+  EXPECT_EQ(Tensor::zeros(DType::kBFloat16, Shape{0}).nbytes(), 0u);
+}
+
+template <class T>
+class TensorElements : public ::testing::Test {};
+using ElementTypes = ::testing::Types<float, double, std::int32_t, std::int64_t, Half, BFloat16>;
+TYPED_TEST_SUITE(TensorElements, ElementTypes);
+
+TYPED_TEST(TensorElements, RoundTripAndItem) {
+  using T = TypeParam;
+  const std::vector<T> values = {T(1), T(-2), T(3), T(0), T(5), T(6)};
+  const Tensor t = Tensor::from_vector<T>(values, Shape{3, 2});
+  EXPECT_EQ(t.dtype(), dtype_v<T>);
+  EXPECT_EQ(t.nbytes(), 6 * sizeof(T));
+  EXPECT_EQ(t.to_vector<T>(), values);
+  EXPECT_EQ(Tensor::scalar<T>(T(7)).template item<T>(), T(7));
+  // item() needs one element, not rank 0.
+  EXPECT_EQ(Tensor::from_vector<T>({T(9)}, Shape{1, 1}).template item<T>(), T(9));
+  EXPECT_EQ(t.template data<T>()[1], T(-2));
+  EXPECT_EQ(t.template flat<T>()(4), T(5));
+}
+
+TEST(Tensor, HalfPrecisionValuesKeepTheirRounding) {
+  // 0.1 is not exact in either 16-bit type: what comes back is the 16-bit value, not 0.1f.
+  const Tensor h = Tensor::scalar<Half>(Half(0.1f));
+  EXPECT_EQ(static_cast<float>(h.item<Half>()), 0.0999755859375f);
+  const Tensor b = Tensor::scalar<BFloat16>(BFloat16(0.1f));
+  EXPECT_EQ(static_cast<float>(b.item<BFloat16>()), 0.10009765625f);
+}
+
+TEST(Tensor, ItemNeedsExactlyOneElement) {
+  const Tensor t = Tensor::from_vector<float>({1, 2, 3});
+  expect_throw_with<InvalidArgumentError>([&] { (void)t.item<float>(); },
+                                          {"item", "(3,)", "3 elements", "exactly one"});
+  expect_throw_with<InvalidArgumentError>([] { (void)Tensor::from_vector<float>({}).item<float>(); },
+                                          {"(0,)", "0 elements"});
+}
+
+TEST(Tensor, WrongElementTypeIsRejected) {
+  const Tensor t = Tensor::from_vector<float>({1, 2});
+  expect_throw_with<InvalidArgumentError>([&] { (void)t.to_vector<std::int32_t>(); },
+                                          {"to_vector<int32>", "holds float32"});
+  expect_throw_with<InvalidArgumentError>([&] { (void)t.to_vector<double>(); },
+                                          {"to_vector<float64>", "holds float32"});
+  expect_throw_with<InvalidArgumentError>([] { (void)Tensor::scalar<float>(1).item<Half>(); },
+                                          {"float16", "holds float32"});
+  expect_throw_with<InvalidArgumentError>([&] { (void)t.data<std::int64_t>(); },
+                                          {"data<int64>", "holds float32"});
+  expect_throw_with<InvalidArgumentError>([&] { (void)t.flat<BFloat16>(); }, {"bfloat16", "holds float32"});
+}
+
+TEST(Tensor, CopiesShareStorage) {
+  const Tensor a = Tensor::from_vector<std::int32_t>({1, 2, 3, 4});
+  const Tensor b = a;
+  EXPECT_TRUE(a.same_storage(b));
+  EXPECT_EQ(a.raw_data(), b.raw_data());
+  b.flat<std::int32_t>()(2) = 30;
+  EXPECT_EQ(a.to_vector<std::int32_t>(), (std::vector<std::int32_t>{1, 2, 30, 4}));
+  Tensor c;
+  c = a;
+  a.data<std::int32_t>()[0] = 10;
+  EXPECT_EQ(c.to_vector<std::int32_t>(), (std::vector<std::int32_t>{10, 2, 30, 4}));
+}
+
+TEST(Tensor, CloneIsDeep) {
+  const Tensor a = Tensor::from_vector<double>({1.5, 2.5}, Shape{2}, Device::cpu(2));
+  const Tensor b = a.clone();
+  EXPECT_FALSE(a.same_storage(b));
+  EXPECT_NE(a.raw_data(), b.raw_data());
+  EXPECT_EQ(b.device(), Device::cpu(2));
+  EXPECT_EQ(b.shape(), a.shape());
+  EXPECT_EQ(b.dtype(), a.dtype());
+  b.flat<double>()(0) = -1;
+  EXPECT_EQ(a.to_vector<double>(), (std::vector<double>{1.5, 2.5}));
+  EXPECT_EQ(b.to_vector<double>(), (std::vector<double>{-1, 2.5}));
+}
+
+TEST(Tensor, ReshapeSharesStorageAndChecksTheCount) {
+  const Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6});
+  const Tensor m = a.reshape(Shape{2, 3});
+  EXPECT_TRUE(m.same_storage(a));
+  EXPECT_EQ(m.shape(), (Shape{2, 3}));
+  EXPECT_EQ(a.shape(), Shape{6});
+  m.matrix<float>()(1, 0) = 40;
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{1, 2, 3, 40, 5, 6}));
+  EXPECT_EQ(Tensor::scalar<float>(1).reshape(Shape{1, 1}).shape(), (Shape{1, 1}));
+  expect_throw_with<InvalidArgumentError>([&] { (void)a.reshape(Shape{4, 2}); },
+                                          {"reshape", "6 elements", "(6,)", "(4, 2)", "8 elements"});
+}
+
+TEST(Tensor, EigenViewsAreZeroCopy) {
+  const Tensor t = Tensor::from_vector<std::int64_t>({1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  auto flat = t.flat<std::int64_t>();
+  EXPECT_EQ(flat.size(), 6);
+  EXPECT_EQ(flat.data(), t.raw_data());
+  flat *= 10;
+  EXPECT_EQ(t.to_vector<std::int64_t>(), (std::vector<std::int64_t>{10, 20, 30, 40, 50, 60}));
+
+  auto m = t.matrix<std::int64_t>();
+  EXPECT_EQ(m.rows(), 2);
+  EXPECT_EQ(m.cols(), 3);
+  EXPECT_EQ(m.data(), t.raw_data());
+  // Row-major, as the elements are laid out.
+  EXPECT_EQ(m(0, 2), 30);
+  EXPECT_EQ(m(1, 0), 40);
+  m.row(1).setConstant(7);
+  m(0, 0) = -1;
+  EXPECT_EQ(t.to_vector<std::int64_t>(), (std::vector<std::int64_t>{-1, 20, 30, 7, 7, 7}));
+}
+
+TEST(Tensor, MatrixNeedsRank2) {
+  const Tensor t = Tensor::from_vector<float>({1, 2, 3});
+  expect_throw_with<InvalidArgumentError>([&] { (void)t.matrix<float>(); },
+                                          {"matrix", "rank 1", "(3,)", "needs rank 2"});
+}
+
+TEST(Tensor, ToAnotherCpuDeviceCopies) {
+  const Tensor a = Tensor::from_vector<float>({1, 2, 3}, Shape{3}, Device::cpu(0));
+  const Tensor b = a.to(Device::cpu(1));
+  EXPECT_EQ(b.device(), Device::cpu(1));
+  EXPECT_FALSE(b.same_storage(a));
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  a.flat<float>()(0) = 100;
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  // Even to the same device, to() is a copy.
+  EXPECT_FALSE(a.to(Device::cpu(0)).same_storage(a));
+}
+
+TEST(TensorPrint, ScalarFloat) {
+  EXPECT_EQ(printed(Tensor::scalar<float>(2.0f)), "<Tensor: shape=(), dtype=float32, numpy=2.0>");
+  EXPECT_EQ(printed(Tensor::scalar<std::int64_t>(-5)), "<Tensor: shape=(), dtype=int64, numpy=-5>");
+  EXPECT_EQ(printed(Tensor::scalar<double>(0.5)), "<Tensor: shape=(), dtype=float64, numpy=0.5>");
+}
+
+TEST(TensorPrint, IntVector) {
+  EXPECT_EQ(printed(Tensor::from_vector<std::int32_t>({1, 2, 3, 1, 2, 3})),
+            "<Tensor: shape=(6,), dtype=int32, numpy=[1, 2, 3, 1, 2, 3]>");
+  EXPECT_EQ(printed(Tensor::from_vector<float>({})), "<Tensor: shape=(0,), dtype=float32, numpy=[]>");
+}
+
+// Like TF, arrays of rank 2 and more start on a new line after "numpy=", one row per line.
+TEST(TensorPrint, Matrices) {
+  EXPECT_EQ(printed(Tensor::from_vector<std::int32_t>({1, 2, 3, 4}, Shape{2, 2})),
+            "<Tensor: shape=(2, 2), dtype=int32, numpy=\n"
+            "[[1, 2],\n"
+            " [3, 4]]>");
+  EXPECT_EQ(printed(Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}, Shape{2, 2, 2})),
+            "<Tensor: shape=(2, 2, 2), dtype=float32, numpy=\n"
+            "[[[1.0, 2.0],\n"
+            "  [3.0, 4.0]],\n"
+            " [[5.0, 6.0],\n"
+            "  [7.0, 8.0]]]>");
+  EXPECT_EQ(printed(Tensor::zeros(DType::kInt32, Shape{2, 0})),
+            "<Tensor: shape=(2, 0), dtype=int32, numpy=\n"
+            "[[],\n"
+            " []]>");
+}
+
+TEST(TensorPrint, SpecialFloats) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(printed(Tensor::from_vector<float>({0.1f, 1e-07f, inf, -inf, std::nanf(""), -0.0f, 1.5f})),
+            "<Tensor: shape=(7,), dtype=float32, numpy=[0.1, 1e-07, inf, -inf, nan, -0.0, 1.5]>");
+  EXPECT_EQ(printed(Tensor::from_vector<double>({0.1, 1.0 / 3, 1e300, 1e16})),
+            "<Tensor: shape=(4,), dtype=float64, numpy=[0.1, 0.3333333333333333, 1e+300, 1e+16]>");
+}
+
+// Python's repr (what the header promises) writes floats in positional notation from 1e-4 up to
+// 1e16 and adds ".0" to integral values: 100000.0, not 1e+05.
+TEST(TensorPrint, FloatsUsePythonReprNotation) {
+  EXPECT_EQ(printed(Tensor::from_vector<float>({100000.0f, 0.0001f, 2e6f, 10000.0f})),
+            "<Tensor: shape=(4,), dtype=float32, numpy=[100000.0, 0.0001, 2000000.0, 10000.0]>");
+  EXPECT_EQ(printed(Tensor::scalar<double>(1e15)),
+            "<Tensor: shape=(), dtype=float64, numpy=1000000000000000.0>");
+}
+
+// The shortest text that reads back to the same 16-bit value, as numpy prints float16.
+TEST(TensorPrint, HalfPrecisionFloatsPrintTheirShortestText) {
+  EXPECT_EQ(printed(Tensor::scalar<Half>(Half(1.5f))), "<Tensor: shape=(), dtype=float16, numpy=1.5>");
+  EXPECT_EQ(printed(Tensor::scalar<BFloat16>(BFloat16(2.0f))), "<Tensor: shape=(), dtype=bfloat16, numpy=2.0>");
+  EXPECT_EQ(printed(Tensor::scalar<Half>(Half(0.1f))), "<Tensor: shape=(), dtype=float16, numpy=0.1>");
+  EXPECT_EQ(printed(Tensor::scalar<BFloat16>(BFloat16(0.1f))), "<Tensor: shape=(), dtype=bfloat16, numpy=0.1>");
+}
+
+TEST(TensorPrint, LargeTensorsAreSummarised) {
+  std::vector<std::int32_t> values(2000);
+  std::iota(values.begin(), values.end(), 0);
+  EXPECT_EQ(printed(Tensor::from_vector(values)),
+            "<Tensor: shape=(2000,), dtype=int32, numpy=[0, 1, 2, ..., 1997, 1998, 1999]>");
+  EXPECT_EQ(printed(Tensor::from_vector(values, Shape{2, 1000})),
+            "<Tensor: shape=(2, 1000), dtype=int32, numpy=\n"
+            "[[0, 1, 2, ..., 997, 998, 999],\n"
+            " [1000, 1001, 1002, ..., 1997, 1998, 1999]]>");
+  EXPECT_EQ(printed(Tensor::from_vector(values, Shape{1000, 2})),
+            "<Tensor: shape=(1000, 2), dtype=int32, numpy=\n"
+            "[[0, 1],\n"
+            " [2, 3],\n"
+            " [4, 5],\n"
+            " ...,\n"
+            " [1994, 1995],\n"
+            " [1996, 1997],\n"
+            " [1998, 1999]]>");
+  // Up to 1000 elements everything is printed, as numpy does.
+  values.resize(1000);
+  const std::string all = printed(Tensor::from_vector(values));
+  EXPECT_EQ(all.find("..."), std::string::npos);
+  EXPECT_NE(all.find("996, 997, 998, 999]>"), std::string::npos);
+}
+
+TEST(Tensor, UndefinedTensor) {
+  const Tensor t;
+  EXPECT_FALSE(t.defined());
+  EXPECT_EQ(printed(t), "<Tensor: undefined>");
+  const std::initializer_list<std::string_view> words = {"undefined", "default-constructed"};
+  expect_throw_with<FailedPreconditionError>([&] { (void)t.device(); }, words);
+  expect_throw_with<FailedPreconditionError>([&] { (void)t.raw_data(); }, words);
+  expect_throw_with<FailedPreconditionError>([&] { (void)t.to_vector<float>(); }, words);
+  expect_throw_with<FailedPreconditionError>([&] { (void)t.item<float>(); }, words);
+  expect_throw_with<FailedPreconditionError>([&] { (void)t.data<float>(); }, words);
+  expect_throw_with<FailedPreconditionError>([&] { (void)t.flat<float>(); }, words);
+  expect_throw_with<FailedPreconditionError>([&] { (void)t.clone(); }, words);
+  expect_throw_with<FailedPreconditionError>([&] { (void)t.to(Device::cpu(1)); }, words);
+  expect_throw_with<FailedPreconditionError>([&] { (void)t.reshape(Shape{}); }, words);
+}
+
+TEST(Tensor, GpuDevicesAreUnimplementedInThisBuild) {
+  if (DISTRIBUTE_HAS_CUDA) GTEST_SKIP() << "this build has a GPU backend";
+  const std::initializer_list<std::string_view> words = {"GPU:0", "no GPU backend"};
+  expect_throw_with<UnimplementedError>([] { (void)Tensor::scalar<float>(1, Device::gpu(0)); }, words);
+  expect_throw_with<UnimplementedError>([] { (void)Tensor::empty(DType::kFloat32, Shape{2}, Device::gpu(0)); },
+                                        words);
+  expect_throw_with<UnimplementedError>([] { (void)Tensor::zeros(DType::kInt32, Shape{0}, Device::gpu(0)); },
+                                        words);
+  expect_throw_with<UnimplementedError>([] { (void)Tensor::from_vector<float>({1}).to(Device::gpu(0)); },
+                                        words);
+}
+
+}  // namespace
+}  // namespace distribute

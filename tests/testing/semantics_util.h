@@ -1,0 +1,75 @@
+// Helpers for the semantics tests (context, merge_call, collectives, stress): checking a thrown
+// exception's type and message, building tensors of any dtype from small integers, and reading
+// any tensor back as doubles so results of every dtype compare with one EXPECT_EQ.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "distribute/distribute.h"
+
+namespace distribute::testing {
+
+// Runs fn and checks that it throws exactly E (or a subclass) whose what() holds every substring.
+template <class E>
+void expect_throw_with(const std::function<void()>& fn, std::initializer_list<std::string_view> substrings) {
+  try {
+    fn();
+  } catch (const E& e) {
+    const std::string message = e.what();
+    for (std::string_view s : substrings) {
+      EXPECT_NE(message.find(s), std::string::npos) << "message \"" << message << "\" lacks \"" << s << "\"";
+    }
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw another type of exception: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "did not throw";
+}
+
+// Half and BFloat16 convert through float; the other element types convert directly.
+template <class T>
+T from_int(std::int64_t v) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return static_cast<T>(v);
+  } else {
+    return static_cast<T>(static_cast<float>(v));
+  }
+}
+template <class T>
+double as_double(const T& v) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return static_cast<double>(v);
+  } else {
+    return static_cast<double>(static_cast<float>(v));
+  }
+}
+
+// A tensor of `dtype` holding `values` (small integers, exact in every dtype) with `shape`.
+inline Tensor tensor_of(DType dtype, const std::vector<std::int64_t>& values, const Shape& shape) {
+  return dispatch_dtype(dtype, [&]<class T>(TypeTag<T>) {
+    std::vector<T> typed;
+    typed.reserve(values.size());
+    for (std::int64_t v : values) typed.push_back(from_int<T>(v));
+    return Tensor::from_vector<T>(std::move(typed), shape);
+  });
+}
+
+// The elements of a host tensor of any dtype, as doubles.
+inline std::vector<double> to_doubles(const Tensor& t) {
+  return dispatch_dtype(t.dtype(), [&]<class T>(TypeTag<T>) {
+    std::vector<double> out;
+    for (const T& v : t.to_vector<T>()) out.push_back(as_double(v));
+    return out;
+  });
+}
+
+}  // namespace distribute::testing
