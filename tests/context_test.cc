@@ -22,7 +22,7 @@ namespace distribute {
 namespace {
 
 using testing::cpu_devices;
-using testing::expect_throw_with;
+using testing::expect_error;
 using testing::Watchdog;
 
 constexpr std::chrono::milliseconds kHangLimit{20000};
@@ -332,7 +332,7 @@ TEST(Run, PassesComponentsOfDistributedArgumentsAndPlainArgumentsAsTheyAre) {
 TEST(Run, DistributedArgumentForAnotherReplicaCountIsRejected) {
   MirroredStrategy strategy(cpu_devices(2));
   PerReplica<int> three({1, 2, 3});
-  expect_throw_with<InvalidArgumentError>([&] { strategy.run([](int) {}, three); },
+  expect_error<InvalidArgumentError>([&] { strategy.run([](int) {}, three); },
                                           {"argument 0", "3 replicas", "has 2"});
 }
 
@@ -602,7 +602,7 @@ TEST_P(CrossReplicaOps, ReduceValuesThatAreNotDistributed) {
   EXPECT_EQ(floats(strategy_.reduce(ReduceOp::kMean, t, std::nullopt)), (std::vector<float>{1, 2, 3, 4}));
   EXPECT_EQ(floats(strategy_.reduce(ReduceOp::kMean, t, 0)), (std::vector<float>{2, 3}));
   EXPECT_EQ(strategy_.reduce(ReduceOp::kMean, 2.5, std::nullopt), 2.5);
-  expect_throw_with<InvalidArgumentError>([&] { strategy_.reduce(ReduceOp::kSum, t, std::nullopt); },
+  expect_error<InvalidArgumentError>([&] { strategy_.reduce(ReduceOp::kSum, t, std::nullopt); },
                                           {"not distributed", "SUM", "3 replicas"});
 }
 

@@ -13,7 +13,7 @@
 namespace distribute {
 namespace {
 
-using testing::expect_throw_with;
+using testing::expect_error;
 
 struct ParsedDevice {
   const char* spec;
@@ -76,7 +76,7 @@ TEST(Device, FactoriesMatchParsedNames) {
   EXPECT_EQ(Device::gpu(2), Device::parse("/device:gpu:2"));
   EXPECT_EQ(Device::gpu(2).short_name(), "GPU:2");
   EXPECT_EQ(Device(Device::Type::kGpu, 7), Device::gpu(7));
-  expect_throw_with<InvalidArgumentError>([] { (void)Device::cpu(-1); }, {"device index -1", "out of range"});
+  expect_error<InvalidArgumentError>([] { (void)Device::cpu(-1); }, {"device index -1", "out of range"});
 }
 
 TEST(Device, EqualityComparesEveryField) {
@@ -103,7 +103,7 @@ class InvalidDevice : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(InvalidDevice, ThrowsQuotingTheString) {
   const std::string spec = GetParam();
-  expect_throw_with<InvalidArgumentError>([&] { (void)Device::parse(spec); },
+  expect_error<InvalidArgumentError>([&] { (void)Device::parse(spec); },
                                           {"invalid device string \"" + spec + "\"", "expected \"CPU:0\""});
 }
 
@@ -116,14 +116,14 @@ INSTANTIATE_TEST_SUITE_P(Specs, InvalidDevice,
                          });
 
 TEST(Device, InvalidStringsSayWhatIsWrong) {
-  expect_throw_with<InvalidArgumentError>([] { (void)Device::parse(""); }, {"empty"});
-  expect_throw_with<InvalidArgumentError>([] { (void)Device::parse("TPU:0"); }, {"unknown device type \"TPU\""});
-  expect_throw_with<InvalidArgumentError>([] { (void)Device::parse("CPU:-1"); }, {"device index \"-1\""});
-  expect_throw_with<InvalidArgumentError>([] { (void)Device::parse("CPU:99999999999"); },
+  expect_error<InvalidArgumentError>([] { (void)Device::parse(""); }, {"empty"});
+  expect_error<InvalidArgumentError>([] { (void)Device::parse("TPU:0"); }, {"unknown device type \"TPU\""});
+  expect_error<InvalidArgumentError>([] { (void)Device::parse("CPU:-1"); }, {"device index \"-1\""});
+  expect_error<InvalidArgumentError>([] { (void)Device::parse("CPU:99999999999"); },
                                           {"device index \"99999999999\"", "[0, 65536]"});
-  expect_throw_with<InvalidArgumentError>([] { (void)Device::parse("/device:CPU:0/device:GPU:0"); },
+  expect_error<InvalidArgumentError>([] { (void)Device::parse("/device:CPU:0/device:GPU:0"); },
                                           {"more than one device"});
-  expect_throw_with<InvalidArgumentError>([] { (void)Device::parse("/job:worker"); }, {"names no device"});
+  expect_error<InvalidArgumentError>([] { (void)Device::parse("/job:worker"); }, {"names no device"});
 }
 
 TEST(DType, NamesSizesAndKinds) {
@@ -189,9 +189,9 @@ TEST(Shape, IndexingCountsNegativeFromTheEnd) {
   EXPECT_EQ(s[-1], 4);
   EXPECT_EQ(s[-2], 3);
   EXPECT_EQ(s[-3], 2);
-  expect_throw_with<OutOfRangeError>([&] { (void)s[3]; }, {"(2, 3, 4)", "[3]", "out of range for rank 3"});
-  expect_throw_with<OutOfRangeError>([&] { (void)s[-4]; }, {"[-4]", "out of range for rank 3"});
-  expect_throw_with<OutOfRangeError>([] { (void)Shape{}[0]; }, {"()", "out of range for rank 0"});
+  expect_error<OutOfRangeError>([&] { (void)s[3]; }, {"(2, 3, 4)", "[3]", "out of range for rank 3"});
+  expect_error<OutOfRangeError>([&] { (void)s[-4]; }, {"[-4]", "out of range for rank 3"});
+  expect_error<OutOfRangeError>([] { (void)Shape{}[0]; }, {"()", "out of range for rank 0"});
 }
 
 TEST(Shape, PrintsLikeTensorFlow) {
@@ -208,8 +208,8 @@ TEST(Shape, PrintsLikeTensorFlow) {
 }
 
 TEST(Shape, NegativeDimensionsAreRejected) {
-  expect_throw_with<InvalidArgumentError>([] { (void)Shape{2, -3}; }, {"dimension 1 is -3", ">= 0"});
-  expect_throw_with<InvalidArgumentError>([] { (void)Shape(std::vector<std::int64_t>{-1}); },
+  expect_error<InvalidArgumentError>([] { (void)Shape{2, -3}; }, {"dimension 1 is -3", ">= 0"});
+  expect_error<InvalidArgumentError>([] { (void)Shape(std::vector<std::int64_t>{-1}); },
                                           {"dimension 0 is -1"});
 }
 
@@ -236,11 +236,11 @@ TEST(NormalizeAxis, NegativeAxesCountFromTheEnd) {
 }
 
 TEST(NormalizeAxis, OutOfRangeAndScalarAxesAreRejected) {
-  expect_throw_with<InvalidArgumentError>([] { (void)normalize_axis(2, 2, "gather"); },
+  expect_error<InvalidArgumentError>([] { (void)normalize_axis(2, 2, "gather"); },
                                           {"gather", "axis=2", "rank 2", "[-2, 2)"});
-  expect_throw_with<InvalidArgumentError>([] { (void)normalize_axis(-3, 2, "all_gather"); },
+  expect_error<InvalidArgumentError>([] { (void)normalize_axis(-3, 2, "all_gather"); },
                                           {"all_gather", "axis=-3", "[-2, 2)"});
-  expect_throw_with<InvalidArgumentError>([] { (void)normalize_axis(0, 0, "reduce"); },
+  expect_error<InvalidArgumentError>([] { (void)normalize_axis(0, 0, "reduce"); },
                                           {"reduce", "axis=0", "rank-0"});
 }
 

@@ -16,7 +16,7 @@
 namespace distribute {
 namespace {
 
-using testing::expect_throw_with;
+using testing::expect_error;
 
 template <class V>
 std::string printed(const V& v) {
@@ -55,19 +55,19 @@ TEST(PerReplica, TensorComponentsAreTheSameObjects) {
 
 TEST(PerReplica, IndexOutOfRange) {
   const PerReplica<int> v({1, 2});
-  expect_throw_with<OutOfRangeError>([&] { (void)v[2]; }, {"replica 2 does not exist", "have 2 replicas"});
-  expect_throw_with<OutOfRangeError>([&] { (void)v[-1]; }, {"replica -1 does not exist", "have 2 replicas"});
+  expect_error<OutOfRangeError>([&] { (void)v[2]; }, {"replica 2 does not exist", "have 2 replicas"});
+  expect_error<OutOfRangeError>([&] { (void)v[-1]; }, {"replica -1 does not exist", "have 2 replicas"});
   const Mirrored<float> m(1.0f, 3);
-  expect_throw_with<OutOfRangeError>([&] { (void)m[3]; }, {"replica 3 does not exist", "have 3 replicas"});
+  expect_error<OutOfRangeError>([&] { (void)m[3]; }, {"replica 3 does not exist", "have 3 replicas"});
 }
 
 TEST(PerReplica, EmptyListIsRejected) {
-  expect_throw_with<InvalidArgumentError>([] { PerReplica<int> v(std::vector<int>{}); },
+  expect_error<InvalidArgumentError>([] { PerReplica<int> v(std::vector<int>{}); },
                                           {"one value per replica", "empty"});
-  expect_throw_with<InvalidArgumentError>([] { Mirrored<Tensor> v(std::vector<Tensor>{}); },
+  expect_error<InvalidArgumentError>([] { Mirrored<Tensor> v(std::vector<Tensor>{}); },
                                           {"one value per replica", "empty"});
-  expect_throw_with<InvalidArgumentError>([] { Mirrored<float> v(1.0f, 0); }, {"one value per replica"});
-  expect_throw_with<InvalidArgumentError>([] { Mirrored<float> v(1.0f, -2); }, {"one value per replica"});
+  expect_error<InvalidArgumentError>([] { Mirrored<float> v(1.0f, 0); }, {"one value per replica"});
+  expect_error<InvalidArgumentError>([] { Mirrored<float> v(1.0f, -2); }, {"one value per replica"});
 }
 
 TEST(Mirrored, SameValueOnEveryReplica) {

@@ -16,9 +16,14 @@ class Error : public std::runtime_error {
   Error(absl::StatusCode code, const std::string& message);
   absl::StatusCode code() const noexcept { return code_; }
   absl::Status status() const { return absl::Status(code_, what()); }
+  // The replica whose step raised this error when Strategy::run rethrows it; -1 when it was not
+  // raised by a replica (or by no single one, e.g. a mismatch between replicas).
+  int replica_id() const noexcept { return replica_id_; }
+  void set_replica_id(int replica_id) noexcept { replica_id_ = replica_id; }
 
  private:
   absl::StatusCode code_;
+  int replica_id_ = -1;
 };
 
 #define DISTRIBUTE_DEFINE_ERROR(Name, Code)                                        \

@@ -101,6 +101,19 @@ void CollectiveGroup::replica_returned(int rank) {
 }
 
 void CollectiveGroup::fail(int rank, std::exception_ptr error) {
+  {
+    // Tag a library error with the replica that raised it, unless it is a release caused by an
+    // earlier failure (which is never recorded as the run's error).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!first_error_) {
+      try {
+        std::rethrow_exception(error);
+      } catch (Error& e) {
+        if (e.replica_id() < 0) e.set_replica_id(rank);
+      } catch (...) {
+      }
+    }
+  }
   record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
                             "replica ", rank, " raised: ", describe_exception(error),
                             "; the other replicas were released from their collectives"))));

@@ -1,6 +1,7 @@
 #include "distribute/collective/signature.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -80,13 +81,18 @@ bool same_leaf(const CollectiveCall& ca, const BufferRef& a, const CollectiveCal
   return true;
 }
 
+std::atomic<bool> g_fingerprint_checks{true};
+
 }  // namespace
+
+void set_fingerprint_checks(bool enabled) { g_fingerprint_checks.store(enabled, std::memory_order_relaxed); }
 
 std::string replicas_text(const std::vector<int>& replicas) {
   return absl::StrCat(replicas.size() == 1 ? "replica " : "replicas ", absl::StrJoin(replicas, ", "));
 }
 
 std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
+  if (!g_fingerprint_checks.load(std::memory_order_relaxed)) return nullptr;
   const CollectiveCall& first = *calls[0];
   bool all_same_kind = true;
   for (CollectiveCall* call : calls) all_same_kind &= call->kind == first.kind;

@@ -1,6 +1,7 @@
 #include "distribute/detail/wait.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -22,7 +23,7 @@ Deadline deadline_after(std::chrono::duration<double> timeout) {
 WaitPolicy WaitPolicy::for_threads(int threads) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   WaitPolicy policy;
-  if (static_cast<unsigned>(threads) > cores) policy.spin = std::chrono::microseconds(2);
+  if (static_cast<unsigned>(threads) > cores) policy.spin = std::chrono::microseconds(1);
   return policy;
 }
 
@@ -33,6 +34,8 @@ void cpu_relax() {
   asm volatile("yield");
 #endif
 }
+
+void yield_core() { sched_yield(); }
 
 void WaitWord::park(std::uint32_t old, Deadline deadline) {
   timespec ts{};

@@ -50,6 +50,10 @@ void pop_mode(const void* owner) noexcept {
   if (it != t_stack.rend()) t_stack.erase(std::next(it).base());
 }
 
+void forget_strategy(const Strategy* strategy) noexcept {
+  std::erase_if(t_stack, [&](const Entry& e) { return e.mode.strategy == strategy; });
+}
+
 void transfer_mode(const void* from, const void* to) noexcept {
   for (Entry& e : t_stack) {
     if (e.owner == from) e.owner = to;

@@ -5,7 +5,7 @@
 
 namespace distribute {
 
-Strategy::~Strategy() = default;
+Strategy::~Strategy() { detail::forget_strategy(this); }
 
 StrategyScope Strategy::scope() { return StrategyScope(*this); }
 

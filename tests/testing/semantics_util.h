@@ -1,6 +1,6 @@
-// Helpers for the semantics tests (context, merge_call, collectives, stress): checking a thrown
-// exception's type and message, building tensors of any dtype from small integers, and reading
-// any tensor back as doubles so results of every dtype compare with one EXPECT_EQ.
+// Helpers for the semantics tests (context, merge_call, collectives, stress): building tensors of
+// any dtype from small integers, and reading any tensor back as doubles so results of every dtype
+// compare with one EXPECT_EQ. Error checks come from error_expect.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,26 +14,9 @@
 #include <vector>
 
 #include "distribute/distribute.h"
+#include "testing/error_expect.h"
 
 namespace distribute::testing {
-
-// Runs fn and checks that it throws exactly E (or a subclass) whose what() holds every substring.
-template <class E>
-void expect_throw_with(const std::function<void()>& fn, std::initializer_list<std::string_view> substrings) {
-  try {
-    fn();
-  } catch (const E& e) {
-    const std::string message = e.what();
-    for (std::string_view s : substrings) {
-      EXPECT_NE(message.find(s), std::string::npos) << "message \"" << message << "\" lacks \"" << s << "\"";
-    }
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another type of exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "did not throw";
-}
 
 // Half and BFloat16 convert through float; the other element types convert directly.
 template <class T>

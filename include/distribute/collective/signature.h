@@ -19,6 +19,10 @@ namespace distribute::collective {
 // (InvalidArgumentError for differing values, FailedPreconditionError for differing calls).
 std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls);
 
+// Benchmarks only: turns the comparison off (true by default) to measure what it costs. With it
+// off, mismatched calls are undefined behaviour.
+void set_fingerprint_checks(bool enabled);
+
 // "replica 1" or "replicas 0, 2, 3".
 std::string replicas_text(const std::vector<int>& replicas);
 

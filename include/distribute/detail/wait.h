@@ -1,6 +1,7 @@
-// distribute::detail: the one way replica threads wait for each other. A waiter spins for a short
-// while (long enough to catch a partner that is a few microseconds behind) and then parks on a
-// futex, so waiting longer than briefly does not burn a core even when replicas outnumber cores.
+// distribute::detail: the one way replica threads wait for each other, in three phases: spin
+// (catches a partner a few microseconds behind at the cost of one core), yield (gives the core to
+// the threads being waited for, which matters when replicas outnumber cores), then park on a futex,
+// so a wait longer than briefly burns no core at all.
 #pragma once
 
 #include <atomic>
@@ -17,11 +18,13 @@ inline constexpr Deadline kNoDeadline = Deadline::max();
 Deadline deadline_after(std::chrono::duration<double> timeout);
 
 struct WaitPolicy {
-  // How long to spin before parking.
-  std::chrono::nanoseconds spin{std::chrono::microseconds(50)};
+  // How long to spin, then how long to keep yielding the core, before parking.
+  std::chrono::nanoseconds spin{std::chrono::microseconds(20)};
+  std::chrono::nanoseconds yield{std::chrono::microseconds(200)};
 
-  // The policy for `threads` threads that wait for each other on this machine: spin only briefly
-  // when they outnumber the cores, since a spinning waiter then keeps the awaited thread off a core.
+  // The policy for `threads` threads that wait for each other on this machine: when they
+  // outnumber the cores, spin only briefly, since a spinning waiter keeps the awaited thread off
+  // its core, and yield instead.
   static WaitPolicy for_threads(int threads);
 };
 
@@ -43,15 +46,21 @@ struct WaitWord {
 };
 
 void cpu_relax();
+void yield_core();
 
 template <class Stop>
 bool WaitWord::wait_while_equal(std::uint32_t old, Deadline deadline, const WaitPolicy& policy,
                                 Stop&& stop) {
-  const Deadline spin_until = Clock::now() + policy.spin;
+  const Deadline start = Clock::now();
   for (std::uint32_t i = 0;; ++i) {
     if (stop() || value.load(std::memory_order_acquire) != old) return true;
-    if ((i & 63) == 63 && Clock::now() >= spin_until) break;
+    if ((i & 63) == 63 && Clock::now() - start >= policy.spin) break;
     cpu_relax();
+  }
+  while (Clock::now() - start < policy.spin + policy.yield) {
+    if (stop() || value.load(std::memory_order_acquire) != old) return true;
+    if (Clock::now() >= deadline) return false;
+    yield_core();
   }
   while (true) {
     sleepers.fetch_add(1, std::memory_order_seq_cst);

@@ -46,6 +46,9 @@ class ScopedMode {
 // For scopes that outlive a C++ scope (StrategyScope): push, and pop the entry pushed for `owner`.
 void push_mode(const ThreadMode& mode, const void* owner);
 void pop_mode(const void* owner) noexcept;
+// Removes this thread's entries of a strategy being destroyed, so a scope guard that outlives its
+// strategy leaves nothing dangling behind: get_strategy() falls back to the default strategy.
+void forget_strategy(const Strategy* strategy) noexcept;
 // The entry pushed for `from` now belongs to `to` (a scope guard was moved).
 void transfer_mode(const void* from, const void* to) noexcept;
 
