@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -687,6 +688,51 @@ TEST(DefaultStrategyOps, ReduceAndGatherOnTheDefaultStrategy) {
   EXPECT_EQ(strategy.reduce(ReduceOp::kSum, t, 0).item<float>(), 6.0f);
   EXPECT_EQ(floats(strategy.gather(PerReplica<Tensor>({t}), 0)), (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(strategy.reduce(ReduceOp::kSum, PerReplica<int>({4}), std::nullopt), 4);
+}
+
+}  // namespace
+}  // namespace distribute
+
+namespace distribute {
+namespace {
+
+// Library errors raised by one replica's step carry that replica's id to the caller.
+TEST(RunErrorReplica, LibraryErrorsNameTheReplicaThatRaisedThem) {
+  MirroredStrategy strategy(testing::cpu_devices(3));
+  try {
+    strategy.run([] {
+      ReplicaContext* ctx = get_replica_context();
+      if (ctx->replica_id_in_sync_group() == 2) (void)ctx->all_gather(Tensor::scalar(1.0f), 0);  // rank 0: invalid
+      (void)ctx->all_reduce(ReduceOp::kSum, 1.0f);
+    });
+    ADD_FAILURE() << "run did not throw";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(e.replica_id(), 2) << e.what();
+  }
+  // Errors that are not one replica's (a mismatch between replicas) name no single replica.
+  try {
+    strategy.run([] {
+      const int id = get_replica_context()->replica_id_in_sync_group();
+      (void)get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::zeros(DType::kFloat32, Shape{id == 0 ? 2 : 3}));
+    });
+    ADD_FAILURE() << "run did not throw";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(e.replica_id(), -1) << e.what();
+  }
+}
+
+// A scope guard that outlives its strategy leaves nothing dangling on its thread.
+TEST(ScopeLifetime, DestroyedStrategyLeavesNoScopeBehind) {
+  std::thread([] {
+    auto strategy = std::make_unique<MirroredStrategy>(testing::cpu_devices(2));
+    auto scope = std::make_unique<StrategyScope>(strategy->scope());
+    EXPECT_EQ(&get_strategy(), strategy.get());
+    strategy.reset();
+    EXPECT_FALSE(has_strategy());
+    EXPECT_NE(get_replica_context(), nullptr);
+    scope.reset();
+    EXPECT_FALSE(has_strategy());
+  }).join();
 }
 
 }  // namespace
