@@ -26,8 +26,7 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
     complete();
     state_.store((before & ~kCountMask) + kOneGeneration, std::memory_order_release);
     released_.bump_and_wake_all();
-    if (aborted()) throw_abort_error();
-    return Outcome::kCompleted;
+    return released_outcome(before >> 32);
   }
   auto stop = [this] { return aborted_.load(std::memory_order_seq_cst); };
   while (!released_.wait_while_equal(released, deadline, policy_, stop)) {
@@ -42,8 +41,26 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
     }
     deadline = detail::kNoDeadline;  // completing or completed: wait for the release
   }
-  if (aborted()) throw_abort_error();
-  return Outcome::kCompleted;
+  return released_outcome(before >> 32);
+}
+
+Rendezvous::Outcome Rendezvous::released_outcome(std::uint64_t generation) const {
+  const bool completed = (state_.load(std::memory_order_acquire) >> 32) != generation;
+  if (!aborted() || (completed && abort_generation_.load(std::memory_order_acquire) > generation)) {
+    if (completed) return Outcome::kCompleted;
+  }
+  throw_abort_error();
+}
+
+void Rendezvous::arrive(int rank, absl::FunctionRef<void()> complete) {
+  if (aborted()) return;
+  arrivals_[static_cast<std::size_t>(rank)].count.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
+  if ((before & kCountMask) + 1 == static_cast<std::uint64_t>(size_)) {
+    complete();
+    state_.store((before & ~kCountMask) + kOneGeneration, std::memory_order_release);
+    released_.bump_and_wake_all();
+  }
 }
 
 void Rendezvous::arrive_and_wait_uninterruptible() {
@@ -67,6 +84,7 @@ void Rendezvous::abort(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(abort_mu_);
     if (abort_error_) return;
     abort_error_ = std::move(error);
+    abort_generation_.store(state_.load(std::memory_order_acquire) >> 32, std::memory_order_release);
   }
   aborted_.store(true, std::memory_order_seq_cst);
   released_.bump_and_wake_all();

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,10 @@ void CollectiveGroup::complete_phase() {
     record_failure(mismatch, mismatch);
     return;
   }
+  // A backend's staged path is taken only if every replica staged; each replica then reads only
+  // its own call's flag, since the others' calls may be gone once the phase is released.
+  const bool staged = std::all_of(calls_.begin(), calls_.end(), [](const CollectiveCall* c) { return c->staged; });
+  for (CollectiveCall* call : calls_) call->staged = staged;
   if (calls_[0]->kind == CollectiveKind::kMergeCall) {
     try {
       merge_result_ = calls_[0]->run_merge(calls_);
@@ -54,16 +59,17 @@ void CollectiveGroup::complete_phase() {
   }
 }
 
-void CollectiveGroup::rendezvous(int rank, CollectiveCall& call) {
+detail::Deadline CollectiveGroup::publish(int rank, CollectiveCall& call) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   call.sequence = ++slot.sequence;
   call.options = call.options.merged_with(defaults_);
   slot.call = &call;
-  // The timeout bounds collective waits; waiting for the others to finish their own work after
-  // this replica returned is not one (an early return is caught when the others next arrive).
-  const detail::Deadline deadline = call.kind == CollectiveKind::kReturn
-                                        ? detail::kNoDeadline
-                                        : detail::deadline_after(call.options.timeout);
+  communicator_->stage(rank, call);
+  return detail::deadline_after(call.options.timeout);
+}
+
+void CollectiveGroup::rendezvous(int rank, CollectiveCall& call) {
+  const detail::Deadline deadline = publish(rank, call);
   if (rendezvous_.arrive_and_wait(rank, deadline, [this] { complete_phase(); }) ==
       Rendezvous::Outcome::kCompleted) {
     return;
@@ -95,9 +101,11 @@ std::shared_ptr<void> CollectiveGroup::merge_call(int rank, CollectiveCall& call
 }
 
 void CollectiveGroup::replica_returned(int rank) {
-  CollectiveCall call;
+  CollectiveCall& call = slots_[static_cast<std::size_t>(rank)].returned;
+  call = CollectiveCall{};
   call.kind = CollectiveKind::kReturn;
-  rendezvous(rank, call);
+  publish(rank, call);
+  rendezvous_.arrive(rank, [this] { complete_phase(); });
 }
 
 void CollectiveGroup::fail(int rank, std::exception_ptr error) {

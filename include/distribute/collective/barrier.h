@@ -35,6 +35,10 @@ class Rendezvous {
   // aborted before the phase completes. A deadline does not interrupt a `complete` that has begun.
   Outcome arrive_and_wait(int rank, detail::Deadline deadline, absl::FunctionRef<void()> complete);
 
+  // Arrives as `rank` without waiting for the others: the phase completes (and the last arriver
+  // runs `complete`) when they arrive. Does nothing once aborted.
+  void arrive(int rank, absl::FunctionRef<void()> complete);
+
   // Waits for all participants ignoring aborts and deadlines: for phases that every participant
   // is known to reach in bounded time (all inside library code that cannot fail).
   void arrive_and_wait_uninterruptible();
@@ -52,6 +56,9 @@ class Rendezvous {
 
  private:
   [[noreturn]] void throw_abort_error() const;
+  // The outcome for a participant of phase `generation` once released: kCompleted if that phase
+  // completed and was not aborted while completing; throws the abort error otherwise.
+  Outcome released_outcome(std::uint64_t generation) const;
 
   const int size_;
   const detail::WaitPolicy policy_;
@@ -62,6 +69,9 @@ class Rendezvous {
   alignas(64) std::atomic<bool> aborted_{false};
   mutable std::mutex abort_mu_;
   std::exception_ptr abort_error_;  // guarded by abort_mu_
+  // The generation that was current when abort() was called: waiters of an earlier phase that
+  // had completed are not affected (they may have been slow to notice the release).
+  std::atomic<std::uint64_t> abort_generation_{0};
   struct alignas(64) Arrivals {
     std::atomic<std::uint64_t> count{0};
     std::atomic<bool> withdrawn{false};

@@ -62,6 +62,8 @@ struct CollectiveCall {
   MergeRunner run_merge = nullptr;
   // Set by the group: this replica's count of collectives in the current run, from 1.
   std::int64_t sequence = 0;
+  // Set by the backend's stage(): the inputs were copied where the data phase reads them.
+  bool staged = false;
 };
 
 // "all_reduce #3".

@@ -16,6 +16,11 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual std::string_view name() const = 0;
 
+  // Called by replica `rank` before it arrives at the rendezvous (call.sequence is set): a
+  // backend may copy what the data phase needs so that no replica has to wait for the others to
+  // finish reading its inputs. Sets call.staged when it did.
+  virtual void stage(int /*rank*/, CollectiveCall& /*call*/) {}
+
   // Each is called by every replica `rank` with the same `calls` (calls[r] is replica r's).
   // Returns when rank's outputs hold the result and no replica will read rank's inputs or write
   // rank's outputs again.

@@ -35,8 +35,8 @@ class CollectiveGroup {
   void all_gather(int rank, CollectiveCall& call);
   // Runs calls[0]'s run_merge once for all replicas and returns its result to each.
   std::shared_ptr<void> merge_call(int rank, CollectiveCall& call);
-  // Replica `rank`'s function returned: waits for the others to return, failing if they wait in
-  // a collective instead.
+  // Replica `rank`'s function returned. Does not wait: a replica still in a collective, or one
+  // arriving at a collective later, sees the difference and fails with an error naming `rank`.
   void replica_returned(int rank);
 
   // Replica `rank` failed with `error`: it becomes the run's error if it is the first, and every
@@ -47,12 +47,15 @@ class CollectiveGroup {
 
  private:
   void rendezvous(int rank, CollectiveCall& call);
+  // Publishes `call` as rank's part of the next phase and returns its deadline.
+  detail::Deadline publish(int rank, CollectiveCall& call);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
   void complete_phase();
 
   struct alignas(64) Slot {
     CollectiveCall* call = nullptr;
     std::int64_t sequence = 0;
+    CollectiveCall returned;  // outlives replica_returned(), which does not wait for the phase
   };
 
   const int size_;

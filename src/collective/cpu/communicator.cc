@@ -42,11 +42,59 @@ void reduce_slice(const std::span<CollectiveCall* const> calls, int rank, std::s
 
 }  // namespace
 
-CpuCommunicator::CpuCommunicator(int size, detail::WaitPolicy policy) : done_(size, policy) {}
+CpuCommunicator::CpuCommunicator(int size, detail::WaitPolicy policy)
+    : done_(size, policy), staging_(new Staging[static_cast<std::size_t>(size)]) {}
+
+const std::byte* CpuCommunicator::staged_inputs(int rank, const CollectiveCall& call) const {
+  return staging_[static_cast<std::size_t>(rank)].bytes[call.sequence & 1];
+}
+
+// The staging area holds, from its start: for all_gather, each leaf's size along the gather axis
+// (an int64 per leaf); then each leaf's data at a cache-line multiple.
+std::size_t staged_header_bytes(const CollectiveCall& call) {
+  return call.kind == CollectiveKind::kAllGather ? align_up(call.inputs.size() * sizeof(std::int64_t)) : 0;
+}
+
+void CpuCommunicator::stage(int rank, CollectiveCall& call) {
+  call.staged = false;
+  if (call.kind != CollectiveKind::kAllReduce && call.kind != CollectiveKind::kAllGather) return;
+  std::size_t total = staged_header_bytes(call);
+  for (const BufferRef& leaf : call.inputs) total = align_up(total) + leaf.nbytes();
+  if (total > kStagingBytes) return;
+  std::byte* out = staging_[static_cast<std::size_t>(rank)].bytes[call.sequence & 1];
+  if (call.kind == CollectiveKind::kAllGather) {
+    for (std::size_t leaf = 0; leaf < call.inputs.size(); ++leaf) {
+      const Shape& shape = *call.inputs[leaf].shape;
+      const std::int64_t dim = shape[call.axis < 0 ? call.axis + shape.rank() : call.axis];
+      std::memcpy(out + leaf * sizeof(std::int64_t), &dim, sizeof(dim));
+    }
+  }
+  std::size_t offset = staged_header_bytes(call);
+  for (const BufferRef& leaf : call.inputs) {
+    offset = align_up(offset);
+    if (leaf.nbytes() != 0) std::memcpy(out + offset, leaf.data, leaf.nbytes());
+    offset += leaf.nbytes();
+  }
+  call.staged = true;
+}
 
 void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> calls) {
   const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
   const std::size_t n = calls.size();
+  // Staged (the group made the choice the same on every replica): the other replicas may have
+  // returned already, so only this replica's call and the staging areas may be read.
+  if (mine.staged) {
+    absl::InlinedVector<const void*, 8> inputs(n);
+    std::size_t offset = 0;
+    for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+      offset = align_up(offset);
+      for (std::size_t r = 0; r < n; ++r) inputs[r] = staged_inputs(static_cast<int>(r), mine) + offset;
+      reduce_buffers(mine.inputs[leaf].dtype, mine.op, inputs, mine.outputs[leaf].data,
+                     mine.inputs[leaf].num_elements(), static_cast<std::int64_t>(n));
+      offset += mine.inputs[leaf].nbytes();
+    }
+    return;
+  }
   // Leaves start at cache-line multiples of the virtual range, so every slice boundary falls on
   // an element boundary of every dtype.
   std::size_t total = 0;
@@ -71,15 +119,29 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> call
   const std::size_t n = calls.size();
   absl::InlinedVector<const void*, 8> inputs(n);
   absl::InlinedVector<std::int64_t, 8> dims(n);
+  // Staged: as in all_reduce, only this replica's call and the staging areas may be read, and no
+  // closing barrier is needed.
+  const bool staged = mine.staged;
+  absl::InlinedVector<std::size_t, 8> offsets(n, staged_header_bytes(mine));
   // An allocation failure must still reach the barrier, or the other replicas would wait forever.
   std::exception_ptr error;
   for (std::size_t leaf = 0; leaf < mine.inputs.size() && !error; ++leaf) {
     const Shape& shape = *mine.inputs[leaf].shape;
     const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
     std::int64_t total = 0;
+    const std::size_t row_bytes = static_cast<std::size_t>(shape.outer_size(axis) * shape.inner_size(axis)) *
+                                  dtype_size(mine.inputs[leaf].dtype);
     for (std::size_t r = 0; r < n; ++r) {
-      inputs[r] = calls[r]->inputs[leaf].data;
-      dims[r] = (*calls[r]->inputs[leaf].shape)[axis];
+      if (staged) {
+        const std::byte* area = staged_inputs(static_cast<int>(r), mine);
+        std::memcpy(&dims[r], area + leaf * sizeof(std::int64_t), sizeof(std::int64_t));
+        offsets[r] = align_up(offsets[r]);
+        inputs[r] = area + offsets[r];
+        offsets[r] += static_cast<std::size_t>(dims[r]) * row_bytes;
+      } else {
+        inputs[r] = calls[r]->inputs[leaf].data;
+        dims[r] = (*calls[r]->inputs[leaf].shape)[axis];
+      }
       total += dims[r];
     }
     try {
@@ -90,7 +152,7 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> call
       error = std::current_exception();
     }
   }
-  done_.arrive_and_wait_uninterruptible();
+  if (!staged) done_.arrive_and_wait_uninterruptible();
   if (error) std::rethrow_exception(error);
 }
 

@@ -5,8 +5,14 @@
 // all N inputs and writes the result straight into every replica's output. No staging buffer,
 // no packing copies, no allocation: each replica reads S and writes S bytes. all_gather: each
 // replica fills its own output from every input. One uninterruptible barrier ends each
-// collective, so no replica frees a buffer another still reads.
+// collective, so no replica frees a buffer another still reads. Small collectives (up to
+// kStagingBytes per replica) skip that barrier: each replica copies its inputs into its own
+// double-buffered staging area before the rendezvous, and after it computes its own outputs from
+// the staged copies, which stay untouched until the collective after next.
 #pragma once
+
+#include <cstddef>
+#include <memory>
 
 #include "distribute/collective/barrier.h"
 #include "distribute/collective/communicator.h"
@@ -15,13 +21,23 @@ namespace distribute::collective::cpu {
 
 class CpuCommunicator final : public Communicator {
  public:
+  static constexpr std::size_t kStagingBytes = 4096;
+
   CpuCommunicator(int size, detail::WaitPolicy policy);
   std::string_view name() const override { return "cpu"; }
+  void stage(int rank, CollectiveCall& call) override;
   void all_reduce(int rank, std::span<CollectiveCall* const> calls) override;
   void all_gather(int rank, std::span<CollectiveCall* const> calls) override;
 
  private:
+  // Where rank's inputs to `call` were staged (the buffer of call.sequence's parity).
+  const std::byte* staged_inputs(int rank, const CollectiveCall& call) const;
+
   Rendezvous done_;
+  struct alignas(64) Staging {
+    std::byte bytes[2][kStagingBytes];
+  };
+  std::unique_ptr<Staging[]> staging_;
 };
 
 }  // namespace distribute::collective::cpu
