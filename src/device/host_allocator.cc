@@ -60,13 +60,19 @@ class HostPool {
 };
 
 // Pools live for the whole program (never destroyed), so a tensor released during static
-// destruction still finds its pool.
+// destruction still finds its pool. Each thread remembers the last pool it used: a replica thread
+// allocates on its own device, so the registry's lock is taken once per thread and device.
 HostPool& host_pool(int device_index) {
+  thread_local int cached_index = -1;
+  thread_local HostPool* cached_pool = nullptr;
+  if (device_index == cached_index) return *cached_pool;
   static std::mutex mu;
   static auto* pools = new absl::flat_hash_map<int, HostPool*>();
   std::lock_guard<std::mutex> lock(mu);
   HostPool*& pool = (*pools)[device_index];
   if (pool == nullptr) pool = new HostPool();
+  cached_index = device_index;
+  cached_pool = pool;
   return *pool;
 }
 
