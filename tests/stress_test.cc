@@ -129,13 +129,14 @@ int mixed_step(int run, std::atomic<int>& merges) {
 
 int merges_per_run(int run) { return run % 3 == 2 ? 2 : 1; }
 
-TEST(Stress, MixedCollectivesOnFourReplicas) {
-  Watchdog watchdog(kHangLimit, "Stress.MixedCollectivesOnFourReplicas");
-  MirroredStrategy strategy(cpu_devices(4));
+// Runs `runs` mixed steps on `replicas` replicas and checks every result and the merge count.
+void run_mixed_steps(int replicas, int runs, const char* what) {
+  Watchdog watchdog(kHangLimit, what);
+  MirroredStrategy strategy(cpu_devices(replicas));
   std::atomic<int> merges{0};
   int expected_merges = 0;
   std::int64_t failures = 0;
-  for (int run = 0; run < kMixedRuns; ++run) {
+  for (int run = 0; run < runs; ++run) {
     PerReplica<int> result = strategy.run([&] { return mixed_step(run, merges); });
     for (int f : result.values()) failures += f;
     expected_merges += merges_per_run(run);
@@ -148,23 +149,12 @@ TEST(Stress, MixedCollectivesOnFourReplicas) {
   EXPECT_EQ(merges.load(), expected_merges);
 }
 
+TEST(Stress, MixedCollectivesOnFourReplicas) {
+  run_mixed_steps(4, kMixedRuns, "Stress.MixedCollectivesOnFourReplicas");
+}
+
 TEST(Stress, RunLoopOnMoreReplicasThanCores) {
-  Watchdog watchdog(kHangLimit, "Stress.RunLoopOnMoreReplicasThanCores");
-  MirroredStrategy strategy(cpu_devices(8));
-  std::atomic<int> merges{0};
-  int expected_merges = 0;
-  std::int64_t failures = 0;
-  for (int run = 0; run < kOversubscribedRuns; ++run) {
-    PerReplica<int> result = strategy.run([&] { return mixed_step(run, merges); });
-    for (int f : result.values()) failures += f;
-    expected_merges += merges_per_run(run);
-    if (failures != 0) {
-      ADD_FAILURE() << failures << " wrong results by run " << run;
-      break;
-    }
-  }
-  EXPECT_EQ(failures, 0);
-  EXPECT_EQ(merges.load(), expected_merges);
+  run_mixed_steps(8, kOversubscribedRuns, "Stress.RunLoopOnMoreReplicasThanCores");
 }
 
 // Empty runs back to back: the start/finish handshake of the persistent threads alone.
