@@ -59,8 +59,11 @@ double median(std::vector<double> values);
 // The nearest-rank percentile p (0..100).
 double percentile(std::vector<double> values, double p);
 
-// The reference bandwidth: two threads each copy half of S bytes between preallocated,
-// pre-faulted buffers, synchronised after every copy like the replicas of a collective. Timed with
+// The reference bandwidth: two threads each copy S bytes between their own preallocated,
+// pre-faulted buffers, synchronised after every copy like the replicas of a collective, and the
+// bandwidth counts S once. Two threads reading S and writing S each is what a 2-replica
+// all_reduce of S bytes moves (each replica reads its half of both inputs and writes it to both
+// outputs), so a ratio of 1 means the all_reduce runs at the machine's copy speed. Timed with
 // time_unit and ops_per_unit like the collectives. The helper thread sleeps between units.
 class MemcpyBaseline {
  public:
@@ -78,10 +81,11 @@ class MemcpyBaseline {
   };
 
   void run_unit(std::size_t bytes, int ops);
-  void copy_half(int half, std::size_t bytes);
+  void copy(int thread, std::size_t bytes);
   void helper();
 
   std::size_t max_bytes_;
+  std::size_t stride_ = 0;  // where the second thread's buffers start
   char* src_;
   char* dst_;
   std::size_t job_bytes_ = 0;

@@ -18,6 +18,26 @@ using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T>
 using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
+// The two-input sums of the common types as plain loops, compiled for AVX2 as well as the
+// baseline and chosen at load time: Eigen's packets are fixed at compile time (SSE2 without
+// -march), which halves the throughput of reductions that fit in cache.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define DISTRIBUTE_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define DISTRIBUTE_MULTIVERSION
+#endif
+
+template <class T>
+DISTRIBUTE_MULTIVERSION void add2(const T* __restrict a, const T* __restrict b, T* __restrict out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <class T>
+DISTRIBUTE_MULTIVERSION void add_into(const T* __restrict a, T* __restrict out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] += a[i];
+}
+
 template <class T>
 void reduce_typed(ReduceOp op, std::span<const void* const> inputs, void* out_data, std::int64_t count,
                   std::int64_t denominator) {
@@ -29,9 +49,11 @@ void reduce_typed(ReduceOp op, std::span<const void* const> inputs, void* out_da
     Vec<T> out(static_cast<T*>(out_data), count);
     if (inputs.size() == 1) {
       if (out.data() != inputs[0]) out = in(0, 0, count);
+    } else if (out.data() == inputs[0]) {
+      for (std::size_t i = 1; i < inputs.size(); ++i) add_into(static_cast<const T*>(inputs[i]), out.data(), count);
     } else {
-      out = in(0, 0, count) + in(1, 0, count);
-      for (std::size_t i = 2; i < inputs.size(); ++i) out += in(i, 0, count);
+      add2(static_cast<const T*>(inputs[0]), static_cast<const T*>(inputs[1]), out.data(), count);
+      for (std::size_t i = 2; i < inputs.size(); ++i) add_into(static_cast<const T*>(inputs[i]), out.data(), count);
     }
     if (mean && denominator != 1) out /= static_cast<T>(denominator);
   } else {

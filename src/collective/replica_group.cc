@@ -48,6 +48,7 @@ void CollectiveGroup::complete_phase() {
   // its own call's flag, since the others' calls may be gone once the phase is released.
   const bool staged = std::all_of(calls_.begin(), calls_.end(), [](const CollectiveCall* c) { return c->staged; });
   for (CollectiveCall* call : calls_) call->staged = staged;
+  communicator_->prepare(calls_);
   if (calls_[0]->kind == CollectiveKind::kMergeCall) {
     try {
       merge_result_ = calls_[0]->run_merge(calls_);

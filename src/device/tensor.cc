@@ -26,7 +26,7 @@ const Device& Tensor::device() const {
 
 void* Tensor::raw_data() const {
   check_defined("raw_data");
-  return storage_->data();
+  return storage_->data() == nullptr ? nullptr : static_cast<char*>(storage_->data()) + offset_;
 }
 
 void Tensor::check_defined(const char* what) const {
@@ -59,7 +59,15 @@ Tensor Tensor::reshape(Shape shape) const {
                    "Tensor::reshape: cannot view ", num_elements(), " elements of shape ",
                    shape_.to_string(), " as shape ", shape.to_string(), " (", shape.num_elements(),
                    " elements)");
-  return Tensor(storage_, dtype_, std::move(shape));
+  return Tensor(storage_, dtype_, std::move(shape), offset_);
 }
+
+namespace detail {
+
+Tensor tensor_view(std::shared_ptr<Storage> storage, std::size_t offset, DType dtype, Shape shape) {
+  return Tensor(std::move(storage), dtype, std::move(shape), offset);
+}
+
+}  // namespace detail
 
 }  // namespace distribute

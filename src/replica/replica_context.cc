@@ -83,13 +83,29 @@ void CollectiveArgs::check_device(const Tensor& t, std::size_t leaf) const {
 }
 
 void CollectiveArgs::allocate_outputs_like_inputs() {
+  // One block for the outputs of all tensor leaves, each leaf a view from a cache-line multiple:
+  // a gradient list costs one allocation, not one per tensor.
+  constexpr std::size_t kAlign = 64;
+  auto align = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
+  std::size_t total = 0;
+  bool any_tensor = false;
+  for (const collective::BufferRef& in : inputs_) {
+    if (in.shape != &scalar_shape()) {
+      total = align(total) + in.nbytes();
+      any_tensor = true;
+    }
+  }
+  std::shared_ptr<Storage> block = any_tensor ? allocate_storage(device_, total) : nullptr;
+  std::size_t offset = 0;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const collective::BufferRef& in = inputs_[leaf];
     if (in.shape == &scalar_shape()) {
       outputs_.push_back({scalars_[leaf].data(), in.dtype, in.shape, Device::cpu()});
     } else {
-      tensors_[leaf] = Tensor::empty(in.dtype, *in.shape, device_);
+      offset = align(offset);
+      tensors_[leaf] = tensor_view(block, offset, in.dtype, *in.shape);
       outputs_.push_back({tensors_[leaf].raw_data(), in.dtype, &tensors_[leaf].shape(), device_});
+      offset += in.nbytes();
     }
   }
   call_.outputs = outputs_;

@@ -21,6 +21,10 @@ class Communicator {
   // finish reading its inputs. Sets call.staged when it did.
   virtual void stage(int /*rank*/, CollectiveCall& /*call*/) {}
 
+  // Called once per collective by the rendezvous's last arriver, after the calls matched and
+  // before any replica is released: a backend may reset per-collective shared state here.
+  virtual void prepare(std::span<CollectiveCall* const> /*calls*/) {}
+
   // Each is called by every replica `rank` with the same `calls` (calls[r] is replica r's).
   // Returns when rank's outputs hold the result and no replica will read rank's inputs or write
   // rank's outputs again.

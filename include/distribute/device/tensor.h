@@ -20,6 +20,13 @@
 
 namespace distribute {
 
+class Tensor;
+
+namespace detail {
+// A tensor viewing `storage` from byte `offset` on (for outputs carved from one block).
+Tensor tensor_view(std::shared_ptr<Storage> storage, std::size_t offset, DType dtype, Shape shape);
+}  // namespace detail
+
 class Tensor {
  public:
   // An undefined tensor (defined() is false); most methods throw FailedPreconditionError on it.
@@ -73,18 +80,20 @@ class Tensor {
   // The same storage seen with another shape of the same number of elements.
   Tensor reshape(Shape shape) const;
 
-  // True when both are views of the same storage and shape.
+  // True when both view the same block of memory (possibly different parts of it).
   bool same_storage(const Tensor& other) const { return storage_ == other.storage_; }
 
  private:
-  Tensor(std::shared_ptr<detail::Storage> storage, DType dtype, Shape shape)
-      : storage_(std::move(storage)), dtype_(dtype), shape_(std::move(shape)) {}
+  friend Tensor detail::tensor_view(std::shared_ptr<detail::Storage>, std::size_t, DType, Shape);
+  Tensor(std::shared_ptr<detail::Storage> storage, DType dtype, Shape shape, std::size_t offset = 0)
+      : storage_(std::move(storage)), dtype_(dtype), shape_(std::move(shape)), offset_(offset) {}
   void check_defined(const char* what) const;
   void check_host_type(DType expected, const char* what) const;
 
   std::shared_ptr<detail::Storage> storage_;
   DType dtype_ = DType::kFloat32;
   Shape shape_;
+  std::size_t offset_ = 0;  // bytes from the start of the storage
 };
 
 // TF-style: "<Tensor: shape=(2,), dtype=float32, numpy=[1.0, 2.0]>"; from rank 2 on the array starts

@@ -8,36 +8,39 @@
 #include "absl/container/inlined_vector.h"
 #include "distribute/collective/kernels.h"
 
+
 namespace distribute::collective::cpu {
 namespace {
 
 constexpr std::size_t kCacheLine = 64;
-// Reduce this many bytes at a time, then copy them to the other outputs while they are in cache.
+// The unit of work of the reduction: claimed from a shared counter, reduced across all inputs
+// while it sits in L1, then written to every output.
 constexpr std::size_t kChunkBytes = 16 * 1024;
 
 std::size_t align_up(std::size_t x) { return (x + kCacheLine - 1) / kCacheLine * kCacheLine; }
 
-void reduce_slice(const std::span<CollectiveCall* const> calls, int rank, std::size_t leaf,
-                  std::size_t begin, std::size_t end) {
+// Reduces bytes [begin, end) of `leaf` (at most one chunk) across every replica's input and
+// writes the result to every replica's output.
+void reduce_range(std::span<CollectiveCall* const> calls, int rank, std::size_t leaf, std::size_t begin,
+                  std::size_t end) {
   const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
   const DType dtype = mine.inputs[leaf].dtype;
-  const std::size_t element = dtype_size(dtype);
   const std::size_t n = calls.size();
+  const std::size_t bytes = end - begin;
   absl::InlinedVector<const void*, 8> inputs(n);
-  for (std::size_t offset = begin; offset < end; offset += kChunkBytes) {
-    const std::size_t bytes = std::min(kChunkBytes, end - offset);
-    for (std::size_t r = 0; r < n; ++r) {
-      inputs[r] = static_cast<const char*>(calls[r]->inputs[leaf].data) + offset;
-    }
-    char* out = static_cast<char*>(mine.outputs[leaf].data) + offset;
-    reduce_buffers(dtype, mine.op, inputs, out, static_cast<std::int64_t>(bytes / element),
-                   static_cast<std::int64_t>(n));
-    for (std::size_t r = 0; r < n; ++r) {
-      if (r != static_cast<std::size_t>(rank)) {
-        std::memcpy(static_cast<char*>(calls[r]->outputs[leaf].data) + offset, out, bytes);
-      }
-    }
+  for (std::size_t r = 0; r < n; ++r) inputs[r] = static_cast<const char*>(calls[r]->inputs[leaf].data) + begin;
+  const auto count = static_cast<std::int64_t>(bytes / dtype_size(dtype));
+  char* out = static_cast<char*>(mine.outputs[leaf].data) + begin;
+  reduce_buffers(dtype, mine.op, inputs, out, count, static_cast<std::int64_t>(n));
+  for (std::size_t r = 0; r < n; ++r) {
+    if (r != static_cast<std::size_t>(rank)) std::memcpy(static_cast<char*>(calls[r]->outputs[leaf].data) + begin, out, bytes);
   }
+}
+
+// The staging area holds, from its start: for all_gather, each leaf's size along the gather axis
+// (an int64 per leaf); then each leaf's data at a cache-line multiple.
+std::size_t staged_header_bytes(const CollectiveCall& call) {
+  return call.kind == CollectiveKind::kAllGather ? align_up(call.inputs.size() * sizeof(std::int64_t)) : 0;
 }
 
 }  // namespace
@@ -47,12 +50,6 @@ CpuCommunicator::CpuCommunicator(int size, detail::WaitPolicy policy)
 
 const std::byte* CpuCommunicator::staged_inputs(int rank, const CollectiveCall& call) const {
   return staging_[static_cast<std::size_t>(rank)].bytes[call.sequence & 1];
-}
-
-// The staging area holds, from its start: for all_gather, each leaf's size along the gather axis
-// (an int64 per leaf); then each leaf's data at a cache-line multiple.
-std::size_t staged_header_bytes(const CollectiveCall& call) {
-  return call.kind == CollectiveKind::kAllGather ? align_up(call.inputs.size() * sizeof(std::int64_t)) : 0;
 }
 
 void CpuCommunicator::stage(int rank, CollectiveCall& call) {
@@ -95,24 +92,32 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
     }
     return;
   }
-  // Leaves start at cache-line multiples of the virtual range, so every slice boundary falls on
-  // an element boundary of every dtype.
+  // The leaves laid end to end, each from a cache-line multiple, so that chunk boundaries fall on
+  // element boundaries of every dtype.
+  absl::InlinedVector<std::size_t, 8> starts(mine.inputs.size() + 1);
   std::size_t total = 0;
-  for (const BufferRef& leaf : mine.inputs) total = align_up(total) + leaf.nbytes();
-  const std::size_t lines = align_up(total) / kCacheLine;
-  const std::size_t begin = lines * static_cast<std::size_t>(rank) / n * kCacheLine;
-  const std::size_t end = lines * static_cast<std::size_t>(rank + 1) / n * kCacheLine;
-  std::size_t leaf_start = 0;
-  for (std::size_t leaf = 0; leaf < mine.inputs.size() && leaf_start < end; ++leaf) {
-    leaf_start = align_up(leaf_start);
-    const std::size_t leaf_end = leaf_start + mine.inputs[leaf].nbytes();
-    const std::size_t lo = std::max(begin, leaf_start);
-    const std::size_t hi = std::min(end, leaf_end);
-    if (lo < hi) reduce_slice(calls, rank, leaf, lo - leaf_start, hi - leaf_start);
-    leaf_start = leaf_end;
+  for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+    starts[leaf] = total = align_up(total);
+    total += mine.inputs[leaf].nbytes();
+  }
+  starts.back() = total;
+  const std::size_t chunks = (total + kChunkBytes - 1) / kChunkBytes;
+  // Chunks are claimed, not assigned: replicas that have a core do the work of those waiting for one.
+  for (std::size_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed); c < chunks;
+       c = next_chunk_.fetch_add(1, std::memory_order_relaxed)) {
+    const std::size_t lo = c * kChunkBytes;
+    const std::size_t hi = std::min(lo + kChunkBytes, total);
+    std::size_t leaf = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, lo) - starts.begin()) - 1;
+    for (; leaf < mine.inputs.size() && starts[leaf] < hi; ++leaf) {
+      const std::size_t begin = std::max(lo, starts[leaf]) - starts[leaf];
+      const std::size_t end = std::min(hi, starts[leaf] + mine.inputs[leaf].nbytes()) - starts[leaf];
+      if (begin < end) reduce_range(calls, rank, leaf, begin, end);
+    }
   }
   done_.arrive_and_wait_uninterruptible();
 }
+
+void CpuCommunicator::prepare(std::span<CollectiveCall* const>) { next_chunk_.store(0, std::memory_order_relaxed); }
 
 void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> calls) {
   CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];

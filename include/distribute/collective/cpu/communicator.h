@@ -1,8 +1,8 @@
 // The shared-memory backend for replicas that are threads of one process (logical CPU devices).
 //
 // all_reduce is slice-parallel: the nest's leaves are laid end to end in one virtual byte range,
-// cut into one slice per replica at cache-line boundaries; each replica reduces its slice across
-// all N inputs and writes the result straight into every replica's output. No staging buffer,
+// cut into chunks at cache-line boundaries; replicas claim chunks, reduce each across all N
+// inputs and write the result straight into every replica's output. No staging buffer,
 // no packing copies, no allocation: each replica reads S and writes S bytes. all_gather: each
 // replica fills its own output from every input. One uninterruptible barrier ends each
 // collective, so no replica frees a buffer another still reads. Small collectives (up to
@@ -11,6 +11,7 @@
 // the staged copies, which stay untouched until the collective after next.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 
@@ -26,6 +27,7 @@ class CpuCommunicator final : public Communicator {
   CpuCommunicator(int size, detail::WaitPolicy policy);
   std::string_view name() const override { return "cpu"; }
   void stage(int rank, CollectiveCall& call) override;
+  void prepare(std::span<CollectiveCall* const> calls) override;
   void all_reduce(int rank, std::span<CollectiveCall* const> calls) override;
   void all_gather(int rank, std::span<CollectiveCall* const> calls) override;
 
@@ -34,6 +36,7 @@ class CpuCommunicator final : public Communicator {
   const std::byte* staged_inputs(int rank, const CollectiveCall& call) const;
 
   Rendezvous done_;
+  alignas(64) std::atomic<std::size_t> next_chunk_{0};  // the next all_reduce chunk to claim
   struct alignas(64) Staging {
     std::byte bytes[2][kStagingBytes];
   };
