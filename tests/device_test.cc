@@ -246,3 +246,28 @@ TEST(NormalizeAxis, OutOfRangeAndScalarAxesAreRejected) {
 
 }  // namespace
 }  // namespace distribute
+
+namespace distribute {
+namespace {
+
+// Ranks above the inline capacity keep their dimensions on the heap; copies stay equal and
+// independent.
+TEST(Shape, HighRanks) {
+  const Shape seven{1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(seven.rank(), 7);
+  EXPECT_EQ(seven.num_elements(), 5040);
+  EXPECT_EQ(seven[-1], 7);
+  EXPECT_EQ(seven.to_string(), "(1, 2, 3, 4, 5, 6, 7)");
+  Shape copy = seven;
+  EXPECT_EQ(copy, seven);
+  EXPECT_EQ(copy.with_dim(6, 1).num_elements(), 720);
+  EXPECT_EQ(copy.without_dim(0), (Shape{2, 3, 4, 5, 6, 7}));
+  EXPECT_NE(copy.without_dim(0), seven);
+  EXPECT_EQ(seven.dims(), (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  const Tensor t = Tensor::zeros(DType::kInt32, seven);
+  EXPECT_EQ(t.shape(), seven);
+  EXPECT_EQ(t.num_elements(), 5040);
+}
+
+}  // namespace
+}  // namespace distribute

@@ -1,12 +1,14 @@
 #include "distribute/device/shape.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_join.h"
 #include "distribute/check.h"
 
 namespace distribute {
 namespace {
 
-void check_dims(const std::vector<std::int64_t>& dims) {
+void check_dims(std::span<const std::int64_t> dims) {
   for (std::size_t i = 0; i < dims.size(); ++i) {
     DISTRIBUTE_CHECK(dims[i] >= 0, InvalidArgumentError, "Shape: dimension ", i, " is ", dims[i],
                      "; dimensions must be >= 0");
@@ -15,12 +17,23 @@ void check_dims(const std::vector<std::int64_t>& dims) {
 
 }  // namespace
 
-Shape::Shape(std::initializer_list<std::int64_t> dims) : dims_(dims) { check_dims(dims_); }
-Shape::Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) { check_dims(dims_); }
+Shape::Shape(std::span<const std::int64_t> dims) : rank_(static_cast<int>(dims.size())) {
+  check_dims(dims);
+  if (rank_ > kInlineRank) heap_.resize(dims.size());
+  std::copy(dims.begin(), dims.end(), mutable_data());
+}
+
+Shape::Shape(std::initializer_list<std::int64_t> dims)
+    : Shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
+Shape::Shape(std::vector<std::int64_t> dims) : Shape(std::span<const std::int64_t>(dims)) {}
+
+bool Shape::operator==(const Shape& other) const {
+  return rank_ == other.rank_ && std::equal(span().begin(), span().end(), other.span().begin());
+}
 
 std::int64_t Shape::num_elements() const {
   std::int64_t n = 1;
-  for (std::int64_t d : dims_) n *= d;
+  for (std::int64_t d : span()) n *= d;
   return n;
 }
 
@@ -28,39 +41,39 @@ std::int64_t Shape::operator[](int i) const {
   const int r = rank();
   DISTRIBUTE_CHECK(i >= -r && i < r, OutOfRangeError, "Shape", to_string(), "[", i,
                    "]: index out of range for rank ", r);
-  return dims_[static_cast<std::size_t>(i < 0 ? i + r : i)];
+  return span()[static_cast<std::size_t>(i < 0 ? i + r : i)];
 }
 
 std::int64_t Shape::outer_size(int axis) const {
   std::int64_t n = 1;
-  for (int i = 0; i < axis; ++i) n *= dims_[static_cast<std::size_t>(i)];
+  for (int i = 0; i < axis; ++i) n *= span()[static_cast<std::size_t>(i)];
   return n;
 }
 
 std::int64_t Shape::inner_size(int axis) const {
   std::int64_t n = 1;
-  for (int i = axis + 1; i < rank(); ++i) n *= dims_[static_cast<std::size_t>(i)];
+  for (int i = axis + 1; i < rank(); ++i) n *= span()[static_cast<std::size_t>(i)];
   return n;
 }
 
 Shape Shape::with_dim(int axis, std::int64_t size) const {
-  std::vector<std::int64_t> dims = dims_;
+  std::vector<std::int64_t> dims = this->dims();
   dims.at(static_cast<std::size_t>(axis)) = size;
   return Shape(std::move(dims));
 }
 
 Shape Shape::without_dim(int axis) const {
-  std::vector<std::int64_t> dims = dims_;
+  std::vector<std::int64_t> dims = this->dims();
   dims.erase(dims.begin() + axis);
   return Shape(std::move(dims));
 }
 
 std::string Shape::to_string() const {
-  if (dims_.size() == 1) return absl::StrCat("(", dims_[0], ",)");
-  return absl::StrCat("(", absl::StrJoin(dims_, ", "), ")");
+  if (rank_ == 1) return absl::StrCat("(", span()[0], ",)");
+  return absl::StrCat("(", absl::StrJoin(span(), ", "), ")");
 }
 
-std::string Shape::compact() const { return absl::StrCat("[", absl::StrJoin(dims_, ","), "]"); }
+std::string Shape::compact() const { return absl::StrCat("[", absl::StrJoin(span(), ","), "]"); }
 
 std::ostream& operator<<(std::ostream& os, const Shape& shape) { return os << shape.to_string(); }
 

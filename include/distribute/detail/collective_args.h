@@ -89,7 +89,7 @@ V CollectiveArgs::rebuild(const V& value) {
     using L = std::decay_t<decltype(leaf)>;
     const std::size_t k = i++;
     if constexpr (std::same_as<L, Tensor>) {
-      return tensors_[k];
+      return std::move(tensors_[k]);
     } else {
       L out;
       std::memcpy(&out, outputs_[k].data, sizeof(L));

@@ -6,6 +6,8 @@
 #include <initializer_list>
 #include <ostream>
 #include <string>
+#include <array>
+#include <span>
 #include <vector>
 
 namespace distribute {
@@ -17,11 +19,15 @@ class Shape {
   Shape(std::initializer_list<std::int64_t> dims);
   explicit Shape(std::vector<std::int64_t> dims);
 
-  int rank() const { return static_cast<int>(dims_.size()); }
+  int rank() const { return rank_; }
   std::int64_t num_elements() const;
   // Dimension i, 0 <= i < rank(); negative i counts from the end. Throws OutOfRangeError otherwise.
   std::int64_t operator[](int i) const;
-  const std::vector<std::int64_t>& dims() const { return dims_; }
+  std::vector<std::int64_t> dims() const { return {span().begin(), span().end()}; }
+  // The dimensions without a copy.
+  std::span<const std::int64_t> span() const {
+    return {rank_ <= kInlineRank ? inline_.data() : heap_.data(), static_cast<std::size_t>(rank_)};
+  }
 
   // The product of the dimensions before / after `axis` (1 when there are none).
   std::int64_t outer_size(int axis) const;
@@ -30,13 +36,21 @@ class Shape {
   Shape with_dim(int axis, std::int64_t size) const;
   Shape without_dim(int axis) const;
 
-  bool operator==(const Shape& other) const = default;
+  bool operator==(const Shape& other) const;
   // "(2, 3)"; compact() gives "[2,3]" for signatures such as "float32[2,3]".
   std::string to_string() const;
   std::string compact() const;
 
  private:
-  std::vector<std::int64_t> dims_;
+  explicit Shape(std::span<const std::int64_t> dims);
+  std::int64_t* mutable_data() { return rank_ <= kInlineRank ? inline_.data() : heap_.data(); }
+
+  // Up to this rank the dimensions live inline, so copying a shape (every tensor handle holds
+  // one) allocates nothing.
+  static constexpr int kInlineRank = 6;
+  int rank_ = 0;
+  std::array<std::int64_t, kInlineRank> inline_{};
+  std::vector<std::int64_t> heap_;  // the dimensions when rank_ > kInlineRank
 };
 
 std::ostream& operator<<(std::ostream& os, const Shape& shape);
