@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common.h"
+#include "replica_bench.h"
 #include "distribute/distribute.h"
 
 namespace distribute::bench {
@@ -18,9 +18,7 @@ float input_value(int replica, std::size_t i) { return static_cast<float>(replic
 
 void bench_replicas(int n, const std::vector<std::size_t>& sizes, MemcpyTable& baseline,
                     const Options& options) {
-  std::vector<std::string> devices;
-  for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
-  MirroredStrategy strategy(devices);
+  MirroredStrategy strategy(cpu_devices(n));
   print_table_header("all_gather (axis 0), " + std::to_string(n) + " replicas (" + strategy.name() +
                      "); size = gathered bytes");
   Summary summary;

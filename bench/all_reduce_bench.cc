@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common.h"
-#include "distribute/distribute.h"
+#include "replica_bench.h"
 
 namespace distribute::bench {
 namespace {
@@ -23,9 +22,7 @@ float expected_sum(int n, std::size_t i) {
 
 void bench_replicas(int n, const std::vector<std::size_t>& sizes, MemcpyTable& baseline,
                     const Options& options) {
-  std::vector<std::string> devices;
-  for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
-  MirroredStrategy strategy(devices);
+  MirroredStrategy strategy(cpu_devices(n));
   print_table_header("all_reduce, " + std::to_string(n) + " replicas (" + strategy.name() + ")");
   Summary summary;
   for (const std::size_t size : sizes) {
@@ -41,18 +38,7 @@ void bench_replicas(int n, const std::vector<std::size_t>& sizes, MemcpyTable& b
     });
     std::vector<Tensor> results(static_cast<std::size_t>(n));
     const int ops = ops_per_unit(bytes, options);
-    const Timing t = time_unit(
-        [&] {
-          strategy.run(
-              [&](const Tensor& in) {
-                ReplicaContext& ctx = *get_replica_context();
-                Tensor& result = results[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
-                result = Tensor();  // the previous repeat's result goes back to the pool first
-                for (int k = 0; k < ops; ++k) result = ctx.all_reduce(ReduceOp::kSum, in);
-              },
-              inputs);
-        },
-        ops, options);
+    const Timing t = time_all_reduce(strategy, inputs, results, ops, options);
     Row row{.bytes = bytes,
             .count = count,
             .seconds = t.median_s,

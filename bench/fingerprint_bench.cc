@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "common.h"
+#include "replica_bench.h"
 #include "distribute/collective/signature.h"
 #include "distribute/distribute.h"
 
@@ -14,9 +14,7 @@ namespace distribute::bench {
 namespace {
 
 void measure(int n, std::size_t bytes, const Options& options) {
-  std::vector<std::string> devices;
-  for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
-  MirroredStrategy strategy(devices);
+  MirroredStrategy strategy(cpu_devices(n));
   const auto count = static_cast<std::int64_t>(bytes / sizeof(float));
   auto inputs = strategy.experimental_distribute_values_from_function([&](const ValueContext& ctx) {
     return Tensor::zeros(DType::kFloat32, Shape{count}, Device::cpu(ctx.replica_id_in_sync_group()));

@@ -7,8 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "common.h"
-#include "distribute/distribute.h"
+#include "replica_bench.h"
 
 namespace distribute::bench {
 namespace {
@@ -35,27 +34,8 @@ std::int64_t count_wrong(const Tensor& t, std::int64_t first, int n) {
   return bad;
 }
 
-template <class V>
-Timing time_all_reduce(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int ops,
-                       const Options& options) {
-  return time_unit(
-      [&] {
-        strategy.run(
-            [&](const V& in) {
-              ReplicaContext& ctx = *get_replica_context();
-              V& result = results[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
-              result = V();  // the previous repeat's result goes back to the pool first
-              for (int k = 0; k < ops; ++k) result = ctx.all_reduce(ReduceOp::kSum, in);
-            },
-            inputs);
-      },
-      ops, options);
-}
-
 void bench_replicas(int n, const Options& options) {
-  std::vector<std::string> devices;
-  for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
-  MirroredStrategy strategy(devices);
+  MirroredStrategy strategy(cpu_devices(n));
   const std::size_t bytes = kTensors * kElementsPerTensor * sizeof(float);
   const int ops = ops_per_unit(bytes, options);
 

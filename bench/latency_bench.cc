@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "common.h"
+#include "replica_bench.h"
 #include "distribute/distribute.h"
 
 namespace distribute::bench {
@@ -47,9 +47,7 @@ void print_result(int n, const char* what, const Result& r) {
 }
 
 void bench_replicas(int n, const Options& options) {
-  std::vector<std::string> devices;
-  for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
-  MirroredStrategy strategy(devices);
+  MirroredStrategy strategy(cpu_devices(n));
   const int warmup = kWarmupPerOption * options.warmup;
   const int run_samples = options.iters > 0 ? options.iters : kRunSamples;
   const int unit_samples = options.iters > 0 ? options.iters : kUnitSamples;

@@ -1,0 +1,39 @@
+// Pieces the distribute benchmarks share (the MPI one does not use them): the CPU device list of
+// a strategy and the timed unit "K all_reduces inside one run".
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "distribute/distribute.h"
+
+namespace distribute::bench {
+
+// {"CPU:0", ..., "CPU:n-1"}
+inline std::vector<std::string> cpu_devices(int n) {
+  std::vector<std::string> devices;
+  for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
+  return devices;
+}
+
+// Times runs in which every replica all-reduces its component of `inputs` `ops` times; each
+// replica's last result stays in results[replica] for checking.
+template <class V>
+Timing time_all_reduce(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int ops,
+                       const Options& options) {
+  return time_unit(
+      [&] {
+        strategy.run(
+            [&](const V& in) {
+              ReplicaContext& ctx = *get_replica_context();
+              V& result = results[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
+              result = V();  // the previous repeat's result goes back to the pool first
+              for (int k = 0; k < ops; ++k) result = ctx.all_reduce(ReduceOp::kSum, in);
+            },
+            inputs);
+      },
+      ops, options);
+}
+
+}  // namespace distribute::bench
