@@ -57,9 +57,11 @@ std::int64_t Shape::inner_size(int axis) const {
 }
 
 Shape Shape::with_dim(int axis, std::int64_t size) const {
-  std::vector<std::int64_t> dims = this->dims();
-  dims.at(static_cast<std::size_t>(axis)) = size;
-  return Shape(std::move(dims));
+  DISTRIBUTE_CHECK(axis >= 0 && axis < rank_ && size >= 0, InvalidArgumentError, "Shape", to_string(),
+                   ".with_dim(", axis, ", ", size, "): needs 0 <= axis < rank and size >= 0");
+  Shape out = *this;  // no allocation up to kInlineRank
+  out.mutable_data()[axis] = size;
+  return out;
 }
 
 Shape Shape::without_dim(int axis) const {
