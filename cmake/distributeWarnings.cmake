@@ -1,7 +1,9 @@
 # Warnings for distribute's own code (library, tests, examples, benchmarks). The library links it
 # privately, so it is exported only as a link-only dependency: consumers keep their own flags.
 add_library(distribute_warnings INTERFACE)
-target_compile_options(distribute_warnings INTERFACE
+# C++ only: nvcc compiles the CUDA kernels with its own flags.
+set(distribute_warning_flags
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
   -Woverloaded-virtual -Wno-missing-field-initializers)
+target_compile_options(distribute_warnings INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:${distribute_warning_flags}>")
 install(TARGETS distribute_warnings EXPORT distributeTargets)

@@ -14,6 +14,8 @@ void throw_status(const absl::Status& status) {
     case absl::StatusCode::kAborted: throw AbortedError(message);
     case absl::StatusCode::kUnimplemented: throw UnimplementedError(message);
     case absl::StatusCode::kOutOfRange: throw OutOfRangeError(message);
+    case absl::StatusCode::kResourceExhausted: throw ResourceExhaustedError(message);
+    case absl::StatusCode::kUnavailable: throw UnavailableError(message);
     case absl::StatusCode::kOk: throw InternalError("throw_status called with an OK status");
     default: throw InternalError(message);
   }

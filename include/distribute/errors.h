@@ -46,6 +46,10 @@ DISTRIBUTE_DEFINE_ERROR(UnimplementedError, kUnimplemented);
 DISTRIBUTE_DEFINE_ERROR(OutOfRangeError, kOutOfRange);
 // A device, driver or system call failed.
 DISTRIBUTE_DEFINE_ERROR(InternalError, kInternal);
+// Device memory ran out (or a logical device's memory_limit was reached).
+DISTRIBUTE_DEFINE_ERROR(ResourceExhaustedError, kResourceExhausted);
+// A device or its driver is not usable now (no driver, GPU lost, peer unreachable).
+DISTRIBUTE_DEFINE_ERROR(UnavailableError, kUnavailable);
 
 #undef DISTRIBUTE_DEFINE_ERROR
 

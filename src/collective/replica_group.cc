@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "distribute/collective/group.h"
+#include "device/gpu_runtime.h"
 #include "distribute/collective/signature.h"
 #include "distribute/errors.h"
 
@@ -28,14 +29,20 @@ CollectiveGroup::CollectiveGroup(int size, std::unique_ptr<Communicator> communi
       communicator_(std::move(communicator)),
       rendezvous_(size, policy),
       slots_(static_cast<std::size_t>(size)),
-      calls_(static_cast<std::size_t>(size)) {}
+      calls_(static_cast<std::size_t>(size)) {
+  communicator_->set_failure_flag(&failed_);
+}
 
 void CollectiveGroup::reset() {
   rendezvous_.reset();
   for (Slot& slot : slots_) slot = Slot{};
   merge_result_.reset();
-  std::lock_guard<std::mutex> lock(mu_);
-  first_error_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first_error_ = nullptr;
+  }
+  failed_.store(false, std::memory_order_release);
+  communicator_->begin_run();
 }
 
 void CollectiveGroup::complete_phase() {
@@ -52,6 +59,8 @@ void CollectiveGroup::complete_phase() {
   if (calls_[0]->kind == CollectiveKind::kMergeCall) {
     try {
       merge_result_ = calls_[0]->run_merge(calls_);
+      // merge_fn's device work is on this thread's stream; the replicas use it on theirs.
+      detail::gpu::synchronize_bound_stream();
     } catch (...) {
       std::exception_ptr error = std::current_exception();
       record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
@@ -133,6 +142,7 @@ void CollectiveGroup::record_failure(std::exception_ptr root, std::exception_ptr
     std::lock_guard<std::mutex> lock(mu_);
     if (!first_error_) first_error_ = root;
   }
+  failed_.store(true, std::memory_order_release);
   rendezvous_.abort(std::move(release));
 }
 

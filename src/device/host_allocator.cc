@@ -9,7 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include <mutex>
+#include "device/gpu_runtime.h"
 #include "distribute/detail/storage.h"
 #include "distribute/errors.h"
 
@@ -79,11 +79,7 @@ HostPool& host_pool(int device_index) {
 }  // namespace
 
 std::shared_ptr<Storage> allocate_storage(const Device& device, std::size_t nbytes) {
-  if (!device.is_cpu()) {
-    throw UnimplementedError(absl::StrCat(
-        "cannot allocate on ", device.short_name(),
-        ": this build of distribute has no GPU backend (reconfigure with -DDISTRIBUTE_WITH_CUDA=ON)"));
-  }
+  if (device.is_gpu()) return gpu::allocate(device, nbytes);
   if (nbytes == 0) return std::make_shared<Storage>(nullptr, 0, device, nullptr);
   HostPool* pool = &host_pool(device.index());
   void* block = pool->allocate(nbytes);
@@ -93,12 +89,11 @@ std::shared_ptr<Storage> allocate_storage(const Device& device, std::size_t nbyt
 
 void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,
                 std::size_t nbytes) {
-  if (!dst_device.is_cpu() || !src_device.is_cpu()) {
-    throw UnimplementedError(absl::StrCat("cannot copy from ", src_device.short_name(), " to ",
-                                          dst_device.short_name(),
-                                          ": this build of distribute has no GPU backend"));
+  if (dst_device.is_gpu() || src_device.is_gpu()) {
+    gpu::copy(dst, dst_device, src, src_device, nbytes);
+  } else if (nbytes != 0 && dst != src) {
+    std::memcpy(dst, src, nbytes);
   }
-  if (nbytes != 0) std::memcpy(dst, src, nbytes);
 }
 
 }  // namespace distribute::detail

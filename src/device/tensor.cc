@@ -1,6 +1,8 @@
 #include "distribute/device/tensor.h"
 
 #include "absl/strings/str_cat.h"
+#include "device/gpu_runtime.h"
+#include "distribute/device/gpu.h"
 
 namespace distribute {
 
@@ -11,12 +13,24 @@ Tensor Tensor::empty(DType dtype, Shape shape, const Device& device) {
 
 Tensor Tensor::zeros(DType dtype, Shape shape, const Device& device) {
   Tensor t = empty(dtype, std::move(shape), device);
-  if (t.nbytes() != 0) {
-    DISTRIBUTE_CHECK(device.is_cpu(), UnimplementedError, "Tensor::zeros on ", device.short_name(),
-                     " needs a GPU backend");
+  if (t.nbytes() == 0) return t;
+  if (device.is_gpu()) {
+    detail::gpu::fill_zero(t.raw_data(), device, t.nbytes());
+  } else {
     std::memset(t.raw_data(), 0, t.nbytes());
   }
   return t;
+}
+
+Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& device) {
+  DISTRIBUTE_CHECK(data != nullptr || shape.num_elements() == 0, InvalidArgumentError,
+                   "Tensor::from_blob: null data for shape ", shape.to_string(), " (", shape.num_elements(),
+                   " elements); pass the address of the caller's buffer");
+  DISTRIBUTE_CHECK(device.is_cpu() || detail::gpu::built(), UnimplementedError, "Tensor::from_blob on ",
+                   device.short_name(), ": this build of distribute has no GPU backend");
+  if (device.is_gpu()) physical_gpu_of(device);  // OutOfRangeError when it does not exist
+  const std::size_t nbytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
+  return Tensor(std::make_shared<detail::Storage>(data, nbytes, device, nullptr), dtype, std::move(shape));
 }
 
 const Device& Tensor::device() const {

@@ -95,9 +95,10 @@ std::string format_number(double value, DType dtype) {
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor) {
   if (!tensor.defined()) return os << "<Tensor: undefined>";
   os << "<Tensor: shape=" << tensor.shape() << ", dtype=" << tensor.dtype() << ", numpy=";
-  if (!tensor.device().is_cpu()) return os << "(on " << tensor.device().short_name() << ")>";
+  // Device tensors print their values as TF's do: copied to the host first.
+  const Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
   dispatch_dtype(tensor.dtype(), [&]<class T>(TypeTag<T>) {
-    const T* data = static_cast<const T*>(tensor.raw_data());
+    const T* data = static_cast<const T*>(host.raw_data());
     if (tensor.rank() == 0) {
       print_element(os, data[0]);
     } else {

@@ -89,4 +89,9 @@ bool has_strategy() { return detail::current_mode().strategy != &detail::default
 
 Strategy& get_strategy() { return *detail::current_mode().strategy; }
 
+Device default_device() {
+  const ReplicaContext* context = detail::current_mode().replica_context;
+  return context != nullptr ? context->device() : Device::cpu();
+}
+
 }  // namespace distribute

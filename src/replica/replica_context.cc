@@ -40,10 +40,11 @@ void ReplicaContext::run_all_reduce(detail::CollectiveArgs& args) {
     group_->all_reduce(replica_id_, call);
     return;
   }
+  // One replica: SUM and MEAN are the input itself.
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
     const collective::BufferRef& in = call.inputs[leaf];
-    const void* inputs[] = {in.data};
-    collective::reduce_buffers(in.dtype, call.op, inputs, call.outputs[leaf].data, in.num_elements(), 1);
+    const collective::BufferRef& out = call.outputs[leaf];
+    detail::copy_bytes(out.data, out.device, in.data, in.device, in.nbytes());
   }
 }
 
@@ -77,9 +78,22 @@ const Shape& scalar_shape() {
 void CollectiveArgs::check_device(const Tensor& t, std::size_t leaf) const {
   DISTRIBUTE_CHECK(t.defined(), InvalidArgumentError, method_, ": leaf ", leaf,
                    " is an undefined Tensor (default-constructed)");
-  DISTRIBUTE_CHECK(t.device().is_cpu() && device_.is_cpu(), UnimplementedError, method_, ": leaf ", leaf,
-                   " is on ", t.device().short_name(), " and the replica on ", device_.short_name(),
-                   "; this build's collectives work on host memory only");
+  // Host memory is one space, so any CPU tensor serves a CPU replica; a GPU replica needs its own.
+  DISTRIBUTE_CHECK(device_.is_cpu() ? t.device().is_cpu() : t.device() == device_, InvalidArgumentError, method_,
+                   ": leaf ", leaf, " is on ", t.device().short_name(), " but the replica runs on ",
+                   device_.short_name(), "; create it inside the replica's function (tensors default to the "
+                   "replica's device) or move it with to()");
+}
+
+bool CollectiveArgs::host_scalar(std::size_t leaf) const {
+  return inputs_[leaf].shape == &scalar_shape() && inputs_[leaf].device.is_cpu();
+}
+
+const void* CollectiveArgs::scalar_on_device(const void* value, DType dtype) {
+  Tensor t = Tensor::empty(dtype, Shape{}, device_);
+  copy_bytes(t.raw_data(), device_, value, Device::cpu(), dtype_size(dtype));
+  device_scalars_.push_back(t);
+  return t.raw_data();
 }
 
 void CollectiveArgs::allocate_outputs_like_inputs() {
@@ -89,9 +103,9 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   auto align = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
   std::size_t total = 0;
   bool any_tensor = false;
-  for (const collective::BufferRef& in : inputs_) {
-    if (in.shape != &scalar_shape()) {
-      total = align(total) + in.nbytes();
+  for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
+    if (!host_scalar(leaf)) {
+      total = align(total) + inputs_[leaf].nbytes();
       any_tensor = true;
     }
   }
@@ -99,7 +113,7 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   std::size_t offset = 0;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const collective::BufferRef& in = inputs_[leaf];
-    if (in.shape == &scalar_shape()) {
+    if (host_scalar(leaf)) {
       outputs_.push_back({scalars_[leaf].data(), in.dtype, in.shape, Device::cpu()});
     } else {
       offset = align(offset);

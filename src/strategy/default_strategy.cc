@@ -12,7 +12,17 @@ void InlineExtended::call_for_each_replica(absl::FunctionRef<void(ReplicaContext
   const int depth = mode.cross_replica ? mode.run_depth : 0;
   ReplicaContext context(container_strategy(), 0, 1, nullptr, worker_devices()[0], depth);
   ScopedMode replica_mode(ThreadMode{&container_strategy(), &context, false, depth});
+  if (!replica_device_) {
+    fn(context);
+    return;
+  }
+  replica_device_->bind_thread();
+  struct Unbind {
+    ReplicaDevice* device;
+    ~Unbind() { device->unbind_thread(); }
+  } unbind{replica_device_.get()};
   fn(context);
+  wait_for_device_work(*replica_device_, 0, default_options().timeout, [] { return false; }, "the end of run");
 }
 
 }  // namespace detail

@@ -5,41 +5,93 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collective/one_device/communicator.h"
+#include "device/gpu_runtime.h"
+#include "device/replica_device.h"
 #include "distribute/collective/cpu/communicator.h"
 #include "distribute/collective/group.h"
+#include "distribute/config.h"
+#include "distribute/device/gpu.h"
 #include "replica/replica_runner.h"
+#include "strategy/cross_device_ops.h"
+#if DISTRIBUTE_HAS_NCCL
+#include "collective/nccl/communicator.h"
+#endif
 
 namespace distribute {
 namespace {
 
 constexpr int kMaxRunDepth = 8;
+// After a failed run's communicators are aborted, their streams drain quickly; this bounds it.
+constexpr auto kDrainAfterAbort = std::chrono::seconds(30);
 
 std::vector<Device> parse_devices(const std::vector<std::string>& specs) {
-  if (specs.empty()) return {Device::cpu(0)};  // no GPU backend in this build
+  if (specs.empty()) {
+    std::vector<Device> gpus = list_logical_gpus();
+    return gpus.empty() ? std::vector<Device>{Device::cpu(0)} : gpus;
+  }
   std::vector<Device> devices;
   std::set<Device> seen;
   for (const std::string& spec : specs) {
     Device device = Device::parse(spec);
     DISTRIBUTE_CHECK(seen.insert(device).second, InvalidArgumentError, "MirroredStrategy: device \"", spec,
                      "\" is listed twice (as ", device.short_name(), "); each replica needs its own device");
-    DISTRIBUTE_CHECK(device.is_cpu(), UnimplementedError, "MirroredStrategy: device \"", spec,
+    DISTRIBUTE_CHECK(device.is_cpu() || detail::gpu::built(), UnimplementedError, "MirroredStrategy: device \"", spec,
                      "\" is a GPU and this build of distribute has no GPU backend "
                      "(reconfigure with -DDISTRIBUTE_WITH_CUDA=ON)");
+    DISTRIBUTE_CHECK(devices.empty() || devices[0].type() == device.type(), InvalidArgumentError,
+                     "MirroredStrategy: devices ", devices[0].short_name(), " and ", device.short_name(),
+                     " mix CPUs and GPUs; list devices of one type");
+    if (device.is_gpu()) physical_gpu_of(device);  // OutOfRangeError when it does not exist
     devices.push_back(device);
   }
   return devices;
+}
+
+detail::Backend choose_backend(const std::vector<Device>& devices, CrossDeviceOps requested) {
+  std::vector<int> physical;
+  for (const Device& d : devices) physical.push_back(d.is_gpu() ? physical_gpu_of(d) : -1);
+  return detail::choose_backend(requested, devices, physical, DISTRIBUTE_HAS_NCCL != 0);
+}
+
+std::unique_ptr<collective::Communicator> make_communicator(detail::Backend backend,
+                                                             const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices) {
+  const int n = static_cast<int>(devices.size());
+  std::vector<detail::ReplicaDevice*> raw;
+  for (const auto& d : devices) raw.push_back(d.get());
+  switch (backend) {
+    case detail::Backend::kSharedMemory:
+      return std::make_unique<collective::cpu::CpuCommunicator>(n, detail::WaitPolicy::for_threads(n));
+    case detail::Backend::kReductionToOneDevice:
+      return std::make_unique<collective::one_device::OneDeviceCommunicator>(std::move(raw),
+                                                                             detail::WaitPolicy::for_threads(n));
+    case detail::Backend::kNccl:
+#if DISTRIBUTE_HAS_NCCL
+      return std::make_unique<collective::nccl::NcclCommunicator>(std::move(raw));
+#else
+      break;
+#endif
+  }
+  throw InternalError("make_communicator: backend not built");
+}
+
+std::vector<std::unique_ptr<detail::ReplicaDevice>> make_replica_devices(const std::vector<Device>& devices) {
+  std::vector<std::unique_ptr<detail::ReplicaDevice>> out;
+  for (const Device& d : devices) out.push_back(detail::ReplicaDevice::create(d));
+  return out;
 }
 
 // Everything one level of run needs: threads, the collective group and the replica contexts.
 // A run from inside a merge_fn uses the next level, so its replicas are separate from the
 // paused ones.
 struct RunLevel {
-  RunLevel(Strategy& strategy, const std::vector<Device>& devices, int depth, const MirroredStrategyOptions& options)
-      : runner(static_cast<int>(devices.size()), depth == 0 ? "distribute" : absl::StrCat("distrib.", depth),
+  RunLevel(Strategy& strategy, const std::vector<Device>& devices, int depth, const MirroredStrategyOptions& options,
+           detail::Backend backend)
+      : replica_devices(make_replica_devices(devices)),
+        bound(devices.size(), 0),
+        runner(static_cast<int>(devices.size()), depth == 0 ? "distribute" : absl::StrCat("distrib.", depth),
                options.pin_threads),
-        group(static_cast<int>(devices.size()),
-              std::make_unique<collective::cpu::CpuCommunicator>(
-                  static_cast<int>(devices.size()), detail::WaitPolicy::for_threads(static_cast<int>(devices.size()))),
+        group(static_cast<int>(devices.size()), make_communicator(backend, replica_devices),
               detail::WaitPolicy::for_threads(static_cast<int>(devices.size())), options.communication) {
     contexts.reserve(devices.size());
     for (std::size_t r = 0; r < devices.size(); ++r) {
@@ -48,6 +100,33 @@ struct RunLevel {
     }
   }
 
+  // Waits for replica r's device work at the end of its part of a run. A failed run aborts the
+  // replica's pending collectives (so its stream cannot wait forever for a peer) before draining.
+  void finish_device_work(int r, std::chrono::duration<double> timeout) {
+    detail::ReplicaDevice& device = *replica_devices[static_cast<std::size_t>(r)];
+    if (device.stream() == nullptr) return;  // host work is done when issued
+    try {
+      auto result = device.synchronize(detail::deadline_after(timeout), [this] { return group.failed(); });
+      if (result == detail::ReplicaDevice::SyncResult::kDone) return;
+      group.communicator().abort(r);
+      if (result == detail::ReplicaDevice::SyncResult::kTimedOut) {
+        throw DeadlineExceededError(absl::StrCat("timed out after ", timeout.count(), " s: the work of replica ", r,
+                                                 " on ", device.device().short_name(),
+                                                 " did not finish; its collectives were aborted"));
+      }
+      if (device.synchronize(detail::Clock::now() + kDrainAfterAbort, [] { return false; }) !=
+          detail::ReplicaDevice::SyncResult::kDone) {
+        throw InternalError(absl::StrCat("the work of replica ", r, " on ", device.device().short_name(),
+                                         " did not finish ", kDrainAfterAbort.count(),
+                                         " s after its collectives were aborted"));
+      }
+    } catch (...) {
+      group.fail(r, std::current_exception());
+    }
+  }
+
+  std::vector<std::unique_ptr<detail::ReplicaDevice>> replica_devices;
+  std::vector<unsigned char> bound;  // bound[r]: replica r's thread has bound its device
   std::mutex run_mu;  // one run at a time per level
   detail::ReplicaRunner runner;
   collective::CollectiveGroup group;
@@ -57,9 +136,13 @@ struct RunLevel {
 class MirroredExtended final : public StrategyExtended {
  public:
   MirroredExtended(Strategy& container, std::vector<Device> devices, MirroredStrategyOptions options)
-      : StrategyExtended(container, std::move(devices), options.communication), options_(options) {
-    levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_);
+      : StrategyExtended(container, std::move(devices), options.communication),
+        options_(options),
+        backend_(choose_backend(worker_devices(), options.cross_device_ops)) {
+    levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_);
   }
+
+  detail::Backend backend() const { return backend_; }
 
   void call_for_each_replica(absl::FunctionRef<void(ReplicaContext&)> fn) override {
     require_cross_replica_or_default("extended().call_for_each_replica");
@@ -72,11 +155,16 @@ class MirroredExtended final : public StrategyExtended {
       ReplicaContext& context = *level.contexts[static_cast<std::size_t>(r)];
       detail::ScopedMode replica_mode(detail::ThreadMode{&container_strategy(), &context, false, depth});
       try {
+        if (!level.bound[static_cast<std::size_t>(r)]) {
+          level.replica_devices[static_cast<std::size_t>(r)]->bind_thread();
+          level.bound[static_cast<std::size_t>(r)] = 1;
+        }
         fn(context);
         level.group.replica_returned(r);
       } catch (...) {
         level.group.fail(r, std::current_exception());
       }
+      level.finish_device_work(r, options_.communication.timeout);
     });
     if (std::exception_ptr error = level.group.first_error()) std::rethrow_exception(error);
   }
@@ -87,11 +175,12 @@ class MirroredExtended final : public StrategyExtended {
                      " levels deep through merge_fn; at most ", kMaxRunDepth, " levels are supported");
     std::lock_guard<std::mutex> lock(levels_mu_);
     auto& level = levels_[static_cast<std::size_t>(depth)];
-    if (!level) level = std::make_unique<RunLevel>(container_strategy(), worker_devices(), depth, options_);
+    if (!level) level = std::make_unique<RunLevel>(container_strategy(), worker_devices(), depth, options_, backend_);
     return *level;
   }
 
   const MirroredStrategyOptions options_;
+  const detail::Backend backend_;
   std::mutex levels_mu_;
   std::array<std::unique_ptr<RunLevel>, kMaxRunDepth> levels_;
 };
@@ -111,6 +200,10 @@ std::string MirroredStrategy::name() const {
   std::vector<std::string> names;
   for (const Device& d : extended().worker_devices()) names.push_back(d.short_name());
   return absl::StrCat("MirroredStrategy(", absl::StrJoin(names, ", "), ")");
+}
+
+std::string_view MirroredStrategy::cross_device_ops() const {
+  return detail::backend_name(static_cast<const MirroredExtended&>(extended()).backend());
 }
 
 }  // namespace distribute

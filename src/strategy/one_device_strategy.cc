@@ -1,14 +1,18 @@
 #include "distribute/strategy/one_device_strategy.h"
 
 #include "absl/strings/str_cat.h"
+#include "device/gpu_runtime.h"
+#include "distribute/device/gpu.h"
 #include "strategy/inline_extended.h"
 
 namespace distribute {
 
 OneDeviceStrategy::OneDeviceStrategy(std::string_view device, CommunicationOptions options) {
   Device parsed = Device::parse(device);
-  DISTRIBUTE_CHECK(parsed.is_cpu(), UnimplementedError, "OneDeviceStrategy(\"", std::string(device),
+  DISTRIBUTE_CHECK(parsed.is_cpu() || detail::gpu::built(), UnimplementedError, "OneDeviceStrategy(\"",
+                   std::string(device),
                    "\"): this build of distribute has no GPU backend (reconfigure with -DDISTRIBUTE_WITH_CUDA=ON)");
+  if (parsed.is_gpu()) physical_gpu_of(parsed);  // OutOfRangeError when it does not exist
   set_extended(std::make_unique<detail::InlineExtended>(*this, parsed, options));
 }
 

@@ -1,5 +1,7 @@
 #include "distribute/strategy/strategy_extended.h"
 
+#include <algorithm>
+
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "distribute/collective/kernels.h"
@@ -15,8 +17,6 @@ void check_components(std::span<const Tensor> components, const char* what) {
   for (std::size_t r = 0; r < components.size(); ++r) {
     const Tensor& t = components[r];
     DISTRIBUTE_CHECK(t.defined(), InvalidArgumentError, what, ": the value of replica ", r, " is an undefined Tensor");
-    DISTRIBUTE_CHECK(t.device().is_cpu(), UnimplementedError, what, ": the value of replica ", r, " is on ",
-                     t.device().short_name(), "; this build combines host tensors only");
     DISTRIBUTE_CHECK(t.dtype() == first.dtype(), InvalidArgumentError, what, ": replica ", r, " has dtype ",
                      dtype_name(t.dtype()), " but replica 0 has ", dtype_name(first.dtype()));
     DISTRIBUTE_CHECK(t.rank() == first.rank(), InvalidArgumentError, what, ": replica ", r, " has shape ",
@@ -37,11 +37,29 @@ void check_same_except(std::span<const Tensor> components, std::optional<int> ax
   }
 }
 
+// Cross-replica operations run on one thread with the host kernels: values on a GPU are copied to
+// the host first and the result is moved to a GPU destination. (Replicas' collectives, which is
+// where a training step spends its time, go through the GPU backends instead.)
+bool involves_gpu(std::span<const Tensor> components, const Device& destination) {
+  return destination.is_gpu() ||
+         std::any_of(components.begin(), components.end(), [](const Tensor& t) { return t.device().is_gpu(); });
+}
+
+std::vector<Tensor> host_copies(std::span<const Tensor> components) {
+  std::vector<Tensor> out;
+  out.reserve(components.size());
+  for (const Tensor& t : components) out.push_back(t.device().is_cpu() ? t : t.to(Device::cpu()));
+  return out;
+}
+
 }  // namespace
 
 Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
                          const Device& destination, const char* what) {
   check_components(components, what);
+  if (involves_gpu(components, destination)) {
+    return reduce_components(op, host_copies(components), axis, Device::cpu(), what).to(destination);
+  }
   const DType dtype = components[0].dtype();
   absl::InlinedVector<const void*, 8> inputs;
   if (!axis) {
@@ -74,6 +92,9 @@ Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::o
 
 Tensor concat_components(std::span<const Tensor> components, int axis, const Device& destination, const char* what) {
   check_components(components, what);
+  if (involves_gpu(components, destination)) {
+    return concat_components(host_copies(components), axis, Device::cpu(), what).to(destination);
+  }
   DISTRIBUTE_CHECK(components[0].rank() > 0, InvalidArgumentError, what,
                    ": the values have rank 0 (scalars); gathering needs rank >= 1, reshape them to shape (1,) first");
   const int a = normalize_axis(axis, components[0].rank(), what);

@@ -4,6 +4,7 @@
 // backend never sees mismatched shapes and never has to detect misuse itself.
 #pragma once
 
+#include <atomic>
 #include <span>
 #include <string_view>
 
@@ -32,6 +33,23 @@ class Communicator {
   // Output buffers are allocated here through calls[rank]->allocate_output, once the gathered
   // shapes are known.
   virtual void all_gather(int rank, std::span<CollectiveCall* const> calls) = 0;
+
+  // Before each run, while no replica runs: a backend whose connections a failure broke (NCCL
+  // communicators after an abort) builds new ones here.
+  virtual void begin_run() {}
+  // On replica `rank`'s thread, after its run failed or timed out: stop waiting for device work
+  // that depends on peers (NCCL: abort the replica's communicator).
+  virtual void abort(int /*rank*/) {}
+
+  // Set by the group: true once the current run has failed. Backends that poll a device check it
+  // so that no replica keeps waiting for a peer that will not come.
+  void set_failure_flag(const std::atomic<bool>* failed) { failed_ = failed; }
+
+ protected:
+  bool run_failed() const { return failed_ != nullptr && failed_->load(std::memory_order_acquire); }
+
+ private:
+  const std::atomic<bool>* failed_ = nullptr;
 };
 
 }  // namespace distribute::collective

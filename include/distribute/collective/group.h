@@ -5,6 +5,7 @@
 // replica when one fails, times out or leaves early, so no replica is left hanging.
 #pragma once
 
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <string>
@@ -25,7 +26,8 @@ class CollectiveGroup {
   int size() const { return size_; }
   const CommunicationOptions& default_options() const { return defaults_; }
 
-  // Before a run, with no replica inside: clears sequence numbers and the previous run's failure.
+  // Before a run, with no replica inside: clears sequence numbers and the previous run's failure,
+  // and lets the backend rebuild what a failure broke.
   void reset();
 
   // Called by replica `rank` with its part of a collective; see Communicator for the outputs.
@@ -44,6 +46,9 @@ class CollectiveGroup {
   void fail(int rank, std::exception_ptr error);
   // The run's first error, or null.
   std::exception_ptr first_error() const;
+  // Whether the run has failed (cheap: for polling loops).
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  Communicator& communicator() { return *communicator_; }
 
  private:
   void rendezvous(int rank, CollectiveCall& call);
@@ -67,6 +72,7 @@ class CollectiveGroup {
   std::shared_ptr<void> merge_result_;   // likewise
   mutable std::mutex mu_;
   std::exception_ptr first_error_;  // guarded by mu_
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace distribute::collective

@@ -1,7 +1,9 @@
 // distribute::detail: the bridge from a nest to a CollectiveCall. Flattens the leaves of a value
 // into input BufferRefs (scalars point at the caller's value, tensors at their storage), makes
 // the outputs (tensors from the replica device's pool, scalars in an inline slot), and rebuilds a
-// nest of the same structure from the outputs.
+// nest of the same structure from the outputs. On a GPU replica every leaf is device memory:
+// scalars are copied to the device with the tensors' inputs and back when the nest is rebuilt, so
+// a backend sees one kind of memory.
 #pragma once
 
 #include <array>
@@ -39,13 +41,18 @@ class CollectiveArgs {
   void add_input(const L& leaf);
   void check_device(const Tensor& t, std::size_t leaf) const;
   void* allocate_output(std::size_t leaf, const Shape& shape);
+  // A scalar leaf held in host memory (every scalar on a host replica, none on a GPU replica).
+  bool host_scalar(std::size_t leaf) const;
+  // On a GPU replica: the scalar's value in device memory.
+  const void* scalar_on_device(const void* value, DType dtype);
 
   const char* method_;
   Device device_;
   collective::CollectiveCall call_;
   absl::InlinedVector<collective::BufferRef, 4> inputs_;
   absl::InlinedVector<collective::BufferRef, 4> outputs_;
-  absl::InlinedVector<Tensor, 4> tensors_;  // output tensors (undefined for scalar leaves)
+  absl::InlinedVector<Tensor, 4> tensors_;  // output tensors (undefined for host scalar leaves)
+  absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;
 };
 
@@ -76,8 +83,10 @@ void CollectiveArgs::add_input(const L& leaf) {
   if constexpr (std::same_as<L, Tensor>) {
     check_device(leaf, inputs_.size());
     inputs_.push_back({leaf.raw_data(), leaf.dtype(), &leaf.shape(), leaf.device()});
-  } else {
+  } else if (device_.is_cpu()) {
     inputs_.push_back({const_cast<L*>(&leaf), dtype_v<L>, &scalar_shape(), Device::cpu()});
+  } else {
+    inputs_.push_back({const_cast<void*>(scalar_on_device(&leaf, dtype_v<L>)), dtype_v<L>, &scalar_shape(), device_});
   }
   tensors_.emplace_back();
 }
@@ -92,7 +101,7 @@ V CollectiveArgs::rebuild(const V& value) {
       return std::move(tensors_[k]);
     } else {
       L out;
-      std::memcpy(&out, outputs_[k].data, sizeof(L));
+      copy_bytes(&out, Device::cpu(), outputs_[k].data, outputs_[k].device, sizeof(L));
       return out;
     }
   });

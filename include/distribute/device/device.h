@@ -50,4 +50,8 @@ class Device {
 
 std::ostream& operator<<(std::ostream& os, const Device& device);
 
+// Where tensors are created when no device is given: inside a replica's function the replica's
+// device (as ops inside tf.distribute's run are placed on the replica's device), else CPU:0.
+Device default_device();
+
 }  // namespace distribute

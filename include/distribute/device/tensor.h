@@ -32,19 +32,26 @@ class Tensor {
   // An undefined tensor (defined() is false); most methods throw FailedPreconditionError on it.
   Tensor() = default;
 
-  // Uninitialised / zero-filled memory of the given type and shape on `device`.
-  static Tensor empty(DType dtype, Shape shape, const Device& device = Device::cpu());
-  static Tensor zeros(DType dtype, Shape shape, const Device& device = Device::cpu());
+  // Uninitialised / zero-filled memory of the given type and shape on `device` (by default the
+  // replica's device inside a replica's function, else CPU:0: see default_device()).
+  static Tensor empty(DType dtype, Shape shape, const Device& device = default_device());
+  static Tensor zeros(DType dtype, Shape shape, const Device& device = default_device());
+
+  // A zero-copy view of memory the caller owns, host memory or device memory of `device` (a
+  // user's own cudaMalloc'd buffer goes into all_reduce without a copy). The tensor does not own
+  // the memory: it must outlive every tensor sharing it. InvalidArgumentError for a null pointer
+  // with elements to hold.
+  static Tensor from_blob(void* data, DType dtype, Shape shape, const Device& device);
 
   // Throws InvalidArgumentError unless values.size() == shape.num_elements().
   template <Element T>
-  static Tensor from_vector(std::vector<T> values, Shape shape, const Device& device = Device::cpu());
+  static Tensor from_vector(std::vector<T> values, Shape shape, const Device& device = default_device());
   // A rank-1 tensor holding `values`.
   template <Element T>
   static Tensor from_vector(std::vector<T> values);
   // A rank-0 tensor.
   template <Element T>
-  static Tensor scalar(T value, const Device& device = Device::cpu());
+  static Tensor scalar(T value, const Device& device = default_device());
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
@@ -109,9 +116,14 @@ Tensor Tensor::from_vector(std::vector<T> values, Shape shape, const Device& dev
                    InvalidArgumentError, "Tensor::from_vector: ", values.size(),
                    " values do not fill shape ", shape.to_string(), ", which holds ",
                    shape.num_elements(), " elements");
-  Tensor host = empty(dtype_v<T>, std::move(shape), Device::cpu(device.is_cpu() ? device.index() : 0));
-  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
-  return device.is_cpu() ? host : host.to(device);
+  if (device.is_cpu()) {
+    Tensor host = empty(dtype_v<T>, std::move(shape), device);
+    if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
+    return host;
+  }
+  Tensor out = empty(dtype_v<T>, std::move(shape), device);
+  detail::copy_bytes(out.raw_data(), device, values.data(), Device::cpu(), values.size() * sizeof(T));
+  return out;
 }
 
 template <Element T>

@@ -25,7 +25,7 @@ class CpuCommunicator final : public Communicator {
   static constexpr std::size_t kStagingBytes = 4096;
 
   CpuCommunicator(int size, detail::WaitPolicy policy);
-  std::string_view name() const override { return "cpu"; }
+  std::string_view name() const override { return "SharedMemoryAllReduce"; }
   void stage(int rank, CollectiveCall& call) override;
   void prepare(std::span<CollectiveCall* const> calls) override;
   void all_reduce(int rank, std::span<CollectiveCall* const> calls) override;

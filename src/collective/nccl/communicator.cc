@@ -1,0 +1,276 @@
+#include "collective/nccl/communicator.h"
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "collective/nccl/nccl_error.h"
+#include "device/cuda/cuda_error.h"
+#include "distribute/detail/storage.h"
+#include "distribute/errors.h"
+
+namespace distribute::collective::nccl {
+namespace {
+
+using detail::ReplicaDevice;
+
+// Communicator creation on a busy machine can take seconds; it is bounded all the same.
+constexpr auto kInitTimeout = std::chrono::seconds(120);
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return ncclFloat32;
+    case DType::kFloat64: return ncclFloat64;
+    case DType::kInt32: return ncclInt32;
+    case DType::kInt64: return ncclInt64;
+    case DType::kFloat16: return ncclFloat16;
+    case DType::kBFloat16: return ncclBfloat16;
+  }
+  throw InternalError("nccl_type: unknown dtype");
+}
+
+void pause(int polls) {
+  if (polls < 64) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(std::vector<ReplicaDevice*> devices)
+    : devices_(std::move(devices)), comms_(devices_.size(), nullptr), aborted_(devices_.size(), 0) {
+  create_communicators();
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  // Runs end with every stream drained, so nothing is in flight; abort frees without a handshake.
+  for (ncclComm_t comm : comms_) {
+    if (comm != nullptr) ncclCommAbort(comm);
+  }
+}
+
+void NcclCommunicator::create_communicators() {
+  const int n = static_cast<int>(devices_.size());
+  ncclUniqueId id;
+  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) throw_nccl_error(r, nullptr, "creating an NCCL id");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  int previous = 0;
+  DISTRIBUTE_CUDA_CHECK(cudaGetDevice(&previous), "querying the current GPU");
+  // One thread creates every rank's communicator inside a group, the documented pattern for
+  // several GPUs per thread; each is then handed to its replica's thread.
+  ncclResult_t result = ncclGroupStart();
+  for (int r = 0; r < n && (result == ncclSuccess || result == ncclInProgress); ++r) {
+    cudaSetDevice(devices_[static_cast<std::size_t>(r)]->memory_space());
+    result = ncclCommInitRankConfig(&comms_[static_cast<std::size_t>(r)], n, id, r, &config);
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  cudaSetDevice(previous);
+  if (result == ncclSuccess || result == ncclInProgress) result = ended;
+  if (result != ncclSuccess && result != ncclInProgress) {
+    throw_nccl_error(result, nullptr, absl::StrCat("creating ", n, " NCCL communicators"));
+  }
+  const detail::Deadline deadline = detail::Clock::now() + kInitTimeout;
+  for (int r = 0; r < n; ++r) {
+    ncclComm_t comm = comms_[static_cast<std::size_t>(r)];
+    for (int polls = 0;; ++polls) {
+      ncclResult_t state = ncclInProgress;
+      if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
+      if (state == ncclSuccess) break;
+      if (state != ncclInProgress) {
+        throw_nccl_error(state, comm, absl::StrCat("creating the NCCL communicator of replica ", r));
+      }
+      if (detail::Clock::now() >= deadline) {
+        throw UnavailableError(absl::StrCat("creating the NCCL communicator of replica ", r, " took longer than ",
+                                            kInitTimeout.count(), " s"));
+      }
+      pause(polls);
+    }
+  }
+  std::fill(aborted_.begin(), aborted_.end(), 0);
+}
+
+void NcclCommunicator::begin_run() {
+  bool broken = false;
+  for (unsigned char a : aborted_) broken = broken || a != 0;
+  if (!broken) return;
+  // A failed run aborted some communicators; the others are in an unknown state. Start afresh.
+  for (std::size_t r = 0; r < comms_.size(); ++r) {
+    if (comms_[r] != nullptr) ncclCommAbort(comms_[r]);
+    comms_[r] = nullptr;
+  }
+  create_communicators();
+}
+
+void NcclCommunicator::abort(int rank) {
+  const auto r = static_cast<std::size_t>(rank);
+  if (comms_[r] == nullptr || aborted_[r] != 0) return;
+  ncclCommAbort(comms_[r]);
+  comms_[r] = nullptr;
+  aborted_[r] = 1;
+}
+
+void NcclCommunicator::fail(int rank, ncclResult_t result, const CollectiveCall& call) {
+  const std::string message = nccl_error_message(result, comms_[static_cast<std::size_t>(rank)],
+                                                 absl::StrCat(call_name(call), " on replica ", rank));
+  abort(rank);
+  throw_status(absl::Status(nccl_error_code(result), message));
+}
+
+void NcclCommunicator::wait(int rank, ncclResult_t started, const CollectiveCall& call) {
+  if (started != ncclSuccess && started != ncclInProgress) fail(rank, started, call);
+  ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
+  const detail::Deadline deadline = detail::deadline_after(call.options.timeout);
+  for (int polls = 0;; ++polls) {
+    ncclResult_t state = ncclInProgress;
+    if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) fail(rank, state, call);
+    if (run_failed()) {
+      abort(rank);
+      throw AbortedError(absl::StrCat("replica ", rank, " left ", call_name(call),
+                                      ": another replica failed, so its NCCL communicator was aborted"));
+    }
+    if (detail::Clock::now() >= deadline) {
+      abort(rank);
+      throw DeadlineExceededError(absl::StrCat("replica ", rank, ": NCCL did not take ", call_name(call), " within ",
+                                               call.options.timeout.count(), " s; its communicator was aborted"));
+    }
+    pause(polls);
+  }
+}
+
+void NcclCommunicator::stage(int rank, CollectiveCall& call) {
+  if (call.kind != CollectiveKind::kMergeCall) return;
+  detail::wait_for_device_work(*devices_[static_cast<std::size_t>(rank)], rank, call.options.timeout,
+                               [this] { return run_failed(); }, call_name(call));
+}
+
+void NcclCommunicator::prepare(std::span<CollectiveCall* const> calls) {
+  const CollectiveCall& first = *calls[0];
+  if (first.kind != CollectiveKind::kAllGather) return;
+  const std::size_t n = calls.size();
+  gather_dims_.resize(first.inputs.size() * n);
+  for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
+    const Shape& shape = *first.inputs[leaf].shape;
+    const int axis = first.axis < 0 ? first.axis + shape.rank() : first.axis;
+    for (std::size_t r = 0; r < n; ++r) gather_dims_[leaf * n + r] = (*calls[r]->inputs[leaf].shape)[axis];
+  }
+}
+
+void NcclCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> calls) {
+  const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+  ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
+  ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
+  const auto stream = static_cast<cudaStream_t>(me.stream());
+  // A pack is a run of leaves of one dtype whose outputs follow each other in the output block
+  // (at most a cache line of alignment apart); the gaps are reduced too, which is harmless.
+  struct Pack {
+    std::size_t first, last;
+    char* begin;
+    std::size_t bytes;
+    DType dtype;
+  };
+  constexpr std::size_t kMaxGap = 64;
+  const std::size_t limit = mine.options.bytes_per_pack;
+  absl::InlinedVector<Pack, 4> packs;
+  for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+    const BufferRef& out = mine.outputs[leaf];
+    const std::size_t bytes = out.nbytes();
+    if (bytes == 0) continue;
+    auto* data = static_cast<char*>(out.data);
+    if (!packs.empty()) {
+      Pack& p = packs.back();
+      const char* end = p.begin + p.bytes;
+      const auto extended = static_cast<std::size_t>(data + bytes - p.begin);
+      if (p.dtype == out.dtype && data >= end && static_cast<std::size_t>(data - end) < kMaxGap &&
+          (limit == 0 || extended <= limit)) {
+        p.last = leaf;
+        p.bytes = extended;
+        continue;
+      }
+    }
+    packs.push_back({leaf, leaf, data, bytes, out.dtype});
+  }
+  for (const Pack& p : packs) {
+    if (p.first == p.last) continue;
+    for (std::size_t leaf = p.first; leaf <= p.last; ++leaf) {
+      me.copy(mine.outputs[leaf].data, mine.inputs[leaf].data, mine.inputs[leaf].nbytes());
+    }
+  }
+  const ncclRedOp_t op = mine.op == ReduceOp::kMean ? ncclAvg : ncclSum;
+  ncclResult_t result = ncclGroupStart();
+  for (const Pack& p : packs) {
+    if (result != ncclSuccess && result != ncclInProgress) break;
+    const void* send = p.first == p.last ? mine.inputs[p.first].data : p.begin;
+    result = ncclAllReduce(send, p.begin, p.bytes / dtype_size(p.dtype), nccl_type(p.dtype), op, comm, stream);
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  wait(rank, result == ncclSuccess || result == ncclInProgress ? ended : result, mine);
+}
+
+void NcclCommunicator::all_gather(int rank, std::span<CollectiveCall* const> calls) {
+  const std::size_t n = calls.size();
+  CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+  ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
+  ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
+  const auto stream = static_cast<cudaStream_t>(me.stream());
+  // Every replica's part lands contiguously: in the output itself when the axis is the outermost
+  // dimension, else in a scratch block laid out rows-after-rows and copied with strides after.
+  struct Placement {
+    char* out;
+    char* landing;
+    std::size_t unit, rows;
+    std::int64_t total;
+  };
+  absl::InlinedVector<Placement, 4> placements;
+  std::vector<std::shared_ptr<detail::Storage>> scratch;
+  for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+    const Shape& shape = *mine.inputs[leaf].shape;
+    const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
+    std::int64_t total = 0;
+    for (std::size_t r = 0; r < n; ++r) total += gather_dims_[leaf * n + r];
+    auto* out = static_cast<char*>(mine.allocate_output(mine.allocate_context, leaf, shape.with_dim(axis, total)));
+    const std::size_t unit = static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(mine.inputs[leaf].dtype);
+    const auto rows = static_cast<std::size_t>(shape.outer_size(axis));
+    char* landing = out;
+    if (rows > 1) {
+      scratch.push_back(detail::allocate_storage(me.device(), rows * static_cast<std::size_t>(total) * unit));
+      landing = static_cast<char*>(scratch.back()->data());
+    }
+    placements.push_back({out, landing, unit, rows, total});
+  }
+  ncclResult_t result = ncclGroupStart();
+  for (std::size_t leaf = 0; leaf < placements.size(); ++leaf) {
+    const Placement& p = placements[leaf];
+    std::size_t offset = 0;
+    for (std::size_t r = 0; r < n && (result == ncclSuccess || result == ncclInProgress); ++r) {
+      const std::size_t bytes = static_cast<std::size_t>(gather_dims_[leaf * n + r]) * p.unit * p.rows;
+      if (bytes != 0) {
+        result = ncclBroadcast(r == static_cast<std::size_t>(rank) ? mine.inputs[leaf].data : nullptr,
+                               p.landing + offset, bytes, ncclInt8, static_cast<int>(r), comm, stream);
+      }
+      offset += bytes;
+    }
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  wait(rank, result == ncclSuccess || result == ncclInProgress ? ended : result, mine);
+  for (std::size_t leaf = 0; leaf < placements.size(); ++leaf) {
+    const Placement& p = placements[leaf];
+    if (p.rows <= 1) continue;
+    std::size_t column = 0;
+    std::size_t offset = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      const std::size_t width = static_cast<std::size_t>(gather_dims_[leaf * n + r]) * p.unit;
+      me.copy_rows(p.out + column, static_cast<std::size_t>(p.total) * p.unit, p.landing + offset, width, width, p.rows);
+      column += width;
+      offset += width * p.rows;
+    }
+  }
+}
+
+}  // namespace distribute::collective::nccl

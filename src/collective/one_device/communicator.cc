@@ -1,0 +1,144 @@
+#include "collective/one_device/communicator.h"
+
+#include <memory>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "distribute/detail/storage.h"
+#include "distribute/errors.h"
+
+namespace distribute::collective::one_device {
+namespace {
+
+using detail::ReplicaDevice;
+
+std::string describe_exception(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+OneDeviceCommunicator::OneDeviceCommunicator(std::vector<ReplicaDevice*> devices, detail::WaitPolicy policy)
+    : devices_(std::move(devices)), phase_(static_cast<int>(devices_.size()), policy) {}
+
+void OneDeviceCommunicator::stage(int rank, CollectiveCall& call) {
+  ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
+  if (call.kind == CollectiveKind::kMergeCall) {
+    // merge_fn reads every replica's values from one thread: they must be complete.
+    detail::wait_for_device_work(me, rank, call.options.timeout, [this] { return run_failed(); }, call_name(call));
+    return;
+  }
+  me.mark(ReplicaDevice::Mark::kReady);
+}
+
+void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> calls) {
+  const std::size_t n = calls.size();
+  ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
+  ReplicaDevice& root = *devices_[0];
+  const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+  const CollectiveCall& root_call = *calls[0];
+  if (rank == 0) {
+    root_error_ = nullptr;
+    try {
+      for (std::size_t r = 1; r < n; ++r) me.wait_for(ReplicaDevice::Mark::kReady, *devices_[r]);
+      // Inputs in another memory space are copied next to the root first; the copies are freed
+      // on the root's stream after the reduction.
+      std::vector<std::shared_ptr<detail::Storage>> scratch;
+      absl::InlinedVector<const void*, 8> inputs(n);
+      for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+        const BufferRef& in = mine.inputs[leaf];
+        for (std::size_t r = 0; r < n; ++r) {
+          inputs[r] = calls[r]->inputs[leaf].data;
+          if (devices_[r]->memory_space() != me.memory_space() && in.nbytes() != 0) {
+            scratch.push_back(detail::allocate_storage(me.device(), in.nbytes()));
+            me.copy(scratch.back()->data(), inputs[r], in.nbytes());
+            inputs[r] = scratch.back()->data();
+          }
+        }
+        me.reduce(in.dtype, mine.op, inputs, mine.outputs[leaf].data, in.num_elements(), static_cast<std::int64_t>(n));
+      }
+      me.mark(ReplicaDevice::Mark::kDone);
+    } catch (...) {
+      root_error_ = std::current_exception();
+    }
+  }
+  phase_.arrive_and_wait_uninterruptible();  // the reduction is issued (or failed)
+  std::exception_ptr error = root_error_;
+  if (rank != 0 && !error) {
+    try {
+      me.wait_for(ReplicaDevice::Mark::kDone, root);
+      for (std::size_t leaf = 0; leaf < mine.outputs.size(); ++leaf) {
+        me.copy(mine.outputs[leaf].data, root_call.outputs[leaf].data, mine.outputs[leaf].nbytes());
+      }
+      me.mark(ReplicaDevice::Mark::kDone);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  phase_.arrive_and_wait_uninterruptible();  // every copy of the result is issued
+  if (rank == 0 && !error) {
+    // The root's output (and the inputs) may be reused by the root only after the copies.
+    try {
+      for (std::size_t r = 1; r < n; ++r) me.wait_for(ReplicaDevice::Mark::kDone, *devices_[r]);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (!error) return;
+  if (rank != 0 && error == root_error_) {
+    throw AbortedError(absl::StrCat("the reduction of ", call_name(mine), " on ", root.device().short_name(),
+                                    " failed: ", describe_exception(error)));
+  }
+  std::rethrow_exception(error);
+}
+
+void OneDeviceCommunicator::all_gather(int rank, std::span<CollectiveCall* const> calls) {
+  const std::size_t n = calls.size();
+  ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
+  CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+  // Every replica assembles its own output from every input; a failure must still reach the
+  // barrier, or the others would wait forever.
+  std::exception_ptr error;
+  try {
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r != static_cast<std::size_t>(rank)) me.wait_for(ReplicaDevice::Mark::kReady, *devices_[r]);
+    }
+    for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+      const Shape& shape = *mine.inputs[leaf].shape;
+      const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
+      std::int64_t total = 0;
+      for (std::size_t r = 0; r < n; ++r) total += (*calls[r]->inputs[leaf].shape)[axis];
+      auto* out = static_cast<char*>(mine.allocate_output(mine.allocate_context, leaf, shape.with_dim(axis, total)));
+      const std::size_t unit = static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(mine.inputs[leaf].dtype);
+      const auto rows = static_cast<std::size_t>(shape.outer_size(axis));
+      std::size_t column = 0;
+      for (std::size_t r = 0; r < n; ++r) {
+        const auto width = static_cast<std::size_t>((*calls[r]->inputs[leaf].shape)[axis]) * unit;
+        me.copy_rows(out + column, static_cast<std::size_t>(total) * unit, calls[r]->inputs[leaf].data, width, width,
+                     rows);
+        column += width;
+      }
+    }
+    me.mark(ReplicaDevice::Mark::kDone);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  phase_.arrive_and_wait_uninterruptible();  // every replica's reads are issued
+  if (!error) {
+    // This replica's input may be overwritten only after the peers' reads of it.
+    try {
+      for (std::size_t r = 0; r < n; ++r) {
+        if (r != static_cast<std::size_t>(rank)) me.wait_for(ReplicaDevice::Mark::kDone, *devices_[r]);
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace distribute::collective::one_device

@@ -1,0 +1,34 @@
+// The reduction-to-one-device backend (tf.distribute.ReductionToOneDevice): the first replica's
+// device reduces every replica's input (copying inputs from other memory spaces there first), and
+// every other replica copies the result from it. It works for any set of devices - logical GPUs
+// sharing one physical GPU, which NCCL refuses, distinct GPUs, CPU devices - because it uses only
+// copies, one reduction kernel and the ordering marks of detail::ReplicaDevice. Device work is
+// issued, not waited for: replicas' streams are ordered by marks, and the two host barriers of a
+// collective only order the issuing.
+#pragma once
+
+#include <exception>
+#include <vector>
+
+#include "device/replica_device.h"
+#include "distribute/collective/barrier.h"
+#include "distribute/collective/communicator.h"
+
+namespace distribute::collective::one_device {
+
+class OneDeviceCommunicator final : public Communicator {
+ public:
+  // devices[r] is replica r's; they outlive the communicator.
+  OneDeviceCommunicator(std::vector<detail::ReplicaDevice*> devices, detail::WaitPolicy policy);
+  std::string_view name() const override { return "ReductionToOneDevice"; }
+  void stage(int rank, CollectiveCall& call) override;
+  void all_reduce(int rank, std::span<CollectiveCall* const> calls) override;
+  void all_gather(int rank, std::span<CollectiveCall* const> calls) override;
+
+ private:
+  std::vector<detail::ReplicaDevice*> devices_;
+  Rendezvous phase_;
+  std::exception_ptr root_error_;  // written by replica 0 before the first barrier of an all_reduce
+};
+
+}  // namespace distribute::collective::one_device

@@ -1,0 +1,302 @@
+// The CUDA runtime behind GPU tensors and GPU replicas.
+//
+// Streams. Each GPU replica owns a blocking CUDA stream (created once with its strategy) and its
+// thread makes it current when it starts. Everything a replica does on its GPU - allocations,
+// copies, collectives, the user's own kernels through cuda::current_stream() - is ordered on that
+// stream. Threads that are not replicas use the device's legacy default stream, which CUDA
+// orders against every blocking stream of the device; so a tensor moved or printed from the main
+// thread after run, or inside merge_fn, sees the replicas' finished work.
+//
+// Memory. Allocations are stream-ordered (cudaMallocAsync) from the device's default pool, whose
+// release threshold is raised so that freed blocks stay in the pool: a training loop does not call
+// the driver's allocator per step. A block is freed on the stream it was allocated on; the storage
+// holds that stream, so the stream outlives every tensor allocated on it.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "device/cuda/cuda_error.h"
+#include "device/cuda/reduce_kernel.h"
+#include "device/gpu_runtime.h"
+#include "device/gpu_topology.h"
+#include "device/replica_device.h"
+#include "distribute/device/gpu.h"
+#include "distribute/errors.h"
+
+namespace distribute::detail::gpu {
+namespace {
+
+static_assert(static_cast<int>(DType::kBFloat16) == static_cast<int>(KernelDType::kBFloat16) &&
+              static_cast<int>(DType::kFloat16) == static_cast<int>(KernelDType::kFloat16) &&
+              static_cast<int>(DType::kInt64) == static_cast<int>(KernelDType::kInt64));
+
+// Makes `physical` the thread's current device for a scope, and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int physical) {
+    DISTRIBUTE_CUDA_CHECK(cudaGetDevice(&previous_), "querying the current GPU");
+    if (previous_ == physical) {
+      previous_ = -1;
+    } else {
+      DISTRIBUTE_CUDA_CHECK(cudaSetDevice(physical), "selecting physical GPU ", physical);
+    }
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+struct DeviceCount {
+  int count = 0;
+  std::string reason;
+};
+
+const DeviceCount& device_count() {
+  static const DeviceCount result = [] {
+    DeviceCount out;
+    const cudaError_t error = cudaGetDeviceCount(&out.count);
+    if (error != cudaSuccess) {
+      out.count = 0;
+      out.reason = cuda_error_message(error, "cudaGetDeviceCount failed");
+      cudaGetLastError();  // not sticky: clear it so later calls do not report it again
+    } else if (out.count == 0) {
+      out.reason = "no CUDA device is visible (check CUDA_VISIBLE_DEVICES)";
+    }
+    return out;
+  }();
+  return result;
+}
+
+// Keeps freed blocks in each device's pool instead of returning them to the driver.
+void configure_pool(int physical) {
+  static std::mutex mu;
+  static std::vector<bool> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.size() <= static_cast<std::size_t>(physical)) done.resize(static_cast<std::size_t>(physical) + 1);
+  if (done[static_cast<std::size_t>(physical)]) return;
+  cudaMemPool_t pool;
+  DISTRIBUTE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, physical), "getting the memory pool of physical GPU ",
+                        physical);
+  std::uint64_t threshold = UINT64_MAX;
+  DISTRIBUTE_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+                        "configuring the memory pool of physical GPU ", physical);
+  done[static_cast<std::size_t>(physical)] = true;
+}
+
+// Bytes held per logical GPU, for LogicalDeviceConfiguration::memory_limit.
+std::atomic<std::size_t>& bytes_in_use(const Device& gpu) {
+  static const int n = gpu_topology().num_logical();
+  static const auto counters = std::make_unique<std::atomic<std::size_t>[]>(static_cast<std::size_t>(std::max(n, 1)));
+  return counters[static_cast<std::size_t>(gpu.index())];
+}
+
+// A replica's stream, shared with every storage allocated on it.
+struct Stream {
+  Stream(int physical_gpu, cudaStream_t s) : physical(physical_gpu), stream(s) {}
+  ~Stream() {
+    int previous = -1;
+    cudaGetDevice(&previous);
+    cudaSetDevice(physical);
+    cudaStreamDestroy(stream);  // pending work still completes
+    if (previous >= 0) cudaSetDevice(previous);
+  }
+  const int physical;
+  const cudaStream_t stream;
+};
+
+class CudaReplicaDevice;
+thread_local CudaReplicaDevice* bound_replica = nullptr;
+
+class CudaReplicaDevice final : public ReplicaDevice {
+ public:
+  CudaReplicaDevice(const Device& gpu, int physical) : ReplicaDevice(gpu, physical) {
+    DeviceGuard guard(physical);
+    cudaStream_t s = nullptr;
+    DISTRIBUTE_CUDA_CHECK(cudaStreamCreate(&s), "creating the stream of the replica on ", gpu.short_name());
+    stream_ = std::make_shared<Stream>(physical, s);
+    DISTRIBUTE_CUDA_CHECK(cudaEventCreateWithFlags(&events_[0], cudaEventDisableTiming), "creating an event on ",
+                          gpu.short_name());
+    DISTRIBUTE_CUDA_CHECK(cudaEventCreateWithFlags(&events_[1], cudaEventDisableTiming), "creating an event on ",
+                          gpu.short_name());
+  }
+  ~CudaReplicaDevice() override {
+    if (bound_replica == this) bound_replica = nullptr;
+    cudaEventDestroy(events_[0]);
+    cudaEventDestroy(events_[1]);
+  }
+
+  CUstream_st* stream() const override { return stream_->stream; }
+  const std::shared_ptr<Stream>& shared_stream() const { return stream_; }
+
+  void bind_thread() override {
+    DISTRIBUTE_CUDA_CHECK(cudaGetDevice(&previous_device_), "querying the current GPU");
+    DISTRIBUTE_CUDA_CHECK(cudaSetDevice(memory_space()), "binding the replica thread of ", device().short_name(),
+                          " to physical GPU ", memory_space());
+    previous_replica_ = bound_replica;
+    bound_replica = this;
+  }
+
+  void unbind_thread() override {
+    if (bound_replica != this) return;
+    bound_replica = previous_replica_;
+    cudaSetDevice(previous_device_);
+  }
+
+  SyncResult synchronize(Deadline deadline, const std::function<bool()>& cancelled) override {
+    for (int polls = 0;; ++polls) {
+      const cudaError_t state = cudaStreamQuery(stream_->stream);
+      if (state == cudaSuccess) return SyncResult::kDone;
+      if (state != cudaErrorNotReady) {
+        throw_cuda_error(state, absl::StrCat("the work of the replica on ", device().short_name(), " failed"));
+      }
+      if (cancelled()) return SyncResult::kCancelled;
+      if (Clock::now() >= deadline) return SyncResult::kTimedOut;
+      if (polls < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
+
+  void copy(void* dst, const void* src, std::size_t nbytes) override {
+    if (nbytes == 0 || dst == src) return;
+    DISTRIBUTE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream_->stream), "copying ", nbytes,
+                          " bytes on the stream of ", device().short_name());
+  }
+
+  void copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t row_bytes,
+                 std::size_t rows) override {
+    if (row_bytes == 0 || rows == 0) return;
+    DISTRIBUTE_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDefault,
+                                            stream_->stream),
+                          "copying ", rows, " rows of ", row_bytes, " bytes on the stream of ", device().short_name());
+  }
+
+  void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
+              std::int64_t mean_denominator) override {
+    DISTRIBUTE_CUDA_CHECK(launch_reduce(static_cast<KernelDType>(dtype), op == ReduceOp::kMean, inputs.data(),
+                                        inputs.size(), out, count, mean_denominator, stream_->stream),
+                          "reducing ", inputs.size(), " buffers of ", count, " ", dtype_name(dtype), " on ",
+                          device().short_name());
+  }
+
+  void mark(Mark mark) override {
+    DISTRIBUTE_CUDA_CHECK(cudaEventRecord(events_[static_cast<int>(mark)], stream_->stream), "recording an event on ",
+                          device().short_name());
+  }
+
+  void wait_for(Mark mark, ReplicaDevice& other) override {
+    auto& peer = static_cast<CudaReplicaDevice&>(other);
+    DISTRIBUTE_CUDA_CHECK(cudaStreamWaitEvent(stream_->stream, peer.events_[static_cast<int>(mark)], 0),
+                          "ordering the stream of ", device().short_name(), " after ", other.device().short_name());
+  }
+
+ private:
+  std::shared_ptr<Stream> stream_;
+  cudaEvent_t events_[2] = {nullptr, nullptr};
+  int previous_device_ = 0;                     // the thread's device before bind_thread
+  CudaReplicaDevice* previous_replica_ = nullptr;  // likewise, its bound replica
+};
+
+// The stream for work on `physical` from this thread: the bound replica's when it is on that GPU,
+// else the legacy default stream (with the device selected by the caller's guard).
+std::shared_ptr<Stream> stream_for(int physical) {
+  if (bound_replica != nullptr && bound_replica->memory_space() == physical) return bound_replica->shared_stream();
+  return nullptr;
+}
+
+}  // namespace
+
+bool built() { return true; }
+int physical_device_count() { return device_count().count; }
+std::string unavailable_reason() { return device_count().reason; }
+
+std::shared_ptr<Storage> allocate(const Device& gpu, std::size_t nbytes) {
+  const int physical = gpu_topology().physical_of(gpu);
+  if (nbytes == 0) return std::make_shared<Storage>(nullptr, 0, gpu, nullptr);
+  const std::size_t limit = gpu_topology().memory_limit(gpu);
+  std::atomic<std::size_t>& in_use = bytes_in_use(gpu);
+  const std::size_t before = in_use.fetch_add(nbytes, std::memory_order_relaxed);
+  if (limit != 0 && before + nbytes > limit) {
+    in_use.fetch_sub(nbytes, std::memory_order_relaxed);
+    throw ResourceExhaustedError(absl::StrCat("allocating ", nbytes, " bytes on ", gpu.short_name(), " would exceed its ",
+                                              "memory_limit of ", limit, " bytes (", before,
+                                              " in use); free tensors or raise the limit"));
+  }
+  try {
+    DeviceGuard guard(physical);
+    configure_pool(physical);
+    std::shared_ptr<Stream> stream = stream_for(physical);
+    const cudaStream_t s = stream ? stream->stream : cudaStreamLegacy;
+    void* data = nullptr;
+    DISTRIBUTE_CUDA_CHECK(cudaMallocAsync(&data, nbytes, s), "allocating ", nbytes, " bytes on ", gpu.short_name());
+    return std::make_shared<Storage>(data, nbytes, gpu, [stream, s, physical, &in_use](void* p, std::size_t n) {
+      int previous = -1;
+      cudaGetDevice(&previous);
+      if (previous != physical) cudaSetDevice(physical);
+      cudaFreeAsync(p, s);
+      if (previous >= 0 && previous != physical) cudaSetDevice(previous);
+      in_use.fetch_sub(n, std::memory_order_relaxed);
+    });
+  } catch (...) {
+    in_use.fetch_sub(nbytes, std::memory_order_relaxed);
+    throw;
+  }
+}
+
+void copy(void* dst, const Device& dst_device, const void* src, const Device& src_device, std::size_t nbytes) {
+  const Device& gpu = dst_device.is_gpu() ? dst_device : src_device;
+  const int physical = gpu_topology().physical_of(gpu);
+  if (dst_device.is_gpu() && src_device.is_gpu()) gpu_topology().physical_of(src_device);
+  if (nbytes == 0 || dst == src) return;
+  // A replica orders the copy on its own stream, whichever GPU it touches.
+  const bool on_replica = bound_replica != nullptr;
+  DeviceGuard guard(on_replica ? bound_replica->memory_space() : physical);
+  const cudaStream_t s = on_replica ? bound_replica->stream() : cudaStreamLegacy;
+  DISTRIBUTE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s), "copying ", nbytes, " bytes from ",
+                        src_device.short_name(), " to ", dst_device.short_name());
+  if (dst_device.is_cpu()) {
+    DISTRIBUTE_CUDA_CHECK(cudaStreamSynchronize(s), "copying ", nbytes, " bytes from ", src_device.short_name(),
+                          " to ", dst_device.short_name());
+  }
+}
+
+void fill_zero(void* data, const Device& gpu, std::size_t nbytes) {
+  const int physical = gpu_topology().physical_of(gpu);
+  if (nbytes == 0) return;
+  DeviceGuard guard(physical);
+  std::shared_ptr<Stream> stream = stream_for(physical);
+  DISTRIBUTE_CUDA_CHECK(cudaMemsetAsync(data, 0, nbytes, stream ? stream->stream : cudaStreamLegacy), "zeroing ",
+                        nbytes, " bytes on ", gpu.short_name());
+}
+
+void synchronize_bound_stream() {
+  if (bound_replica == nullptr) return;
+  DISTRIBUTE_CUDA_CHECK(cudaStreamSynchronize(bound_replica->stream()), "waiting for the work of the replica on ",
+                        bound_replica->device().short_name());
+}
+
+std::unique_ptr<ReplicaDevice> create_replica_device(const Device& gpu) {
+  return std::make_unique<CudaReplicaDevice>(gpu, gpu_topology().physical_of(gpu));
+}
+
+}  // namespace distribute::detail::gpu
+
+namespace distribute::cuda {
+
+CUstream_st* current_stream() {
+  return detail::gpu::bound_replica != nullptr ? detail::gpu::bound_replica->stream() : cudaStreamLegacy;
+}
+
+}  // namespace distribute::cuda

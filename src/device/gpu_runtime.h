@@ -1,0 +1,33 @@
+// distribute::detail::gpu: what the rest of the library asks of the CUDA runtime. Implemented in
+// cuda/runtime.cc when the build has CUDA and in no_gpu_runtime.cc otherwise (where nothing is
+// visible and every allocation or copy on a GPU throws UnimplementedError), so callers never test
+// the build themselves.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "distribute/detail/storage.h"
+
+namespace distribute::detail::gpu {
+
+// Whether this build has the CUDA backend.
+bool built();
+// Physical GPUs visible (0 when CUDA, its driver or a GPU is missing).
+int physical_device_count();
+// Why physical_device_count() is 0; "" when it is not.
+std::string unavailable_reason();
+
+// Device memory from the physical GPU's stream-ordered pool, on the calling replica's stream (the
+// legacy default stream elsewhere); freed on the same stream. Counts against the logical GPU's
+// memory_limit.
+std::shared_ptr<Storage> allocate(const Device& gpu, std::size_t nbytes);
+// A copy where at least one side is a GPU, ordered on the calling thread's stream; returns once
+// the data is readable by the host when the destination is host memory.
+void copy(void* dst, const Device& dst_device, const void* src, const Device& src_device, std::size_t nbytes);
+void fill_zero(void* data, const Device& gpu, std::size_t nbytes);
+// Waits for the calling replica thread's stream to drain; nothing on other threads.
+void synchronize_bound_stream();
+
+}  // namespace distribute::detail::gpu
