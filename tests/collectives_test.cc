@@ -167,18 +167,35 @@ TYPED_TEST(AllReduceTyped, InputIsNotModified) {
 // ---------------------------------------------------------------------------------------------
 // Scalars, op names, integer MEAN.
 
-class Collectives : public ::testing::TestWithParam<int> {
+// Both backends that serve CPU replicas run every test: shared memory (kAuto) and the
+// reduction to one device, whose code is the same that GPU replicas run.
+std::string backend_label(CrossDeviceOps ops) {
+  return ops == CrossDeviceOps::kAuto ? "SharedMemory" : "ReductionToOneDevice";
+}
+
+class Collectives : public ::testing::TestWithParam<std::tuple<int, CrossDeviceOps>> {
  protected:
-  int n() const { return GetParam(); }
+  int n() const { return std::get<0>(GetParam()); }
+  MirroredStrategyOptions options() const {
+    MirroredStrategyOptions o;
+    o.cross_device_ops = std::get<1>(GetParam());
+    return o;
+  }
   // 0 + 1 + ... + n-1
   int ids_sum() const { return n() * (n() - 1) / 2; }
 };
 
-INSTANTIATE_TEST_SUITE_P(Replicas, Collectives, ::testing::Values(1, 2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param) + "replicas"; });
+INSTANTIATE_TEST_SUITE_P(Replicas, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(CrossDeviceOps::kAuto,
+                                                              CrossDeviceOps::kReductionToOneDevice)),
+                         [](const auto& p) {
+                           return std::to_string(std::get<0>(p.param)) + "replicas" +
+                                  backend_label(std::get<1>(p.param));
+                         });
 
 TEST_P(Collectives, AllReduceScalars) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   auto result = strategy.run([] {
     ReplicaContext& ctx = *get_replica_context();
     const int r = ctx.replica_id_in_sync_group();
@@ -198,7 +215,7 @@ TEST_P(Collectives, AllReduceScalars) {
 }
 
 TEST_P(Collectives, OpNamesAsStrings) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   auto result = strategy.run([] {
     ReplicaContext& ctx = *get_replica_context();
     const double r = ctx.replica_id_in_sync_group();
@@ -215,7 +232,7 @@ TEST_P(Collectives, OpNamesAsStrings) {
 }
 
 TEST_P(Collectives, IntegerMeanTruncates) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   // Replica r holds 2^r + 1: sums are rarely multiples of n.
   auto result = strategy.run([] {
     ReplicaContext& ctx = *get_replica_context();
@@ -243,7 +260,7 @@ TEST_P(Collectives, IntegerMeanTruncates) {
 // Nests.
 
 TEST_P(Collectives, AllReduceStdContainers) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   auto result = strategy.run([] {
     ReplicaContext& ctx = *get_replica_context();
     const int r = ctx.replica_id_in_sync_group();
@@ -279,7 +296,7 @@ TEST_P(Collectives, AllReduceStdContainers) {
 }
 
 TEST_P(Collectives, AllReduceNestedAndMixedDtypes) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   using Nested = std::map<std::string, std::vector<std::pair<Tensor, float>>>;
   using Mixed = std::tuple<Tensor, Tensor, Tensor, Tensor, double, std::int32_t>;
   auto result = strategy.run([] {
@@ -319,7 +336,7 @@ TEST_P(Collectives, AllReduceNestedAndMixedDtypes) {
 }
 
 TEST_P(Collectives, AllReduceUserAggregate) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   auto result = strategy.run([] {
     ReplicaContext& ctx = *get_replica_context();
     const int r = ctx.replica_id_in_sync_group();
@@ -361,7 +378,7 @@ std::vector<std::int64_t> gather_values(int r, const Shape& shape) {
 }
 
 TEST_P(Collectives, AllGatherAlongEveryAxisWithUnevenSizes) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kFloat16, DType::kBFloat16}) {
     for (int axis : {0, 1, 2, -1, -2, -3}) {
       SCOPED_TRACE(::testing::Message() << dtype << " axis " << axis);
@@ -391,7 +408,7 @@ TEST_P(Collectives, AllGatherAlongEveryAxisWithUnevenSizes) {
 }
 
 TEST_P(Collectives, AllGatherWithEmptyContributions) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   // Only the last replica contributes rows.
   PerReplica<Tensor> result = strategy.run([&] {
     const int r = get_replica_context()->replica_id_in_sync_group();
@@ -408,7 +425,7 @@ TEST_P(Collectives, AllGatherWithEmptyContributions) {
 
 // A negative axis counts from the end of each leaf, whatever its rank.
 TEST_P(Collectives, AllGatherNests) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   auto result = strategy.run([&] {
     const int r = get_replica_context()->replica_id_in_sync_group();
     const std::int64_t rows = r + 1;
@@ -444,7 +461,7 @@ TEST_P(Collectives, AllGatherNests) {
 }
 
 TEST_P(Collectives, AllGatherMapAndUserAggregate) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   auto result = strategy.run([&] {
     const int r = get_replica_context()->replica_id_in_sync_group();
     const std::int64_t rows = r + 1;
@@ -587,10 +604,14 @@ constexpr int kTrialsPerKind = 150;
 constexpr int kTrialsPerKind = 1000;
 #endif
 
-class PropertyTest : public ::testing::Test {
+class PropertyTest : public ::testing::TestWithParam<CrossDeviceOps> {
  protected:
   PropertyTest() {
-    for (int n = 1; n <= 4; ++n) strategies_[static_cast<std::size_t>(n)] = std::make_unique<MirroredStrategy>(cpu_devices(n));
+    MirroredStrategyOptions options;
+    options.cross_device_ops = GetParam();
+    for (int n = 1; n <= 4; ++n) {
+      strategies_[static_cast<std::size_t>(n)] = std::make_unique<MirroredStrategy>(cpu_devices(n), options);
+    }
   }
   MirroredStrategy& strategy(int n) { return *strategies_[static_cast<std::size_t>(n)]; }
 
@@ -609,7 +630,7 @@ class PropertyTest : public ::testing::Test {
   int failures_ = 0;
 };
 
-TEST_F(PropertyTest, AllReduceMatchesReference) {
+TEST_P(PropertyTest, AllReduceMatchesReference) {
   for (int trial = 0; trial < kTrialsPerKind; ++trial) {
     const Trial t = maker_.make(4, false, 0);
     PerReplica<Tensor> inputs(t.tensors());
@@ -621,7 +642,7 @@ TEST_F(PropertyTest, AllReduceMatchesReference) {
 }
 
 // A list of up to three tensors of different dtypes and shapes, reduced in one call.
-TEST_F(PropertyTest, AllReduceOfMixedListsMatchesReference) {
+TEST_P(PropertyTest, AllReduceOfMixedListsMatchesReference) {
   for (int trial = 0; trial < kTrialsPerKind / 2; ++trial) {
     const int n = maker_.uniform(1, 4);
     const ReduceOp op = maker_.uniform(0, 1) == 0 ? ReduceOp::kSum : ReduceOp::kMean;
@@ -655,7 +676,7 @@ TEST_F(PropertyTest, AllReduceOfMixedListsMatchesReference) {
   }
 }
 
-TEST_F(PropertyTest, AllGatherMatchesReference) {
+TEST_P(PropertyTest, AllGatherMatchesReference) {
   for (int trial = 0; trial < kTrialsPerKind; ++trial) {
     const Trial t = maker_.make(4, true, 0);
     PerReplica<Tensor> inputs(t.tensors());
@@ -666,7 +687,7 @@ TEST_F(PropertyTest, AllGatherMatchesReference) {
   }
 }
 
-TEST_F(PropertyTest, StrategyReduceMatchesReference) {
+TEST_P(PropertyTest, StrategyReduceMatchesReference) {
   for (int trial = 0; trial < kTrialsPerKind; ++trial) {
     const Trial t = maker_.make(4, false, 0);
     PerReplica<Tensor> inputs(t.tensors());
@@ -674,7 +695,7 @@ TEST_F(PropertyTest, StrategyReduceMatchesReference) {
   }
 }
 
-TEST_F(PropertyTest, StrategyReduceAlongAnAxisMatchesReference) {
+TEST_P(PropertyTest, StrategyReduceAlongAnAxisMatchesReference) {
   for (int trial = 0; trial < kTrialsPerKind; ++trial) {
     // At least one element along the axis on each replica, so that MEAN has a count.
     const Trial t = maker_.make(4, true, 1);
@@ -684,7 +705,7 @@ TEST_F(PropertyTest, StrategyReduceAlongAnAxisMatchesReference) {
   }
 }
 
-TEST_F(PropertyTest, StrategyGatherMatchesReference) {
+TEST_P(PropertyTest, StrategyGatherMatchesReference) {
   for (int trial = 0; trial < kTrialsPerKind; ++trial) {
     const Trial t = maker_.make(4, true, 0);
     PerReplica<Tensor> inputs(t.tensors());
@@ -692,6 +713,10 @@ TEST_F(PropertyTest, StrategyGatherMatchesReference) {
     check(t, strategy(t.n).gather(inputs, t.axis), shape, expected, "Strategy::gather");
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, PropertyTest,
+                         ::testing::Values(CrossDeviceOps::kAuto, CrossDeviceOps::kReductionToOneDevice),
+                         [](const auto& p) { return backend_label(p.param); });
 
 }  // namespace
 }  // namespace distribute

@@ -213,6 +213,21 @@ const std::vector<Row>& expected_rows() {
       {"E78",
        "DeadlineExceededError",
        {"timed out after 0.05 s: replica 1 did not arrive while replica 0 waits in merge_call #1"}},
+      {"E79", "OutOfRangeError", {"does not exist:", "logical GPU(s) are visible"}},
+      {"E80", "InvalidArgumentError", {"MirroredStrategy: devices CPU:0 and GPU:0 mix CPUs and GPUs"}},
+      {"E81", "InvalidArgumentError", {"CrossDeviceOps::kNcclAllReduce needs GPU devices and CPU:0 is a CPU"}},
+      {"E82",
+       "InvalidArgumentError",
+       {"kNcclAllReduce cannot run GPU:0 and GPU:1: both are logical GPUs of physical GPU 0",
+        "use kReductionToOneDevice or kAuto"}},
+      {"E83", "UnimplementedError", {"kNcclAllReduce needs NCCL", "-DDISTRIBUTE_WITH_NCCL=ON"}},
+      {"E84", "FailedPreconditionError", {"set_logical_device_configuration: GPUs are already in use"}},
+      {"E85", "OutOfRangeError", {"set_logical_device_configuration: physical GPU", "does not exist"}},
+      {"E86", "InvalidArgumentError", {"the list of logical devices for physical GPU 0 is empty"}},
+      {"E87", "UnimplementedError", {"set_logical_device_configuration: this build of distribute has no GPU backend"}},
+      {"E88", "InvalidArgumentError", {"is on CPU:0 but the replica runs on GPU:0", "move it with to()"}},
+      {"E89", "InvalidArgumentError", {"Tensor::from_blob: null data for shape (2,)"}},
+      {"E90", "ResourceExhaustedError", {"would exceed its memory_limit of 1048576 bytes"}},
   };
   return rows;
 }
@@ -900,6 +915,88 @@ TEST(Errors, E78_StrategyWideTimeout) {
     });
   });
   EXPECT_FALSE(merge_fn_ran);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPUs. Rows that need a GPU (or a build without CUDA or NCCL) skip elsewhere with the reason.
+
+#define SKIP_UNLESS_GPU()                                                                      \
+  if (num_physical_gpus() == 0) GTEST_SKIP() << "no GPU visible: " << gpu_unavailable_reason()
+
+TEST(Errors, E79_GpuThatDoesNotExist) {
+  if (!DISTRIBUTE_HAS_CUDA) GTEST_SKIP() << "this build has no GPU backend (row E13 applies)";
+  const std::string missing = "GPU:" + std::to_string(list_logical_gpus().size());
+  expect_row<OutOfRangeError>("E79", [&] { MirroredStrategy strategy({missing}); });
+  expect_row<OutOfRangeError>("E79", [&] { OneDeviceStrategy strategy(missing); });
+  expect_row<OutOfRangeError>("E79", [&] { Tensor::empty(DType::kFloat32, Shape{2}, Device::parse(missing)); });
+}
+
+TEST(Errors, E80_MirroredStrategyMixesCpusAndGpus) {
+  if (!DISTRIBUTE_HAS_CUDA) GTEST_SKIP() << "this build has no GPU backend (row E13 applies)";
+  expect_row<InvalidArgumentError>("E80", [] { MirroredStrategy strategy({"CPU:0", "GPU:0"}); });
+}
+
+TEST(Errors, E81_NcclOnCpuDevices) {
+  MirroredStrategyOptions options;
+  options.cross_device_ops = CrossDeviceOps::kNcclAllReduce;
+  expect_row<InvalidArgumentError>("E81", [&] { MirroredStrategy strategy(cpu_devices(2), options); });
+}
+
+TEST(Errors, E82_NcclOverLogicalGpusOfOnePhysicalGpu) {
+  SKIP_UNLESS_GPU();
+  if (!DISTRIBUTE_HAS_NCCL) GTEST_SKIP() << "this build has no NCCL (row E83 applies)";
+  set_logical_device_configuration(0, {{}, {}});
+  MirroredStrategyOptions options;
+  options.cross_device_ops = CrossDeviceOps::kNcclAllReduce;
+  expect_row<InvalidArgumentError>("E82", [&] { MirroredStrategy strategy({"GPU:0", "GPU:1"}, options); });
+}
+
+TEST(Errors, E83_NcclInABuildWithoutIt) {
+  SKIP_UNLESS_GPU();
+  if (DISTRIBUTE_HAS_NCCL) GTEST_SKIP() << "this build has NCCL";
+  MirroredStrategyOptions options;
+  options.cross_device_ops = CrossDeviceOps::kNcclAllReduce;
+  expect_row<UnimplementedError>("E83", [&] { MirroredStrategy strategy({"GPU:0"}, options); });
+}
+
+TEST(Errors, E84_LogicalConfigurationAfterFirstUse) {
+  SKIP_UNLESS_GPU();
+  (void)Tensor::empty(DType::kFloat32, Shape{1}, Device::gpu(0));
+  expect_row<FailedPreconditionError>("E84", [] { set_logical_device_configuration(0, {{}, {}}); });
+}
+
+TEST(Errors, E85_LogicalConfigurationOfAMissingPhysicalGpu) {
+  if (!DISTRIBUTE_HAS_CUDA) GTEST_SKIP() << "this build has no GPU backend (row E87 applies)";
+  expect_row<OutOfRangeError>("E85", [] { set_logical_device_configuration(num_physical_gpus(), {{}}); });
+}
+
+TEST(Errors, E86_LogicalConfigurationWithAnEmptyList) {
+  SKIP_UNLESS_GPU();
+  expect_row<InvalidArgumentError>("E86", [] { set_logical_device_configuration(0, {}); });
+}
+
+TEST(Errors, E87_LogicalConfigurationWithoutCuda) {
+  if (DISTRIBUTE_HAS_CUDA) GTEST_SKIP() << "this build has a GPU backend";
+  expect_row<UnimplementedError>("E87", [] { set_logical_device_configuration(0, {{}, {}}); });
+}
+
+TEST(Errors, E88_CollectiveOnATensorOfAnotherDevice) {
+  SKIP_UNLESS_GPU();
+  Tensor host = Tensor::from_vector<float>({1, 2});
+  MirroredStrategy strategy({"GPU:0"});
+  expect_row<InvalidArgumentError>("E88", [&] {
+    strategy.run([&] { return get_replica_context()->all_reduce(ReduceOp::kSum, host); });
+  });
+}
+
+TEST(Errors, E89_FromBlobWithNullData) {
+  expect_row<InvalidArgumentError>("E89", [] { Tensor::from_blob(nullptr, DType::kFloat32, Shape{2}, Device::cpu()); });
+}
+
+TEST(Errors, E90_LogicalGpuMemoryLimit) {
+  SKIP_UNLESS_GPU();
+  set_logical_device_configuration(0, {{.memory_limit = 1 << 20}});
+  expect_row<ResourceExhaustedError>("E90", [] { Tensor::empty(DType::kFloat32, Shape{1 << 19}, Device::gpu(0)); });
 }
 
 // ---------------------------------------------------------------------------------------------

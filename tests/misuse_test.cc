@@ -60,16 +60,29 @@ class Guarded : public Base {
 
 class Misuse : public Guarded<::testing::Test> {};
 
-class MisuseAcrossReplicas : public Guarded<::testing::TestWithParam<int>> {
+// Every misuse runs against both backends of CPU replicas: shared memory, and the reduction to
+// one device (whose barriers and ordering marks GPU replicas use too).
+class MisuseAcrossReplicas : public Guarded<::testing::TestWithParam<std::tuple<int, CrossDeviceOps>>> {
  protected:
-  int n() const { return GetParam(); }
-  int last() const { return GetParam() - 1; }
+  int n() const { return std::get<0>(GetParam()); }
+  int last() const { return n() - 1; }
+  MirroredStrategyOptions options() const {
+    MirroredStrategyOptions o;
+    o.cross_device_ops = std::get<1>(GetParam());
+    return o;
+  }
   // "replicas 0, 1" for the replicas other than the last one.
   std::string all_but_last() const { return replicas_text(replicas_except(n(), {last()})); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Replicas, MisuseAcrossReplicas, ::testing::Values(2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param) + "replicas"; });
+INSTANTIATE_TEST_SUITE_P(
+    Replicas, MisuseAcrossReplicas,
+    ::testing::Combine(::testing::Values(2, 3, 4),
+                       ::testing::Values(CrossDeviceOps::kAuto, CrossDeviceOps::kReductionToOneDevice)),
+    [](const auto& p) {
+      return std::to_string(std::get<0>(p.param)) + "replicas" +
+             (std::get<1>(p.param) == CrossDeviceOps::kAuto ? "SharedMemory" : "ReductionToOneDevice");
+    });
 
 int replica_id() { return get_replica_context()->replica_id_in_sync_group(); }
 
@@ -126,7 +139,7 @@ class Caught {
 // Replicas passing different values to one collective: InvalidArgumentError naming them.
 
 TEST_P(MisuseAcrossReplicas, AllReduceShapeMismatch) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   expect_error<InvalidArgumentError>(
       [&] {
@@ -160,7 +173,7 @@ TEST_F(Misuse, AllReduceShapeMismatchGroupsReplicas) {
 }
 
 TEST_P(MisuseAcrossReplicas, AllReduceDTypeMismatch) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   expect_error<InvalidArgumentError>(
       [&] {
@@ -189,7 +202,7 @@ TEST_F(Misuse, DTypeMismatchInsideNestNamesTheLeaf) {
 }
 
 TEST_P(MisuseAcrossReplicas, NestStructureMismatch) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   // One more key on the odd replica.
   expect_error<InvalidArgumentError>(
@@ -217,7 +230,7 @@ TEST_P(MisuseAcrossReplicas, NestStructureMismatch) {
 }
 
 TEST_P(MisuseAcrossReplicas, ReduceOpMismatch) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   expect_error<InvalidArgumentError>(
       [&] { strategy.run([odd] { get_replica_context()->all_reduce(replica_id() == odd ? "mean" : "sum", 1.0); }); },
@@ -227,7 +240,7 @@ TEST_P(MisuseAcrossReplicas, ReduceOpMismatch) {
 }
 
 TEST_P(MisuseAcrossReplicas, AllGatherShapeMismatchOutsideAxis) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   // Sizes along axis 1 differ on every replica, which is allowed; dimension 0 differs on one.
   expect_error<InvalidArgumentError>(
@@ -244,7 +257,7 @@ TEST_P(MisuseAcrossReplicas, AllGatherShapeMismatchOutsideAxis) {
 }
 
 TEST_P(MisuseAcrossReplicas, AllGatherAxisMismatch) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   expect_error<InvalidArgumentError>(
       [&] {
@@ -268,7 +281,7 @@ TEST_F(Misuse, AllGatherAxisSpelledNegativelyIsTheSameAxis) {
 }
 
 TEST_P(MisuseAcrossReplicas, CommunicationOptionsMismatch) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   expect_error<InvalidArgumentError>(
       [&] {
@@ -288,7 +301,7 @@ TEST_P(MisuseAcrossReplicas, CommunicationOptionsMismatch) {
 // Replicas making different calls: FailedPreconditionError naming them and the collective.
 
 TEST_P(MisuseAcrossReplicas, AllGatherWhereOthersAllReduce) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   expect_error<FailedPreconditionError>(
       [&] {
@@ -344,7 +357,7 @@ TEST_F(Misuse, MergeCallWhereOthersAllReduce) {
 }
 
 TEST_P(MisuseAcrossReplicas, MergeCallWithArgumentsOfOtherTypes) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   const auto merge_fn = [](Strategy&, const auto&) {};
   expect_error<FailedPreconditionError>(
@@ -367,7 +380,7 @@ TEST_P(MisuseAcrossReplicas, MergeCallWithArgumentsOfOtherTypes) {
 // A replica that leaves while the others wait.
 
 TEST_P(MisuseAcrossReplicas, ReplicaReturnsWhileOthersWaitInAllReduce) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   Caught caught(n());
   expect_error<FailedPreconditionError>(
       [&] {
@@ -388,7 +401,7 @@ TEST_P(MisuseAcrossReplicas, ReplicaReturnsWhileOthersWaitInAllReduce) {
 
 // The classic hang: one replica runs out of data a step early.
 TEST_P(MisuseAcrossReplicas, ReplicaRunsOutOfDataOneStepEarly) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   expect_error<FailedPreconditionError>(
       [&] {
@@ -419,7 +432,7 @@ TEST_F(Misuse, SeveralReplicasReturnWhileOthersWaitInAllGather) {
 }
 
 TEST_P(MisuseAcrossReplicas, ReplicaSkipsMergeCall) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   bool merge_fn_ran = false;
   // Skipping it and returning.
@@ -452,7 +465,7 @@ TEST_P(MisuseAcrossReplicas, ReplicaSkipsMergeCall) {
 // A replica (or merge_fn) that raises: run rethrows the original, the others are released.
 
 TEST_P(MisuseAcrossReplicas, ReplicaRaisesWhileOthersWaitInAllReduce) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   Caught caught(n());
   std::optional<int> thrower;
   try {
@@ -474,7 +487,7 @@ TEST_P(MisuseAcrossReplicas, ReplicaRaisesWhileOthersWaitInAllReduce) {
 }
 
 TEST_P(MisuseAcrossReplicas, ReplicaRaisesWhileOthersWaitInMergeCall) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();
   Caught caught(n());
   bool merge_fn_ran = false;
@@ -535,7 +548,7 @@ TEST_F(Misuse, SeveralReplicasRaise) {
 }
 
 TEST_P(MisuseAcrossReplicas, MergeFnRaises) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   Caught caught(n());
   std::optional<int> thrower;
   try {
@@ -557,7 +570,7 @@ TEST_P(MisuseAcrossReplicas, MergeFnRaises) {
 // Timeouts: a replica stuck in user code.
 
 TEST_P(MisuseAcrossReplicas, CollectiveTimeoutNamesTheStuckReplica) {
-  MirroredStrategy strategy(cpu_devices(n()));
+  MirroredStrategy strategy(cpu_devices(n()), options());
   expect_error<DeadlineExceededError>(
       [&] {
         strategy.run([] {
@@ -588,7 +601,9 @@ TEST_F(Misuse, CollectiveTimeoutNamesEveryStuckReplica) {
 }
 
 TEST_P(MisuseAcrossReplicas, StrategyWideTimeout) {
-  MirroredStrategy strategy(cpu_devices(n()), MirroredStrategyOptions{.communication = {.timeout = kShortTimeout}});
+  MirroredStrategyOptions timed = options();
+  timed.communication.timeout = kShortTimeout;
+  MirroredStrategy strategy(cpu_devices(n()), timed);
   const int odd = last();
   expect_error<DeadlineExceededError>(
       [&] {

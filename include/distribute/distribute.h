@@ -9,6 +9,7 @@
 #include "distribute/collective/reduce_op.h"
 #include "distribute/device/device.h"
 #include "distribute/device/dtype.h"
+#include "distribute/device/gpu.h"
 #include "distribute/device/shape.h"
 #include "distribute/device/tensor.h"
 #include "distribute/errors.h"

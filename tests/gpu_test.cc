@@ -1,0 +1,504 @@
+// GPU replicas. The first part runs everywhere: the rules of logical GPUs and of the choice of
+// cross-device ops, the mapping of CUDA and NCCL failures to typed errors, the no-GPU paths, and
+// zero-copy views of user memory. The second part needs a GPU and skips with the reason when none
+// is visible: OneDeviceStrategy on a GPU, MirroredStrategy over one GPU through NCCL, over 2-4
+// logical GPUs of one physical GPU through one device, over every physical GPU, with every dtype,
+// nests, uneven gathers, user device buffers, failures and rebuilds.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "device/gpu_topology.h"
+#include "distribute/config.h"
+#include "distribute/distribute.h"
+#include "distribute/device/gpu.h"
+#include "strategy/cross_device_ops.h"
+#include "testing/error_expect.h"
+#include "testing/replica_harness.h"
+
+#if DISTRIBUTE_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "device/cuda/cuda_error.h"
+#endif
+#if DISTRIBUTE_HAS_NCCL
+#include "collective/nccl/nccl_error.h"
+#endif
+
+namespace distribute {
+namespace {
+
+using testing::cpu_devices;
+using testing::expect_error;
+
+// ---------------------------------------------------------------------------------------------
+// Everywhere.
+
+TEST(GpuTopology, EachPhysicalGpuIsOneLogicalGpuByDefault) {
+  detail::GpuTopology topology(2);
+  EXPECT_EQ(topology.num_logical(), 2);
+  EXPECT_EQ(topology.physical_of(Device::gpu(0)), 0);
+  EXPECT_EQ(topology.physical_of(Device::gpu(1)), 1);
+  EXPECT_EQ(topology.memory_limit(Device::gpu(1)), 0u);
+}
+
+TEST(GpuTopology, LogicalGpusAreNumberedPhysicalGpuByPhysicalGpu) {
+  detail::GpuTopology topology(2);
+  topology.configure(1, {{.memory_limit = 100}, {.memory_limit = 200}, {}});
+  EXPECT_EQ(topology.num_logical(), 4);
+  EXPECT_EQ(topology.physical_of(Device::gpu(0)), 0);
+  EXPECT_EQ(topology.physical_of(Device::gpu(1)), 1);
+  EXPECT_EQ(topology.physical_of(Device::gpu(3)), 1);
+  EXPECT_EQ(topology.memory_limit(Device::gpu(1)), 100u);
+  EXPECT_EQ(topology.memory_limit(Device::gpu(2)), 200u);
+  EXPECT_EQ(topology.memory_limit(Device::gpu(3)), 0u);
+}
+
+TEST(GpuTopology, ConfigurationIsFixedByFirstUse) {
+  detail::GpuTopology topology(1);
+  topology.configure(0, {{}, {}});
+  topology.configure(0, {{}, {}, {}});  // still allowed: nothing used a GPU yet
+  EXPECT_EQ(topology.physical_of(Device::gpu(2)), 0);
+  expect_error<FailedPreconditionError>([&] { topology.configure(0, {{}}); },
+                                        {"set_logical_device_configuration: GPUs are already in use",
+                                         "before any strategy or tensor uses a GPU"});
+}
+
+TEST(GpuTopology, BadConfigurationsAndMissingGpus) {
+  detail::GpuTopology topology(1);
+  expect_error<OutOfRangeError>([&] { topology.configure(1, {{}}); },
+                                {"physical GPU 1 does not exist", "1 physical GPU(s) are visible"});
+  expect_error<InvalidArgumentError>([&] { topology.configure(0, {}); },
+                                     {"the list of logical devices for physical GPU 0 is empty"});
+  expect_error<OutOfRangeError>([&] { (void)topology.physical_of(Device::gpu(1)); },
+                                {"GPU:1 does not exist: 1 logical GPU(s) are visible", "list_logical_gpus()"});
+}
+
+TEST(CrossDeviceOpsChoice, CpuDevices) {
+  const std::vector<Device> cpus = {Device::cpu(0), Device::cpu(1)};
+  const std::vector<int> none = {-1, -1};
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, cpus, none, true), detail::Backend::kSharedMemory);
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kReductionToOneDevice, cpus, none, true),
+            detail::Backend::kReductionToOneDevice);
+  expect_error<InvalidArgumentError>(
+      [&] { detail::choose_backend(CrossDeviceOps::kNcclAllReduce, cpus, none, true); },
+      {"CrossDeviceOps::kNcclAllReduce needs GPU devices and CPU:0 is a CPU"});
+}
+
+TEST(CrossDeviceOpsChoice, DistinctPhysicalGpus) {
+  const std::vector<Device> gpus = {Device::gpu(0), Device::gpu(1)};
+  const std::vector<int> physical = {0, 1};
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, gpus, physical, true), detail::Backend::kNccl);
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kNcclAllReduce, gpus, physical, true), detail::Backend::kNccl);
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kReductionToOneDevice, gpus, physical, true),
+            detail::Backend::kReductionToOneDevice);
+  // Without NCCL in the build, kAuto falls back and an explicit request says why it cannot.
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, gpus, physical, false),
+            detail::Backend::kReductionToOneDevice);
+  expect_error<UnimplementedError>([&] { detail::choose_backend(CrossDeviceOps::kNcclAllReduce, gpus, physical, false); },
+                                   {"kNcclAllReduce needs NCCL", "-DDISTRIBUTE_WITH_NCCL=ON"});
+}
+
+TEST(CrossDeviceOpsChoice, LogicalGpusOfOnePhysicalGpu) {
+  const std::vector<Device> gpus = {Device::gpu(0), Device::gpu(1), Device::gpu(2)};
+  const std::vector<int> physical = {0, 1, 1};
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, gpus, physical, true),
+            detail::Backend::kReductionToOneDevice);
+  expect_error<InvalidArgumentError>(
+      [&] { detail::choose_backend(CrossDeviceOps::kNcclAllReduce, gpus, physical, true); },
+      {"kNcclAllReduce cannot run GPU:1 and GPU:2", "both are logical GPUs of physical GPU 1",
+       "use kReductionToOneDevice or kAuto"});
+}
+
+TEST(CrossDeviceOpsChoice, StrategiesReportTheirBackend) {
+  EXPECT_EQ(MirroredStrategy(cpu_devices(2)).cross_device_ops(), "SharedMemoryAllReduce");
+  MirroredStrategyOptions options;
+  options.cross_device_ops = CrossDeviceOps::kReductionToOneDevice;
+  EXPECT_EQ(MirroredStrategy(cpu_devices(3), options).cross_device_ops(), "ReductionToOneDevice");
+  options.cross_device_ops = CrossDeviceOps::kNcclAllReduce;
+  expect_error<InvalidArgumentError>([&] { MirroredStrategy strategy(cpu_devices(2), options); },
+                                     {"kNcclAllReduce needs GPU devices"});
+}
+
+TEST(Devices, MixingCpusAndGpusIsRejected) {
+  expect_error<InvalidArgumentError>([] { MirroredStrategy strategy({"CPU:0", "GPU:0"}); },
+                                     {"devices CPU:0 and GPU:0 mix CPUs and GPUs"});
+}
+
+TEST(Devices, WithoutGpusTheDefaultStrategyDeviceIsTheCpu) {
+  if (num_physical_gpus() > 0) GTEST_SKIP() << "GPUs are visible";
+  EXPECT_FALSE(gpu_unavailable_reason().empty());
+  EXPECT_TRUE(list_logical_gpus().empty());
+  MirroredStrategy strategy;
+  EXPECT_EQ(strategy.name(), "MirroredStrategy(CPU:0)");
+}
+
+TEST(Devices, GpusThatDoNotExist) {
+  if (!DISTRIBUTE_HAS_CUDA) GTEST_SKIP() << "this build has no GPU backend";
+  const std::string missing = "GPU:" + std::to_string(static_cast<int>(list_logical_gpus().size()));
+  const std::vector<std::string> words = {missing + " does not exist", "logical GPU(s) are visible"};
+  expect_error<OutOfRangeError>([&] { MirroredStrategy strategy({missing}); }, words);
+  expect_error<OutOfRangeError>([&] { OneDeviceStrategy strategy(missing); }, words);
+  expect_error<OutOfRangeError>([&] { (void)Tensor::empty(DType::kFloat32, Shape{2}, Device::parse(missing)); },
+                                words);
+  expect_error<OutOfRangeError>([&] { (void)physical_gpu_of(Device::parse(missing)); }, words);
+}
+
+TEST(Devices, LogicalConfigurationOfAMissingGpu) {
+  if (!DISTRIBUTE_HAS_CUDA) {
+    expect_error<UnimplementedError>([] { set_logical_device_configuration(0, {{}, {}}); },
+                                     {"this build of distribute has no GPU backend"});
+    return;
+  }
+  const int missing = num_physical_gpus();
+  expect_error<OutOfRangeError>([&] { set_logical_device_configuration(missing, {{}, {}}); },
+                                {"physical GPU " + std::to_string(missing) + " does not exist"});
+}
+
+TEST(Devices, CurrentStreamOutsideReplicasIsTheLegacyStream) {
+  if (!DISTRIBUTE_HAS_CUDA) {
+    EXPECT_EQ(cuda::current_stream(), nullptr);
+    return;
+  }
+#if DISTRIBUTE_HAS_CUDA
+  EXPECT_EQ(cuda::current_stream(), cudaStreamLegacy);
+#endif
+}
+
+TEST(FromBlob, AllReduceReadsTheCallersHostBufferWithoutACopy) {
+  std::vector<std::vector<float>> buffers = {{1, 2, 3}, {10, 20, 30}};
+  PerReplica<Tensor> inputs({Tensor::from_blob(buffers[0].data(), DType::kFloat32, Shape{3}, Device::cpu(0)),
+                             Tensor::from_blob(buffers[1].data(), DType::kFloat32, Shape{3}, Device::cpu(1))});
+  EXPECT_EQ(inputs[0].raw_data(), buffers[0].data());
+  MirroredStrategy strategy(cpu_devices(2));
+  PerReplica<Tensor> sums = strategy.run(
+      [](const Tensor& mine) { return get_replica_context()->all_reduce(ReduceOp::kSum, mine); }, inputs);
+  EXPECT_EQ(sums[0].to_vector<float>(), (std::vector<float>{11, 22, 33}));
+  EXPECT_EQ(sums[1].to_vector<float>(), (std::vector<float>{11, 22, 33}));
+  buffers[0][0] = 5;  // a view, not a copy
+  EXPECT_EQ(inputs[0].to_vector<float>()[0], 5.0f);
+}
+
+TEST(FromBlob, NullDataIsRejected) {
+  expect_error<InvalidArgumentError>(
+      [] { (void)Tensor::from_blob(nullptr, DType::kFloat32, Shape{2}, Device::cpu()); },
+      {"Tensor::from_blob: null data for shape (2,)"});
+  EXPECT_EQ(Tensor::from_blob(nullptr, DType::kInt32, Shape{0}, Device::cpu()).num_elements(), 0);
+}
+
+TEST(DefaultDevice, TensorsCreatedInAReplicaLiveOnItsDevice) {
+  EXPECT_EQ(default_device(), Device::cpu(0));
+  MirroredStrategy strategy(cpu_devices(3));
+  PerReplica<Tensor> made = strategy.run([] { return Tensor::from_vector<int>({1}); });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(made[r].device(), Device::cpu(r));
+}
+
+#if DISTRIBUTE_HAS_CUDA
+TEST(CudaErrors, MapToTypedErrors) {
+  EXPECT_EQ(detail::gpu::cuda_error_code(cudaErrorMemoryAllocation), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(detail::gpu::cuda_error_code(cudaErrorInsufficientDriver), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(detail::gpu::cuda_error_code(cudaErrorNoDevice), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(detail::gpu::cuda_error_code(cudaErrorInvalidDevicePointer), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(detail::gpu::cuda_error_code(cudaErrorIllegalAddress), absl::StatusCode::kInternal);
+  expect_error<ResourceExhaustedError>(
+      [] { detail::gpu::throw_cuda_error(cudaErrorMemoryAllocation, "allocating 8 bytes on GPU:0"); },
+      {"allocating 8 bytes on GPU:0: CUDA error cudaErrorMemoryAllocation (out of memory)"});
+  expect_error<InternalError>([] { detail::gpu::throw_cuda_error(cudaErrorIllegalAddress, "reducing"); },
+                              {"reducing: CUDA error cudaErrorIllegalAddress", "restart the process"});
+  expect_error<UnavailableError>([] { detail::gpu::throw_cuda_error(cudaErrorInsufficientDriver, "starting"); },
+                                 {"starting: CUDA error cudaErrorInsufficientDriver"});
+}
+#endif
+
+#if DISTRIBUTE_HAS_NCCL
+TEST(NcclErrors, MapToTypedErrors) {
+  using collective::nccl::nccl_error_code;
+  EXPECT_EQ(nccl_error_code(ncclInvalidArgument), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(nccl_error_code(ncclInvalidUsage), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(nccl_error_code(ncclSystemError), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(nccl_error_code(ncclRemoteError), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(nccl_error_code(ncclUnhandledCudaError), absl::StatusCode::kInternal);
+  expect_error<UnavailableError>(
+      [] { collective::nccl::throw_nccl_error(ncclSystemError, nullptr, "all_reduce #1 on replica 0"); },
+      {"all_reduce #1 on replica 0: NCCL error 2 (unhandled system error"});
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// On a GPU.
+
+#if !DISTRIBUTE_HAS_CUDA
+TEST(OnGpu, NotBuilt) { GTEST_SKIP() << "this build has no GPU backend (configure with -DDISTRIBUTE_WITH_CUDA=ON)"; }
+#else
+
+class OnGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (num_physical_gpus() == 0) GTEST_SKIP() << "no GPU visible: " << gpu_unavailable_reason();
+  }
+};
+
+// Splits physical GPU 0 into n logical GPUs; call before anything uses a GPU.
+void split_gpu0(int n) { set_logical_device_configuration(0, std::vector<LogicalDeviceConfiguration>(n)); }
+
+template <class T>
+std::vector<T> values_for(int replica, int count) {
+  std::vector<T> v;
+  for (int i = 0; i < count; ++i) v.push_back(static_cast<T>(static_cast<float>(replica + 1 + i % 7)));
+  return v;
+}
+
+// Every replica all-reduces (SUM and MEAN) and all-gathers float32 tensors created on its device.
+void expect_collectives_work(MirroredStrategy& strategy) {
+  const int n = strategy.num_replicas_in_sync();
+  PerReplica<Tensor> sums = strategy.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    const int r = ctx.replica_id_in_sync_group();
+    Tensor mine = Tensor::from_vector<float>(values_for<float>(r, 1000));
+    EXPECT_EQ(mine.device(), ctx.device());
+    return ctx.all_reduce(ReduceOp::kSum, mine);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(sums[r].device(), strategy.extended().worker_devices()[static_cast<std::size_t>(r)]);
+    const std::vector<float> got = sums[r].to_vector<float>();
+    for (int i = 0; i < 1000; ++i) {
+      float expected = 0;
+      for (int q = 0; q < n; ++q) expected += static_cast<float>(q + 1 + i % 7);
+      ASSERT_EQ(got[static_cast<std::size_t>(i)], expected) << "replica " << r << " element " << i;
+    }
+  }
+  // Uneven sizes along the axis, and an inner axis.
+  PerReplica<std::vector<Tensor>> gathered = strategy.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    const int r = ctx.replica_id_in_sync_group();
+    std::vector<int> rows(static_cast<std::size_t>(2 * (r + 1)), r);
+    Tensor column = Tensor::from_vector<int>(std::vector<int>(static_cast<std::size_t>(r + 1) * 2, r),
+                                             Shape{2, r + 1});
+    return std::vector<Tensor>{ctx.all_gather(Tensor::from_vector<int>(rows), 0), ctx.all_gather(column, 1)};
+  });
+  for (int r = 0; r < n; ++r) {
+    std::vector<int> expected_rows;
+    std::vector<int> expected_row;
+    for (int q = 0; q < n; ++q) {
+      expected_rows.insert(expected_rows.end(), static_cast<std::size_t>(2 * (q + 1)), q);
+      expected_row.insert(expected_row.end(), static_cast<std::size_t>(q + 1), q);
+    }
+    std::vector<int> expected_matrix = expected_row;
+    expected_matrix.insert(expected_matrix.end(), expected_row.begin(), expected_row.end());
+    EXPECT_EQ(gathered[r][0].to_vector<int>(), expected_rows);
+    EXPECT_EQ(gathered[r][1].to_vector<int>(), expected_matrix);
+  }
+  // Scalars, a mixed-dtype nest, MEAN, merge_call with reduce_to and Strategy::reduce.
+  PerReplica<double> means = strategy.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    return ctx.all_reduce(ReduceOp::kMean, static_cast<double>(ctx.replica_id_in_sync_group()));
+  });
+  for (int r = 0; r < n; ++r) EXPECT_DOUBLE_EQ(means[r], (n - 1) / 2.0);
+  PerReplica<Tensor> ones = strategy.run([] { return Tensor::from_vector<float>({1, 2}); });
+  EXPECT_EQ(strategy.reduce(ReduceOp::kSum, ones, std::nullopt).to_vector<float>(),
+            (std::vector<float>{static_cast<float>(n), 2.0f * static_cast<float>(n)}));
+  PerReplica<Tensor> merged = strategy.run([] {
+    Tensor mine = Tensor::from_vector<float>({3});
+    return get_replica_context()->merge_call(
+        [](Strategy& s, const PerReplica<Tensor>& v) {
+          return s.extended().reduce_to(ReduceOp::kSum, v, v);
+        },
+        mine);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(merged[r].to_vector<float>(), (std::vector<float>{3.0f * static_cast<float>(n)}));
+}
+
+TEST_F(OnGpu, OneDeviceStrategy) {
+  OneDeviceStrategy strategy("GPU:0");
+  PerReplica<Tensor> out = strategy.run([] {
+    Tensor t = Tensor::from_vector<float>({1, 2, 3});
+    EXPECT_EQ(t.device(), Device::gpu(0));
+    EXPECT_NE(cuda::current_stream(), nullptr);
+    return get_replica_context()->all_reduce(ReduceOp::kSum, t);
+  });
+  EXPECT_EQ(out[0].device(), Device::gpu(0));
+  EXPECT_EQ(out[0].to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(Tensor::zeros(DType::kInt64, Shape{3}, Device::gpu(0)).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{0, 0, 0}));
+}
+
+TEST_F(OnGpu, MirroredOverOneGpuThroughNccl) {
+  if (!DISTRIBUTE_HAS_NCCL) GTEST_SKIP() << "this build has no NCCL";
+  MirroredStrategy strategy({"GPU:0"});
+  EXPECT_EQ(strategy.cross_device_ops(), "NcclAllReduce");
+  expect_collectives_work(strategy);
+}
+
+TEST_F(OnGpu, MirroredOverEveryPhysicalGpu) {
+  MirroredStrategy strategy;  // every GPU
+  EXPECT_EQ(strategy.num_replicas_in_sync(), num_physical_gpus());
+  EXPECT_EQ(strategy.cross_device_ops(), DISTRIBUTE_HAS_NCCL ? "NcclAllReduce" : "ReductionToOneDevice");
+  expect_collectives_work(strategy);
+}
+
+class OnLogicalGpus : public OnGpu, public ::testing::WithParamInterface<int> {};
+INSTANTIATE_TEST_SUITE_P(Split, OnLogicalGpus, ::testing::Values(2, 3, 4),
+                         [](const auto& p) { return std::to_string(p.param) + "logical"; });
+
+TEST_P(OnLogicalGpus, MirroredReducesThroughOneDevice) {
+  split_gpu0(GetParam());
+  MirroredStrategy strategy(std::vector<std::string>{});
+  EXPECT_GE(strategy.num_replicas_in_sync(), GetParam());
+  MirroredStrategy split([&] {
+    std::vector<std::string> devices;
+    for (int k = 0; k < GetParam(); ++k) devices.push_back("GPU:" + std::to_string(k));
+    return devices;
+  }());
+  EXPECT_EQ(split.cross_device_ops(), "ReductionToOneDevice");
+  expect_collectives_work(split);
+}
+
+TEST_P(OnLogicalGpus, NcclRefusesThem) {
+  if (!DISTRIBUTE_HAS_NCCL) GTEST_SKIP() << "this build has no NCCL";
+  split_gpu0(GetParam());
+  MirroredStrategyOptions options;
+  options.cross_device_ops = CrossDeviceOps::kNcclAllReduce;
+  expect_error<InvalidArgumentError>([&] { MirroredStrategy strategy({"GPU:0", "GPU:1"}, options); },
+                                     {"both are logical GPUs of physical GPU 0"});
+}
+
+template <class T>
+class OnGpuTyped : public OnGpu {};
+using GpuElementTypes = ::testing::Types<float, double, std::int32_t, std::int64_t, Half, BFloat16>;
+TYPED_TEST_SUITE(OnGpuTyped, GpuElementTypes);
+
+template <class T>
+void expect_typed_all_reduce(MirroredStrategy& strategy) {
+  const int n = strategy.num_replicas_in_sync();
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+    PerReplica<Tensor> out = strategy.run([op] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      return get_replica_context()->all_reduce(op, Tensor::from_vector<T>(std::vector<T>(37, static_cast<T>(2 * (r + 1)))));
+    });
+    double expected = 0;
+    for (int q = 0; q < n; ++q) expected += 2 * (q + 1);
+    if (op == ReduceOp::kMean) expected /= n;
+    for (int r = 0; r < n; ++r) {
+      for (T v : out[r].to_vector<T>()) {
+        ASSERT_EQ(static_cast<double>(static_cast<float>(v)), std::trunc(expected)) << reduce_op_name(op);
+      }
+    }
+  }
+}
+
+TYPED_TEST(OnGpuTyped, EveryDtypeThroughTheDefaultBackend) {
+  MirroredStrategy strategy({"GPU:0"});
+  expect_typed_all_reduce<TypeParam>(strategy);
+}
+
+TYPED_TEST(OnGpuTyped, EveryDtypeThroughOneDevice) {
+  split_gpu0(3);
+  MirroredStrategy strategy({"GPU:0", "GPU:1", "GPU:2"});
+  expect_typed_all_reduce<TypeParam>(strategy);
+}
+
+TEST_F(OnGpu, UserDeviceBuffersGoInWithoutACopy) {
+  float* buffer = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&buffer), 4 * sizeof(float)), cudaSuccess);
+  const std::vector<float> values = {1, 2, 3, 4};
+  ASSERT_EQ(cudaMemcpy(buffer, values.data(), sizeof(float) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  {
+    Tensor view = Tensor::from_blob(buffer, DType::kFloat32, Shape{4}, Device::gpu(0));
+    EXPECT_EQ(view.raw_data(), buffer);
+    MirroredStrategy strategy({"GPU:0"});
+    PerReplica<Tensor> out = strategy.run(
+        [](const Tensor& mine) { return get_replica_context()->all_reduce(ReduceOp::kSum, mine); },
+        PerReplica<Tensor>({view}));
+    EXPECT_EQ(out[0].to_vector<float>(), values);
+  }
+  cudaFree(buffer);
+}
+
+TEST_F(OnGpu, FusedNestWithSmallPacks) {
+  split_gpu0(2);
+  for (const char* devices : {"logical", "physical"}) {
+    const bool logical = std::string(devices) == "logical";
+    if (!logical && !DISTRIBUTE_HAS_NCCL) continue;
+    MirroredStrategyOptions options;
+    options.communication.bytes_per_pack = 4096;
+    MirroredStrategy strategy(logical ? std::vector<std::string>{"GPU:0", "GPU:1"} : std::vector<std::string>{"GPU:0"},
+                              options);
+    const int n = strategy.num_replicas_in_sync();
+    PerReplica<std::vector<Tensor>> out = strategy.run([] {
+      std::vector<Tensor> grads;
+      for (int i = 0; i < 20; ++i) grads.push_back(Tensor::from_vector<float>(std::vector<float>(100 * (i + 1), 1.0f)));
+      grads.push_back(Tensor::from_vector<std::int64_t>({7}));
+      return get_replica_context()->all_reduce(ReduceOp::kSum, grads);
+    });
+    for (int r = 0; r < n; ++r) {
+      for (int i = 0; i < 20; ++i) {
+        EXPECT_EQ(out[r][static_cast<std::size_t>(i)].to_vector<float>(),
+                  std::vector<float>(100 * static_cast<std::size_t>(i + 1), static_cast<float>(n)))
+            << devices << " leaf " << i;
+      }
+      EXPECT_EQ(out[r][20].to_vector<std::int64_t>(), (std::vector<std::int64_t>{7 * n}));
+    }
+  }
+}
+
+TEST_F(OnGpu, AFailingReplicaReleasesTheOthersAndTheStrategyRecovers) {
+  testing::Watchdog watchdog(std::chrono::seconds(50), "GPU failure test");
+  split_gpu0(2);
+  MirroredStrategy one_device({"GPU:0", "GPU:1"});
+  for (MirroredStrategy* strategy : {&one_device}) {
+    expect_error<InvalidArgumentError>(
+        [&] {
+          strategy->run([] {
+            ReplicaContext& ctx = *get_replica_context();
+            Tensor t = Tensor::from_vector<float>({1});
+            t = ctx.all_reduce(ReduceOp::kSum, t);
+            if (ctx.replica_id_in_sync_group() == 1) throw InvalidArgumentError("replica 1 gives up");
+            return ctx.all_reduce(ReduceOp::kSum, t);
+          });
+        },
+        {"replica 1 gives up"});
+    expect_collectives_work(*strategy);
+  }
+}
+
+TEST_F(OnGpu, NcclFailureAbortsAndTheStrategyRebuildsItsCommunicators) {
+  if (!DISTRIBUTE_HAS_NCCL) GTEST_SKIP() << "this build has no NCCL";
+  testing::Watchdog watchdog(std::chrono::seconds(50), "NCCL failure test");
+  MirroredStrategy strategy({"GPU:0"});
+  expect_error<InvalidArgumentError>(
+      [&] {
+        strategy.run([] {
+          Tensor t = get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::from_vector<float>({1}));
+          throw InvalidArgumentError("the step gives up");
+        });
+      },
+      {"the step gives up"});
+  expect_collectives_work(strategy);
+}
+
+TEST_F(OnGpu, LogicalMemoryLimit) {
+  set_logical_device_configuration(0, {{.memory_limit = 1 << 20}, {}});
+  expect_error<ResourceExhaustedError>(
+      [] { (void)Tensor::empty(DType::kFloat32, Shape{1 << 19}, Device::gpu(0)); },
+      {"allocating 2097152 bytes on GPU:0 would exceed its memory_limit of 1048576 bytes"});
+  EXPECT_EQ(Tensor::empty(DType::kFloat32, Shape{1 << 19}, Device::gpu(1)).num_elements(), 1 << 19);
+}
+
+TEST_F(OnGpu, TheReplicaStreamOrdersUserWork) {
+  MirroredStrategy strategy({"GPU:0"});
+  PerReplica<std::uintptr_t> streams = strategy.run([] {
+    EXPECT_NE(cuda::current_stream(), cudaStreamLegacy);
+    return reinterpret_cast<std::uintptr_t>(cuda::current_stream());
+  });
+  PerReplica<std::uintptr_t> again = strategy.run([] { return reinterpret_cast<std::uintptr_t>(cuda::current_stream()); });
+  EXPECT_EQ(streams[0], again[0]);  // created once, with the strategy
+}
+#endif  // DISTRIBUTE_HAS_CUDA
+
+}  // namespace
+}  // namespace distribute
