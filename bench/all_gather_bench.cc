@@ -39,18 +39,7 @@ void bench_replicas(int n, const std::vector<std::size_t>& sizes, MemcpyTable& b
     std::vector<Tensor> results(static_cast<std::size_t>(n));
     const std::size_t bytes = per_replica * unit;
     const int ops = ops_per_unit(bytes, options);
-    const Timing t = time_unit(
-        [&] {
-          strategy.run(
-              [&](const Tensor& in) {
-                ReplicaContext& ctx = *get_replica_context();
-                Tensor& result = results[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
-                result = Tensor();  // the previous repeat's result goes back to the pool first
-                for (int k = 0; k < ops; ++k) result = ctx.all_gather(in, 0);
-              },
-              inputs);
-        },
-        ops, options);
+    const Timing t = time_all_gather(strategy, inputs, results, 0, ops, options);
     Row row{.bytes = bytes,
             .count = per_replica * static_cast<std::size_t>(n),
             .redop = "none",

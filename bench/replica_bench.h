@@ -1,5 +1,5 @@
 // Pieces the distribute benchmarks share (the MPI one does not use them): the CPU device list of
-// a strategy and the timed unit "K all_reduces inside one run".
+// a strategy and the timed units "K all_reduces inside one run" and "K all_gathers inside one run".
 #pragma once
 
 #include <string>
@@ -30,6 +30,24 @@ Timing time_all_reduce(MirroredStrategy& strategy, const PerReplica<V>& inputs, 
               V& result = results[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
               result = V();  // the previous repeat's result goes back to the pool first
               for (int k = 0; k < ops; ++k) result = ctx.all_reduce(ReduceOp::kSum, in);
+            },
+            inputs);
+      },
+      ops, options);
+}
+
+// The same for `ops` all_gathers along `axis`.
+template <class V>
+Timing time_all_gather(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int axis,
+                       int ops, const Options& options) {
+  return time_unit(
+      [&] {
+        strategy.run(
+            [&](const V& in) {
+              ReplicaContext& ctx = *get_replica_context();
+              V& result = results[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
+              result = V();  // the previous repeat's result goes back to the pool first
+              for (int k = 0; k < ops; ++k) result = ctx.all_gather(in, axis);
             },
             inputs);
       },
