@@ -260,13 +260,15 @@ void copy(void* dst, const Device& dst_device, const void* src, const Device& sr
   const int physical = gpu_topology().physical_of(gpu);
   if (dst_device.is_gpu() && src_device.is_gpu()) gpu_topology().physical_of(src_device);
   if (nbytes == 0 || dst == src) return;
-  // A replica orders the copy on its own stream, whichever GPU it touches.
-  const bool on_replica = bound_replica != nullptr;
-  DeviceGuard guard(on_replica ? bound_replica->memory_space() : physical);
+  // A replica orders copies on its own GPU on its own stream. Any other copy goes on the GPU's
+  // legacy stream (ordered after every replica stream of that GPU) and is waited for, so that a
+  // replica's later work on its own stream sees it.
+  const bool on_replica = bound_replica != nullptr && bound_replica->memory_space() == physical;
+  DeviceGuard guard(physical);
   const cudaStream_t s = on_replica ? bound_replica->stream() : cudaStreamLegacy;
   DISTRIBUTE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s), "copying ", nbytes, " bytes from ",
                         src_device.short_name(), " to ", dst_device.short_name());
-  if (dst_device.is_cpu()) {
+  if (dst_device.is_cpu() || (!on_replica && bound_replica != nullptr)) {
     DISTRIBUTE_CUDA_CHECK(cudaStreamSynchronize(s), "copying ", nbytes, " bytes from ", src_device.short_name(),
                           " to ", dst_device.short_name());
   }
