@@ -21,4 +21,17 @@ void throw_status(const absl::Status& status) {
   }
 }
 
+namespace detail {
+
+std::string describe_exception(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+}  // namespace detail
 }  // namespace distribute

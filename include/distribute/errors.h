@@ -4,6 +4,7 @@
 // exception at the public boundary with throw_status(). docs/errors.md lists every situation.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -55,5 +56,10 @@ DISTRIBUTE_DEFINE_ERROR(UnavailableError, kUnavailable);
 
 // Throws the Error subclass that matches status.code(). status must not be OK.
 [[noreturn]] void throw_status(const absl::Status& status);
+
+namespace detail {
+// what() of the exception, for messages that report one exception inside another.
+std::string describe_exception(const std::exception_ptr& error);
+}  // namespace detail
 
 }  // namespace distribute

@@ -8,20 +8,6 @@
 #include "distribute/errors.h"
 
 namespace distribute::collective {
-namespace {
-
-std::string describe_exception(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception not derived from std::exception";
-  }
-}
-
-}  // namespace
-
 CollectiveGroup::CollectiveGroup(int size, std::unique_ptr<Communicator> communicator,
                                  detail::WaitPolicy policy, CommunicationOptions defaults)
     : size_(size),
@@ -64,7 +50,7 @@ void CollectiveGroup::complete_phase() {
     } catch (...) {
       std::exception_ptr error = std::current_exception();
       record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
-                                "merge_fn of ", call_name(*calls_[0]), " raised: ", describe_exception(error)))));
+                                "merge_fn of ", call_name(*calls_[0]), " raised: ", detail::describe_exception(error)))));
     }
   }
 }
@@ -133,7 +119,7 @@ void CollectiveGroup::fail(int rank, std::exception_ptr error) {
     }
   }
   record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
-                            "replica ", rank, " raised: ", describe_exception(error),
+                            "replica ", rank, " raised: ", detail::describe_exception(error),
                             "; the other replicas were released from their collectives"))));
 }
 

@@ -37,6 +37,14 @@ void cpu_relax() {
 
 void yield_core() { sched_yield(); }
 
+void poll_pause(int polls) {
+  if (polls < 64) {
+    yield_core();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 void WaitWord::park(std::uint32_t old, Deadline deadline) {
   timespec ts{};
   timespec* timeout = nullptr;

@@ -47,6 +47,9 @@ struct WaitWord {
 
 void cpu_relax();
 void yield_core();
+// The pause between two polls of something that cannot be waited on (a CUDA stream, an NCCL
+// communicator): a yield for the first polls, then short sleeps.
+void poll_pause(int polls);
 
 template <class Stop>
 bool WaitWord::wait_while_equal(std::uint32_t old, Deadline deadline, const WaitPolicy& policy,

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <memory>
-#include <thread>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -29,14 +28,6 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::kBFloat16: return ncclBfloat16;
   }
   throw InternalError("nccl_type: unknown dtype");
-}
-
-void pause(int polls) {
-  if (polls < 64) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
 }
 
 }  // namespace
@@ -88,7 +79,7 @@ void NcclCommunicator::create_communicators() {
         throw UnavailableError(absl::StrCat("creating the NCCL communicator of replica ", r, " took longer than ",
                                             kInitTimeout.count(), " s"));
       }
-      pause(polls);
+      detail::poll_pause(polls);
     }
   }
   std::fill(aborted_.begin(), aborted_.end(), 0);
@@ -140,7 +131,7 @@ void NcclCommunicator::wait(int rank, ncclResult_t started, const CollectiveCall
       throw DeadlineExceededError(absl::StrCat("replica ", rank, ": NCCL did not take ", call_name(call), " within ",
                                                call.options.timeout.count(), " s; its communicator was aborted"));
     }
-    pause(polls);
+    detail::poll_pause(polls);
   }
 }
 

@@ -8,19 +8,8 @@
 #include "distribute/errors.h"
 
 namespace distribute::collective::one_device {
-namespace {
 
 using detail::ReplicaDevice;
-
-std::string describe_exception(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
-
-}  // namespace
 
 OneDeviceCommunicator::OneDeviceCommunicator(std::vector<ReplicaDevice*> devices, detail::WaitPolicy policy)
     : devices_(std::move(devices)), phase_(static_cast<int>(devices_.size()), policy) {}
@@ -91,7 +80,7 @@ void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveCall* const
   if (!error) return;
   if (rank != 0 && error == root_error_) {
     throw AbortedError(absl::StrCat("the reduction of ", call_name(mine), " on ", root.device().short_name(),
-                                    " failed: ", describe_exception(error)));
+                                    " failed: ", detail::describe_exception(error)));
   }
   std::rethrow_exception(error);
 }

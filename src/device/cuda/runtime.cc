@@ -161,11 +161,7 @@ class CudaReplicaDevice final : public ReplicaDevice {
       }
       if (cancelled()) return SyncResult::kCancelled;
       if (Clock::now() >= deadline) return SyncResult::kTimedOut;
-      if (polls < 64) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
+      poll_pause(polls);
     }
   }
 
