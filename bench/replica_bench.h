@@ -17,11 +17,11 @@ inline std::vector<std::string> cpu_devices(int n) {
   return devices;
 }
 
-// Times runs in which every replica all-reduces its component of `inputs` `ops` times; each
-// replica's last result stays in results[replica] for checking.
-template <class V>
-Timing time_all_reduce(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int ops,
-                       const Options& options) {
+// Times runs in which every replica applies `collective` (ReplicaContext&, const V&) -> V to its
+// component of `inputs` `ops` times; each replica's last result stays in results[replica].
+template <class V, class Collective>
+Timing time_collective(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int ops,
+                       const Options& options, Collective collective) {
   return time_unit(
       [&] {
         strategy.run(
@@ -29,29 +29,27 @@ Timing time_all_reduce(MirroredStrategy& strategy, const PerReplica<V>& inputs, 
               ReplicaContext& ctx = *get_replica_context();
               V& result = results[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
               result = V();  // the previous repeat's result goes back to the pool first
-              for (int k = 0; k < ops; ++k) result = ctx.all_reduce(ReduceOp::kSum, in);
+              for (int k = 0; k < ops; ++k) result = collective(ctx, in);
             },
             inputs);
       },
       ops, options);
 }
 
-// The same for `ops` all_gathers along `axis`.
+// `ops` SUM all_reduces per run.
+template <class V>
+Timing time_all_reduce(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int ops,
+                       const Options& options) {
+  return time_collective(strategy, inputs, results, ops, options,
+                         [](ReplicaContext& ctx, const V& in) { return ctx.all_reduce(ReduceOp::kSum, in); });
+}
+
+// `ops` all_gathers along `axis` per run.
 template <class V>
 Timing time_all_gather(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int axis,
                        int ops, const Options& options) {
-  return time_unit(
-      [&] {
-        strategy.run(
-            [&](const V& in) {
-              ReplicaContext& ctx = *get_replica_context();
-              V& result = results[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
-              result = V();  // the previous repeat's result goes back to the pool first
-              for (int k = 0; k < ops; ++k) result = ctx.all_gather(in, axis);
-            },
-            inputs);
-      },
-      ops, options);
+  return time_collective(strategy, inputs, results, ops, options,
+                         [axis](ReplicaContext& ctx, const V& in) { return ctx.all_gather(in, axis); });
 }
 
 }  // namespace distribute::bench
