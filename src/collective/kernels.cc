@@ -7,6 +7,10 @@
 
 #include <Eigen/Core>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace distribute::collective {
 namespace {
 
@@ -94,6 +98,40 @@ void reduce_buffers(DType dtype, ReduceOp op, std::span<const void* const> input
   dispatch_dtype(dtype, [&]<class T>(TypeTag<T>) {
     reduce_typed<T>(op, inputs, out, count, mean_denominator);
   });
+}
+
+void stream_copy(void* dst, const void* src, std::size_t nbytes) {
+#if defined(__SSE2__)
+  // Plain copies up to the destination's first 16-byte boundary and after its last; streaming
+  // stores in between (unaligned loads are as fast as aligned ones when the source is aligned).
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  const std::size_t head = std::min(nbytes, (16 - reinterpret_cast<std::uintptr_t>(out) % 16) % 16);
+  std::memcpy(out, in, head);
+  std::size_t i = head;
+  for (; i + 64 <= nbytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 48), d);
+  }
+  for (; i + 16 <= nbytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+  }
+  std::memcpy(out + i, in + i, nbytes - i);
+#else
+  std::memcpy(dst, src, nbytes);
+#endif
+}
+
+void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 void concat_buffers(std::span<const void* const> inputs, std::span<const std::int64_t> dims,

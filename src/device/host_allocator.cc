@@ -7,6 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "device/gpu_runtime.h"
@@ -17,6 +19,7 @@ namespace distribute::detail {
 namespace {
 
 constexpr std::size_t kAlignment = 64;
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
 constexpr std::size_t kMaxCachedBytesPerPool = std::size_t{1} << 30;
 
 class HostPool {
@@ -32,11 +35,17 @@ class HostPool {
         return block;
       }
     }
+    // Large blocks start on a huge-page boundary and ask for huge pages: a collective streams
+    // through them, and 4 KiB pages would cost a TLB miss every 4 KiB.
+    const std::size_t alignment = nbytes >= kHugePage ? kHugePage : kAlignment;
     const std::size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-    void* block = std::aligned_alloc(kAlignment, rounded);
-    if (block == nullptr) {
+    void* block = nullptr;
+    if (posix_memalign(&block, alignment, rounded) != 0) {
       throw InternalError(absl::StrCat("host allocation of ", nbytes, " bytes failed"));
     }
+#if defined(MADV_HUGEPAGE)
+    if (alignment == kHugePage) madvise(block, rounded, MADV_HUGEPAGE);
+#endif
     return block;
   }
 

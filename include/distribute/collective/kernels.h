@@ -4,6 +4,7 @@
 // float accumulation for float16 and bfloat16 so each result is rounded once.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -16,6 +17,12 @@ namespace distribute::collective {
 // mean_denominator. `out` may alias inputs[0].
 void reduce_buffers(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out,
                     std::int64_t count, std::int64_t mean_denominator);
+
+// dst[k] = src[k] for k < nbytes with stores that bypass the caches (non-temporal), for outputs
+// that will not be read before much other memory is touched. Becomes visible to other threads
+// only after stream_fence() on the writing thread.
+void stream_copy(void* dst, const void* src, std::size_t nbytes);
+void stream_fence();
 
 // Views input i as [outer, dims[i] * inner_bytes] bytes and writes their concatenation along the
 // middle dimension to out, which holds outer * sum(dims) * inner_bytes bytes.

@@ -1,6 +1,7 @@
 #include "distribute/collective/cpu/communicator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <vector>
@@ -13,16 +14,29 @@ namespace distribute::collective::cpu {
 namespace {
 
 constexpr std::size_t kCacheLine = 64;
-// The unit of work of the reduction: claimed from a shared counter, reduced across all inputs
-// while it sits in L1, then written to every output.
-constexpr std::size_t kChunkBytes = 16 * 1024;
 
 std::size_t align_up(std::size_t x) { return (x + kCacheLine - 1) / kCacheLine * kCacheLine; }
 
+// The size of the cache the replicas' cores share, from sysfs (sysconf reports the whole
+// package's L3 on some virtual machines, not what one core can use).
+std::size_t shared_cache_bytes() {
+  static const std::size_t bytes = [] {
+    std::size_t kib = 0;
+    if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+      if (std::fscanf(f, "%zuK", &kib) != 1) kib = 0;
+      std::fclose(f);
+    }
+    return kib != 0 ? kib * 1024 : std::size_t{32} << 20;
+  }();
+  return bytes;
+}
+
 // Reduces bytes [begin, end) of `leaf` (at most one chunk) across every replica's input and
-// writes the result to every replica's output.
+// writes the result to every replica's output: through `scratch` and streaming stores when the
+// collective's inputs and outputs do not fit in the shared cache (so writing an output costs no
+// read of its old contents), else into this replica's output and copied from there.
 void reduce_range(std::span<CollectiveCall* const> calls, int rank, std::size_t leaf, std::size_t begin,
-                  std::size_t end) {
+                  std::size_t end, std::byte* scratch) {
   const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
   const DType dtype = mine.inputs[leaf].dtype;
   const std::size_t n = calls.size();
@@ -30,10 +44,16 @@ void reduce_range(std::span<CollectiveCall* const> calls, int rank, std::size_t 
   absl::InlinedVector<const void*, 8> inputs(n);
   for (std::size_t r = 0; r < n; ++r) inputs[r] = static_cast<const char*>(calls[r]->inputs[leaf].data) + begin;
   const auto count = static_cast<std::int64_t>(bytes / dtype_size(dtype));
-  char* out = static_cast<char*>(mine.outputs[leaf].data) + begin;
+  const auto output = [&](std::size_t r) { return static_cast<char*>(calls[r]->outputs[leaf].data) + begin; };
+  if (scratch != nullptr) {
+    reduce_buffers(dtype, mine.op, inputs, scratch, count, static_cast<std::int64_t>(n));
+    for (std::size_t r = 0; r < n; ++r) stream_copy(output(r), scratch, bytes);
+    return;
+  }
+  char* out = output(static_cast<std::size_t>(rank));
   reduce_buffers(dtype, mine.op, inputs, out, count, static_cast<std::int64_t>(n));
   for (std::size_t r = 0; r < n; ++r) {
-    if (r != static_cast<std::size_t>(rank)) std::memcpy(static_cast<char*>(calls[r]->outputs[leaf].data) + begin, out, bytes);
+    if (r != static_cast<std::size_t>(rank)) std::memcpy(output(r), out, bytes);
   }
 }
 
@@ -46,7 +66,10 @@ std::size_t staged_header_bytes(const CollectiveCall& call) {
 }  // namespace
 
 CpuCommunicator::CpuCommunicator(int size, detail::WaitPolicy policy)
-    : done_(size, policy), staging_(new Staging[static_cast<std::size_t>(size)]) {}
+    : done_(size, policy),
+      cursors_(new ChunkCursor[static_cast<std::size_t>(size)]),
+      scratch_(new Scratch[static_cast<std::size_t>(size)]),
+      staging_(new Staging[static_cast<std::size_t>(size)]) {}
 
 const std::byte* CpuCommunicator::staged_inputs(int rank, const CollectiveCall& call) const {
   return staging_[static_cast<std::size_t>(rank)].bytes[call.sequence & 1];
@@ -102,22 +125,37 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
   }
   starts.back() = total;
   const std::size_t chunks = (total + kChunkBytes - 1) / kChunkBytes;
-  // Chunks are claimed, not assigned: replicas that have a core do the work of those waiting for one.
-  for (std::size_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed); c < chunks;
-       c = next_chunk_.fetch_add(1, std::memory_order_relaxed)) {
-    const std::size_t lo = c * kChunkBytes;
-    const std::size_t hi = std::min(lo + kChunkBytes, total);
-    std::size_t leaf = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, lo) - starts.begin()) - 1;
-    for (; leaf < mine.inputs.size() && starts[leaf] < hi; ++leaf) {
-      const std::size_t begin = std::max(lo, starts[leaf]) - starts[leaf];
-      const std::size_t end = std::min(hi, starts[leaf] + mine.inputs[leaf].nbytes()) - starts[leaf];
-      if (begin < end) reduce_range(calls, rank, leaf, begin, end);
+  const bool streaming = 2 * n * total > shared_cache_bytes() * 3 / 4;
+  std::byte* scratch = streaming ? scratch_[static_cast<std::size_t>(rank)].bytes : nullptr;
+  const auto share_begin = [&](std::size_t r) { return chunks * r / n; };
+  // Its own share first, in order (contiguous for the prefetchers, its counter stays in its
+  // cache), then whatever the replicas after it have not claimed yet: replicas that have a core
+  // do the work of those waiting for one.
+  for (std::size_t step = 0; step < n; ++step) {
+    const std::size_t owner = (static_cast<std::size_t>(rank) + step) % n;
+    const std::size_t begin = share_begin(owner);
+    const std::size_t size = share_begin(owner + 1) - begin;
+    std::atomic<std::size_t>& cursor = cursors_[owner].next;
+    for (std::size_t i = cursor.fetch_add(1, std::memory_order_relaxed); i < size;
+         i = cursor.fetch_add(1, std::memory_order_relaxed)) {
+      const std::size_t lo = (begin + i) * kChunkBytes;
+      const std::size_t hi = std::min(lo + kChunkBytes, total);
+      std::size_t leaf =
+          static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, lo) - starts.begin()) - 1;
+      for (; leaf < mine.inputs.size() && starts[leaf] < hi; ++leaf) {
+        const std::size_t leaf_begin = std::max(lo, starts[leaf]) - starts[leaf];
+        const std::size_t leaf_end = std::min(hi, starts[leaf] + mine.inputs[leaf].nbytes()) - starts[leaf];
+        if (leaf_begin < leaf_end) reduce_range(calls, rank, leaf, leaf_begin, leaf_end, scratch);
+      }
     }
   }
+  if (streaming) stream_fence();  // streaming stores are not ordered by the barrier's atomics
   done_.arrive_and_wait_uninterruptible();
 }
 
-void CpuCommunicator::prepare(std::span<CollectiveCall* const>) { next_chunk_.store(0, std::memory_order_relaxed); }
+void CpuCommunicator::prepare(std::span<CollectiveCall* const> calls) {
+  for (std::size_t r = 0; r < calls.size(); ++r) cursors_[r].next.store(0, std::memory_order_relaxed);
+}
 
 void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> calls) {
   CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];

@@ -1,8 +1,9 @@
 // The shared-memory backend for replicas that are threads of one process (logical CPU devices).
 //
 // all_reduce is slice-parallel: the nest's leaves are laid end to end in one virtual byte range,
-// cut into chunks at cache-line boundaries; replicas claim chunks, reduce each across all N
-// inputs and write the result straight into every replica's output. No staging buffer,
+// cut into chunks at cache-line boundaries; each replica owns a contiguous 1/N of the chunks and
+// claims them from its own counter (then steals from the others' when it is done), reduces each
+// across all N inputs and writes the result straight into every replica's output. No staging buffer,
 // no packing copies, no allocation: each replica reads S and writes S bytes. all_gather: each
 // replica fills its own output from every input. One uninterruptible barrier ends each
 // collective, so no replica frees a buffer another still reads. Small collectives (up to
@@ -23,6 +24,9 @@ namespace distribute::collective::cpu {
 class CpuCommunicator final : public Communicator {
  public:
   static constexpr std::size_t kStagingBytes = 4096;
+  // The unit of work of all_reduce: claimed by one replica, reduced across all inputs while it
+  // sits in L1, then written to every output.
+  static constexpr std::size_t kChunkBytes = 16 * 1024;
 
   CpuCommunicator(int size, detail::WaitPolicy policy);
   std::string_view name() const override { return "SharedMemoryAllReduce"; }
@@ -36,7 +40,16 @@ class CpuCommunicator final : public Communicator {
   const std::byte* staged_inputs(int rank, const CollectiveCall& call) const;
 
   Rendezvous done_;
-  alignas(64) std::atomic<std::size_t> next_chunk_{0};  // the next all_reduce chunk to claim
+  // Replica r's next all_reduce chunk, counted from the start of its share. One cache line each:
+  // a shared counter would move between cores once per chunk.
+  struct alignas(64) ChunkCursor {
+    std::atomic<std::size_t> next{0};
+  };
+  std::unique_ptr<ChunkCursor[]> cursors_;
+  struct alignas(64) Scratch {  // a replica's reduced chunk on its way to streaming stores
+    std::byte bytes[kChunkBytes];
+  };
+  std::unique_ptr<Scratch[]> scratch_;
   struct alignas(64) Staging {
     std::byte bytes[2][kStagingBytes];
   };
