@@ -88,6 +88,21 @@ TEST(Device, EqualityComparesEveryField) {
   EXPECT_NE(Device::parse("/job:localhost/replica:1/task:0/device:CPU:0"), Device::cpu(0));
 }
 
+// Job names are interned: equal names from separate parses compare equal, "localhost" spelled out
+// equals the default, and ordering follows the names, not the order they were first seen in.
+TEST(Device, JobNamesCompareByName) {
+  const Device zeta = Device::parse("/job:zeta/replica:0/task:0/device:CPU:0");
+  const Device alpha = Device::parse("/job:alpha/replica:0/task:0/device:CPU:0");
+  EXPECT_EQ(zeta, Device::parse("/job:zeta/replica:0/task:0/device:CPU:0"));
+  EXPECT_EQ(zeta.job(), "zeta");
+  EXPECT_EQ(Device::parse("/job:localhost/replica:0/task:0/device:CPU:0"), Device::cpu(0));
+  EXPECT_EQ(Device::cpu(0).job(), "localhost");
+  EXPECT_LT(alpha, zeta);
+  EXPECT_LT(alpha, Device::cpu(0));
+  EXPECT_LT(Device::cpu(0), zeta);
+  EXPECT_EQ(zeta.to_string(), "/job:zeta/replica:0/task:0/device:CPU:0");
+}
+
 TEST(Device, OrderingWithinOneTaskIsByTypeThenIndex) {
   std::vector<Device> devices = {Device::gpu(1), Device::cpu(2), Device::gpu(0), Device::cpu(0), Device::cpu(10)};
   std::sort(devices.begin(), devices.end());
@@ -222,6 +237,9 @@ TEST(Shape, OuterInnerAndDimEdits) {
   EXPECT_EQ(s.inner_size(1), 4);
   EXPECT_EQ(s.inner_size(2), 1);
   EXPECT_EQ(s.with_dim(1, 7), (Shape{2, 7, 4}));
+  EXPECT_EQ(s.with_dim(1, 7).num_elements(), 56);
+  EXPECT_EQ(s.with_dim(2, 0).num_elements(), 0);
+  EXPECT_EQ(s.without_dim(1).num_elements(), 8);
   EXPECT_EQ(s.without_dim(0), (Shape{3, 4}));
   EXPECT_EQ(s.without_dim(2), (Shape{2, 3}));
   EXPECT_EQ(s, (Shape{2, 3, 4}));

@@ -1,7 +1,10 @@
 #include "distribute/device/device.h"
 
 #include <charconv>
+#include <mutex>
 #include <vector>
+
+#include "absl/container/node_hash_set.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -31,7 +34,31 @@ int parse_index(absl::string_view spec, absl::string_view text, absl::string_vie
   return value;
 }
 
+const std::string& localhost() {
+  static const std::string* name = new std::string("localhost");
+  return *name;
+}
+
+// The one copy of `job` for the whole program (null for "localhost").
+const std::string* intern_job(absl::string_view job) {
+  if (job == localhost()) return nullptr;
+  static std::mutex mu;
+  static auto* jobs = new absl::node_hash_set<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  return &*jobs->emplace(job).first;
+}
+
 }  // namespace
+
+const std::string& Device::job() const { return job_ != nullptr ? *job_ : localhost(); }
+
+std::strong_ordering operator<=>(const Device& a, const Device& b) {
+  if (auto c = a.type_ <=> b.type_; c != 0) return c;
+  if (auto c = a.index_ <=> b.index_; c != 0) return c;
+  if (auto c = a.job().compare(b.job()) <=> 0; c != 0) return c;
+  if (auto c = a.replica_ <=> b.replica_; c != 0) return c;
+  return a.task_ <=> b.task_;
+}
 
 Device::Device(Type type, int index) : type_(type), index_(index) {
   DISTRIBUTE_CHECK(index >= 0 && index <= kMaxDeviceIndex, InvalidArgumentError, "device index ",
@@ -68,7 +95,7 @@ Device Device::parse(std::string_view spec_text) {
     const std::string key = absl::AsciiStrToLower(kv[0]);
     if (full && key == "job") {
       if (kv[1].empty()) bad_device(spec, "the job name is empty");
-      device.job_ = std::string(kv[1]);
+      device.job_ = intern_job(kv[1]);
     } else if (full && key == "replica") {
       device.replica_ = parse_index(spec, kv[1], "replica");
     } else if (full && key == "task") {
@@ -86,7 +113,7 @@ Device Device::parse(std::string_view spec_text) {
 }
 
 std::string Device::to_string() const {
-  return absl::StrCat("/job:", job_, "/replica:", replica_, "/task:", task_, "/device:", short_name());
+  return absl::StrCat("/job:", job(), "/replica:", replica_, "/task:", task_, "/device:", short_name());
 }
 
 std::string Device::short_name() const {

@@ -21,6 +21,7 @@ Shape::Shape(std::span<const std::int64_t> dims) : rank_(static_cast<int>(dims.s
   check_dims(dims);
   if (rank_ > kInlineRank) heap_.resize(dims.size());
   std::copy(dims.begin(), dims.end(), mutable_data());
+  for (std::int64_t d : dims) num_elements_ *= d;
 }
 
 Shape::Shape(std::initializer_list<std::int64_t> dims)
@@ -29,12 +30,6 @@ Shape::Shape(std::vector<std::int64_t> dims) : Shape(std::span<const std::int64_
 
 bool Shape::operator==(const Shape& other) const {
   return rank_ == other.rank_ && std::equal(span().begin(), span().end(), other.span().begin());
-}
-
-std::int64_t Shape::num_elements() const {
-  std::int64_t n = 1;
-  for (std::int64_t d : span()) n *= d;
-  return n;
 }
 
 std::int64_t Shape::operator[](int i) const {
@@ -61,6 +56,7 @@ Shape Shape::with_dim(int axis, std::int64_t size) const {
                    ".with_dim(", axis, ", ", size, "): needs 0 <= axis < rank and size >= 0");
   Shape out = *this;  // no allocation up to kInlineRank
   out.mutable_data()[axis] = size;
+  out.num_elements_ = outer_size(axis) * size * inner_size(axis);
   return out;
 }
 

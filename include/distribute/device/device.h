@@ -28,7 +28,7 @@ class Device {
   int index() const { return index_; }
   bool is_cpu() const { return type_ == Type::kCpu; }
   bool is_gpu() const { return type_ == Type::kGpu; }
-  const std::string& job() const { return job_; }
+  const std::string& job() const;
   int replica() const { return replica_; }
   int task() const { return task_; }
 
@@ -37,13 +37,16 @@ class Device {
   // "CPU:0".
   std::string short_name() const;
 
+  // Job names are interned, so equal jobs have equal pointers.
   friend bool operator==(const Device&, const Device&) = default;
-  friend auto operator<=>(const Device&, const Device&) = default;
+  friend std::strong_ordering operator<=>(const Device& a, const Device& b);
 
  private:
   Type type_ = Type::kCpu;
   int index_ = 0;
-  std::string job_ = "localhost";
+  // The job name, interned (never freed); null for "localhost". A pointer keeps Device trivially
+  // copyable: every buffer of every collective carries one.
+  const std::string* job_ = nullptr;
   int replica_ = 0;
   int task_ = 0;
 };

@@ -20,7 +20,7 @@ class Shape {
   explicit Shape(std::vector<std::int64_t> dims);
 
   int rank() const { return rank_; }
-  std::int64_t num_elements() const;
+  std::int64_t num_elements() const { return num_elements_; }
   // Dimension i, 0 <= i < rank(); negative i counts from the end. Throws OutOfRangeError otherwise.
   std::int64_t operator[](int i) const;
   std::vector<std::int64_t> dims() const { return {span().begin(), span().end()}; }
@@ -49,6 +49,7 @@ class Shape {
   // one) allocates nothing.
   static constexpr int kInlineRank = 6;
   int rank_ = 0;
+  std::int64_t num_elements_ = 1;  // cached: every buffer's size is asked for on every collective
   std::array<std::int64_t, kInlineRank> inline_{};
   std::vector<std::int64_t> heap_;  // the dimensions when rank_ > kInlineRank
 };
