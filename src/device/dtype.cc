@@ -14,10 +14,6 @@ const char* dtype_name(DType dtype) {
   return "unknown";
 }
 
-std::size_t dtype_size(DType dtype) {
-  return dispatch_dtype(dtype, []<class T>(TypeTag<T>) { return sizeof(T); });
-}
-
 bool is_floating(DType dtype) { return dtype != DType::kInt32 && dtype != DType::kInt64; }
 
 std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }

@@ -33,20 +33,10 @@ Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& dev
   return Tensor(std::make_shared<detail::Storage>(data, nbytes, device, nullptr), dtype, std::move(shape));
 }
 
-const Device& Tensor::device() const {
-  check_defined("device");
-  return storage_->device();
-}
-
-void* Tensor::raw_data() const {
-  check_defined("raw_data");
-  return storage_->data() == nullptr ? nullptr : static_cast<char*>(storage_->data()) + offset_;
-}
-
-void Tensor::check_defined(const char* what) const {
-  DISTRIBUTE_CHECK(defined(), FailedPreconditionError, "Tensor::", what,
-                   ": the tensor is undefined (default-constructed); create it with "
-                   "Tensor::from_vector, Tensor::scalar or Tensor::empty");
+void Tensor::throw_undefined(const char* what) {
+  throw FailedPreconditionError(absl::StrCat("Tensor::", what,
+                                             ": the tensor is undefined (default-constructed); create it with "
+                                             "Tensor::from_vector, Tensor::scalar or Tensor::empty"));
 }
 
 void Tensor::check_host_type(DType expected, const char* what) const {
@@ -78,8 +68,8 @@ Tensor Tensor::reshape(Shape shape) const {
 
 namespace detail {
 
-Tensor tensor_view(std::shared_ptr<Storage> storage, std::size_t offset, DType dtype, Shape shape) {
-  return Tensor(std::move(storage), dtype, std::move(shape), offset);
+Tensor tensor_view(const std::shared_ptr<Storage>& storage, std::size_t offset, DType dtype, const Shape& shape) {
+  return Tensor(storage, dtype, shape, offset);
 }
 
 }  // namespace detail

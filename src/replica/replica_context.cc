@@ -85,10 +85,6 @@ void CollectiveArgs::check_device(const Tensor& t, std::size_t leaf) const {
                    "replica's device) or move it with to()");
 }
 
-bool CollectiveArgs::host_scalar(std::size_t leaf) const {
-  return inputs_[leaf].shape == &scalar_shape() && inputs_[leaf].device.is_cpu();
-}
-
 const void* CollectiveArgs::scalar_on_device(const void* value, DType dtype) {
   Tensor t = Tensor::empty(dtype, Shape{}, device_);
   copy_bytes(t.raw_data(), device_, value, Device::cpu(), dtype_size(dtype));
@@ -110,15 +106,17 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
     }
   }
   std::shared_ptr<Storage> block = any_tensor ? allocate_storage(device_, total) : nullptr;
+  auto* base = block != nullptr ? static_cast<std::byte*>(block->data()) : nullptr;
   std::size_t offset = 0;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const collective::BufferRef& in = inputs_[leaf];
     if (host_scalar(leaf)) {
+      tensors_.emplace_back();
       outputs_.push_back({scalars_[leaf].data(), in.dtype, in.shape, Device::cpu()});
     } else {
       offset = align(offset);
-      tensors_[leaf] = tensor_view(block, offset, in.dtype, *in.shape);
-      outputs_.push_back({tensors_[leaf].raw_data(), in.dtype, &tensors_[leaf].shape(), device_});
+      const Tensor& out = tensors_.emplace_back(tensor_view(block, offset, in.dtype, *in.shape));
+      outputs_.push_back({base != nullptr ? base + offset : nullptr, in.dtype, &out.shape(), device_});
       offset += in.nbytes();
     }
   }
@@ -132,6 +130,7 @@ void CollectiveArgs::prepare_gather(int axis) {
                      " has rank 0 (a scalar); all_gather needs every value to have rank >= 1, "
                      "reshape it to shape (1,) first");
     normalize_axis(axis, shape.rank(), method_);
+    tensors_.emplace_back();
     outputs_.push_back({nullptr, inputs_[leaf].dtype, nullptr, device_});
   }
   call_.axis = axis;

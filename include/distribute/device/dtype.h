@@ -18,7 +18,6 @@ enum class DType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kFloat16, 
 
 // TF's name of the type: "float32", "float64", "int32", "int64", "float16", "bfloat16".
 const char* dtype_name(DType dtype);
-std::size_t dtype_size(DType dtype);
 bool is_floating(DType dtype);
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
@@ -60,6 +59,19 @@ decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
   }
   throw InternalError("dispatch_dtype: unknown dtype value " +
                       std::to_string(static_cast<int>(dtype)));
+}
+
+// Inline: every buffer's byte count goes through it.
+inline std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kInt32: return 4;
+    case DType::kFloat64:
+    case DType::kInt64: return 8;
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+  }
+  return dispatch_dtype(dtype, []<class T>(TypeTag<T>) { return sizeof(T); });  // throws: unknown value
 }
 
 }  // namespace distribute

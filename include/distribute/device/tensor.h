@@ -24,7 +24,7 @@ class Tensor;
 
 namespace detail {
 // A tensor viewing `storage` from byte `offset` on (for outputs carved from one block).
-Tensor tensor_view(std::shared_ptr<Storage> storage, std::size_t offset, DType dtype, Shape shape);
+Tensor tensor_view(const std::shared_ptr<Storage>& storage, std::size_t offset, DType dtype, const Shape& shape);
 }  // namespace detail
 
 class Tensor {
@@ -91,10 +91,13 @@ class Tensor {
   bool same_storage(const Tensor& other) const { return storage_ == other.storage_; }
 
  private:
-  friend Tensor detail::tensor_view(std::shared_ptr<detail::Storage>, std::size_t, DType, Shape);
+  friend Tensor detail::tensor_view(const std::shared_ptr<detail::Storage>&, std::size_t, DType, const Shape&);
   Tensor(std::shared_ptr<detail::Storage> storage, DType dtype, Shape shape, std::size_t offset = 0)
       : storage_(std::move(storage)), dtype_(dtype), shape_(std::move(shape)), offset_(offset) {}
-  void check_defined(const char* what) const;
+  void check_defined(const char* what) const {
+    if (!defined()) throw_undefined(what);
+  }
+  [[noreturn]] static void throw_undefined(const char* what);
   void check_host_type(DType expected, const char* what) const;
 
   std::shared_ptr<detail::Storage> storage_;
@@ -108,7 +111,17 @@ class Tensor {
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
 
 // ---------------------------------------------------------------------------------------------
-// Implementation of the templates.
+// Implementation of the templates and of the accessors every collective calls per leaf.
+
+inline const Device& Tensor::device() const {
+  check_defined("device");
+  return storage_->device();
+}
+
+inline void* Tensor::raw_data() const {
+  check_defined("raw_data");
+  return storage_->data() == nullptr ? nullptr : static_cast<char*>(storage_->data()) + offset_;
+}
 
 template <Element T>
 Tensor Tensor::from_vector(std::vector<T> values, Shape shape, const Device& device) {

@@ -15,6 +15,8 @@ namespace {
 
 constexpr std::size_t kCacheLine = 64;
 
+constexpr std::size_t kMinChunkBytes = 1024;
+
 std::size_t align_up(std::size_t x) { return (x + kCacheLine - 1) / kCacheLine * kCacheLine; }
 
 // The size of the cache the replicas' cores share, from sysfs (sysconf reports the whole
@@ -124,7 +126,10 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
     total += mine.inputs[leaf].nbytes();
   }
   starts.back() = total;
-  const std::size_t chunks = (total + kChunkBytes - 1) / kChunkBytes;
+  // Chunks of kChunkBytes, or smaller so that each replica gets at least four: the shares of a
+  // small collective then differ by at most a quarter.
+  const std::size_t chunk_bytes = std::clamp(align_up(total / (4 * n)), kMinChunkBytes, kChunkBytes);
+  const std::size_t chunks = (total + chunk_bytes - 1) / chunk_bytes;
   const bool streaming = 2 * n * total > shared_cache_bytes() * 3 / 4;
   std::byte* scratch = streaming ? scratch_[static_cast<std::size_t>(rank)].bytes : nullptr;
   const auto share_begin = [&](std::size_t r) { return chunks * r / n; };
@@ -138,8 +143,8 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
     std::atomic<std::size_t>& cursor = cursors_[owner].next;
     for (std::size_t i = cursor.fetch_add(1, std::memory_order_relaxed); i < size;
          i = cursor.fetch_add(1, std::memory_order_relaxed)) {
-      const std::size_t lo = (begin + i) * kChunkBytes;
-      const std::size_t hi = std::min(lo + kChunkBytes, total);
+      const std::size_t lo = (begin + i) * chunk_bytes;
+      const std::size_t hi = std::min(lo + chunk_bytes, total);
       std::size_t leaf =
           static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, lo) - starts.begin()) - 1;
       for (; leaf < mine.inputs.size() && starts[leaf] < hi; ++leaf) {
