@@ -4,7 +4,9 @@
 // cut into chunks at cache-line boundaries; each replica owns a contiguous 1/N of the chunks and
 // claims them from its own counter (then steals from the others' when it is done), reduces each
 // across all N inputs and writes the result straight into every replica's output. No staging buffer,
-// no packing copies, no allocation: each replica reads S and writes S bytes. all_gather: each
+// no packing copies, no allocation: each replica reads S and writes S bytes. When the inputs and
+// outputs together outgrow the shared cache, the outputs are written with streaming stores, so
+// writing them does not first read their old contents into the cache. all_gather: each
 // replica fills its own output from every input. One uninterruptible barrier ends each
 // collective, so no replica frees a buffer another still reads. Small collectives (up to
 // kStagingBytes per replica) skip that barrier: each replica copies its inputs into its own
