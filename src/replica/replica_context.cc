@@ -70,11 +70,6 @@ std::shared_ptr<void> ReplicaContext::run_merge_call(collective::CollectiveCall&
 
 namespace detail {
 
-const Shape& scalar_shape() {
-  static const Shape shape;
-  return shape;
-}
-
 void CollectiveArgs::check_device(const Tensor& t, std::size_t leaf) const {
   DISTRIBUTE_CHECK(t.defined(), InvalidArgumentError, method_, ": leaf ", leaf,
                    " is an undefined Tensor (default-constructed)");

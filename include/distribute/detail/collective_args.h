@@ -17,8 +17,11 @@
 
 namespace distribute::detail {
 
-// Shape of every scalar leaf.
-const Shape& scalar_shape();
+// Shape of every scalar leaf. Inline and constant-initialised: asked for once per leaf.
+inline const Shape& scalar_shape() {
+  static constinit const Shape shape;
+  return shape;
+}
 
 class CollectiveArgs {
  public:
@@ -46,14 +49,13 @@ class CollectiveArgs {
   void* allocate_output(std::size_t leaf, const Shape& shape);
   // A scalar leaf held in host memory (every scalar on a host replica, none on a GPU replica).
   bool host_scalar(std::size_t leaf) const {
-    return inputs_[leaf].shape == scalar_shape_ && inputs_[leaf].device.is_cpu();
+    return inputs_[leaf].shape == &scalar_shape() && inputs_[leaf].device.is_cpu();
   }
   // On a GPU replica: the scalar's value in device memory.
   const void* scalar_on_device(const void* value, DType dtype);
 
   const char* method_;
   Device device_;
-  const Shape* scalar_shape_;
   collective::CollectiveCall call_;
   absl::InlinedVector<collective::BufferRef, 4> inputs_;
   absl::InlinedVector<collective::BufferRef, 4> outputs_;
@@ -62,10 +64,9 @@ class CollectiveArgs {
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;
 };
 
-
 template <class V>
 CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device& device)
-    : method_(method), device_(device), scalar_shape_(&scalar_shape()) {
+    : method_(method), device_(device) {
   const std::size_t n = nest::num_leaves(value);
   inputs_.reserve(n);
   outputs_.reserve(n);
@@ -88,9 +89,9 @@ void CollectiveArgs::add_input(const L& leaf) {
     check_device(leaf, inputs_.size());
     inputs_.push_back({leaf.raw_data(), leaf.dtype(), &leaf.shape(), leaf.device()});
   } else if (device_.is_cpu()) {
-    inputs_.push_back({const_cast<L*>(&leaf), dtype_v<L>, scalar_shape_, Device::cpu()});
+    inputs_.push_back({const_cast<L*>(&leaf), dtype_v<L>, &scalar_shape(), Device::cpu()});
   } else {
-    inputs_.push_back({const_cast<void*>(scalar_on_device(&leaf, dtype_v<L>)), dtype_v<L>, scalar_shape_, device_});
+    inputs_.push_back({const_cast<void*>(scalar_on_device(&leaf, dtype_v<L>)), dtype_v<L>, &scalar_shape(), device_});
   }
 }
 
