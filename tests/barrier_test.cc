@@ -4,6 +4,7 @@
 // Every test runs its ranks as threads under a Watchdog, with 2, 3, 4 and 8 ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -97,34 +98,41 @@ INSTANTIATE_TEST_SUITE_P(Ranks, RendezvousTest, ::testing::Values(2, 3, 4, 8),
 
 // Each phase sums what every rank wrote before arriving. The plain (non-atomic) variables check
 // the happens-before promise: complete() sees every rank's write, and every rank sees complete()'s.
+// Both with the default policy and with the one used when threads outnumber cores (no spinning:
+// yield, then park).
 TEST_P(RendezvousTest, CompletionRunsOncePerPhaseAndIsVisibleToAll) {
-  Watchdog watchdog(20s, "phases");
-  Rendezvous r(n(), detail::WaitPolicy{});
-  EXPECT_EQ(r.size(), n());
-  std::vector<int> contribution(static_cast<std::size_t>(n()));
-  int completions = 0;
-  int sum = 0;
-  std::vector<int> wrong(static_cast<std::size_t>(n()));
-  const auto errors = run_ranks(all_ranks(n()), [&](int rank) {
-    for (int phase = 0; phase < kPhases; ++phase) {
-      contribution[static_cast<std::size_t>(rank)] = phase * (rank + 1);
-      const Outcome outcome = r.arrive_and_wait(rank, detail::kNoDeadline, [&] {
-        ++completions;
-        sum = 0;
-        for (int c : contribution) sum += c;
-      });
-      const int expected_sum = phase * n() * (n() + 1) / 2;
-      if (outcome != Outcome::kCompleted || completions != phase + 1 || sum != expected_sum) {
-        ++wrong[static_cast<std::size_t>(rank)];
+  Watchdog watchdog(40s, "phases");
+  detail::WaitPolicy no_spin;
+  no_spin.spin = std::chrono::nanoseconds::zero();
+  for (const detail::WaitPolicy& policy : {detail::WaitPolicy{}, no_spin}) {
+    SCOPED_TRACE(policy.spin.count() == 0 ? "no spin" : "default policy");
+    Rendezvous r(n(), policy);
+    EXPECT_EQ(r.size(), n());
+    std::vector<int> contribution(static_cast<std::size_t>(n()));
+    int completions = 0;
+    int sum = 0;
+    std::vector<int> wrong(static_cast<std::size_t>(n()));
+    const auto errors = run_ranks(all_ranks(n()), [&](int rank) {
+      for (int phase = 0; phase < kPhases; ++phase) {
+        contribution[static_cast<std::size_t>(rank)] = phase * (rank + 1);
+        const Outcome outcome = r.arrive_and_wait(rank, detail::kNoDeadline, [&] {
+          ++completions;
+          sum = 0;
+          for (int c : contribution) sum += c;
+        });
+        const int expected_sum = phase * n() * (n() + 1) / 2;
+        if (outcome != Outcome::kCompleted || completions != phase + 1 || sum != expected_sum) {
+          ++wrong[static_cast<std::size_t>(rank)];
+        }
       }
+    });
+    for (int rank = 0; rank < n(); ++rank) {
+      EXPECT_FALSE(errors[static_cast<std::size_t>(rank)]) << "rank " << rank << " threw";
+      EXPECT_EQ(wrong[static_cast<std::size_t>(rank)], 0) << "rank " << rank;
     }
-  });
-  for (int rank = 0; rank < n(); ++rank) {
-    EXPECT_FALSE(errors[static_cast<std::size_t>(rank)]) << "rank " << rank << " threw";
-    EXPECT_EQ(wrong[static_cast<std::size_t>(rank)], 0) << "rank " << rank;
+    EXPECT_EQ(completions, kPhases);
+    for (int rank = 0; rank < n(); ++rank) EXPECT_TRUE(r.behind(rank).empty());
   }
-  EXPECT_EQ(completions, kPhases);
-  for (int rank = 0; rank < n(); ++rank) EXPECT_TRUE(r.behind(rank).empty());
 }
 
 // The last to arrive runs complete(), on its own thread, after every rank has arrived.
@@ -371,6 +379,15 @@ TEST_P(RendezvousTest, UninterruptibleIgnoresAnAbort) {
   });
   for (const auto& error : errors) EXPECT_FALSE(error);
   EXPECT_TRUE(r.aborted());
+}
+
+// A spinning waiter holds the core that a thread it waits for may need: once threads outnumber
+// cores, waiters yield from the start.
+TEST(WaitPolicy, SpinsOnlyWhileEveryThreadHasACore) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_GT(detail::WaitPolicy::for_threads(cores).spin.count(), 0);
+  EXPECT_EQ(detail::WaitPolicy::for_threads(cores + 1).spin.count(), 0);
+  EXPECT_GT(detail::WaitPolicy::for_threads(cores + 1).yield.count(), 0);
 }
 
 }  // namespace

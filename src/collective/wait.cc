@@ -23,7 +23,7 @@ Deadline deadline_after(std::chrono::duration<double> timeout) {
 WaitPolicy WaitPolicy::for_threads(int threads) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   WaitPolicy policy;
-  if (static_cast<unsigned>(threads) > cores) policy.spin = std::chrono::microseconds(1);
+  if (static_cast<unsigned>(threads) > cores) policy.spin = std::chrono::nanoseconds::zero();
   return policy;
 }
 
