@@ -201,6 +201,34 @@ TEST_F(Misuse, DTypeMismatchInsideNestNamesTheLeaf) {
   expect_healthy(strategy);
 }
 
+// Same element count, other shape: a transposed tensor is a mismatch, not a reinterpretation.
+TEST_F(Misuse, AllReduceOfATransposedShapeIsAMismatch) {
+  MirroredStrategy strategy(cpu_devices(2));
+  expect_error<InvalidArgumentError>(
+      [&] {
+        strategy.run(
+            [] { get_replica_context()->all_reduce(ReduceOp::kSum, zeros(replica_id() == 1 ? Shape{3, 2} : Shape{2, 3})); });
+      },
+      {"all_reduce #1: replica 1 passed float32[3,2], replica 0 passed float32[2,3]"});
+  expect_healthy(strategy);
+}
+
+// The leaves' dimensions read end to end are the same (2, 0, 0, 4 with a zero-size dimension on
+// each side of the cut) on both replicas; where one leaf ends differs, and the first leaf is named.
+TEST_F(Misuse, LeavesThatSplitTheSameDimensionsDifferentlyAreAMismatch) {
+  MirroredStrategy strategy(cpu_devices(2));
+  expect_error<InvalidArgumentError>(
+      [&] {
+        strategy.run([] {
+          std::vector<Tensor> grads = replica_id() == 1 ? std::vector<Tensor>{zeros(Shape{2}), zeros(Shape{0, 4})}
+                                                        : std::vector<Tensor>{zeros(Shape{2, 0}), zeros(Shape{4})};
+          get_replica_context()->all_reduce(ReduceOp::kSum, grads);
+        });
+      },
+      {"all_reduce #1 (leaf 0): replica 1 passed float32[2], replica 0 passed float32[2,0]"});
+  expect_healthy(strategy);
+}
+
 TEST_P(MisuseAcrossReplicas, NestStructureMismatch) {
   MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();

@@ -105,6 +105,7 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   std::size_t offset = 0;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const collective::BufferRef& in = inputs_[leaf];
+    sign_leaf(leaf, -1);
     if (host_scalar(leaf)) {
       tensors_.emplace_back();
       outputs_.push_back({scalars_[leaf].data(), in.dtype, in.shape, Device::cpu()});
@@ -116,6 +117,7 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
     }
   }
   call_.outputs = outputs_;
+  call_.leaf_signature = signature_;
 }
 
 void CollectiveArgs::prepare_gather(int axis) {
@@ -124,12 +126,23 @@ void CollectiveArgs::prepare_gather(int axis) {
     DISTRIBUTE_CHECK(shape.rank() > 0, InvalidArgumentError, method_, ": leaf ", leaf,
                      " has rank 0 (a scalar); all_gather needs every value to have rank >= 1, "
                      "reshape it to shape (1,) first");
-    normalize_axis(axis, shape.rank(), method_);
+    sign_leaf(leaf, normalize_axis(axis, shape.rank(), method_));
     tensors_.emplace_back();
     outputs_.push_back({nullptr, inputs_[leaf].dtype, nullptr, device_});
   }
   call_.axis = axis;
   call_.outputs = outputs_;
+  call_.leaf_signature = signature_;
+}
+
+void CollectiveArgs::sign_leaf(std::size_t leaf, int gather_axis) {
+  // The first word holds the dtype, the rank and the axis, so that no leaf's integers can read as
+  // the start of a different leaf's.
+  const collective::BufferRef& in = inputs_[leaf];
+  const std::span<const std::int64_t> dims = in.shape->span();
+  signature_.push_back(static_cast<std::int64_t>(in.dtype) | std::int64_t{in.shape->rank()} << 8 |
+                       std::int64_t{gather_axis + 1} << 40);
+  for (int d = 0; d < static_cast<int>(dims.size()); ++d) signature_.push_back(d == gather_axis ? 0 : dims[d]);
 }
 
 void* CollectiveArgs::allocate_output(std::size_t leaf, const Shape& shape) {

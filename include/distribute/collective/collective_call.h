@@ -47,6 +47,10 @@ struct CollectiveCall {
   int axis = 0;                  // all_gather, already normalised
   std::span<const BufferRef> inputs;
   std::span<BufferRef> outputs;
+  // Every input leaf's dtype and shape as integers, end to end (all_gather: the gather axis's
+  // size left out, its index put in): two calls' leaves match exactly when these are equal, so
+  // the replicas' leaves are compared with one memcmp, made on each replica's own thread.
+  std::span<const std::int64_t> leaf_signature;
   // The nest's structure: its hash is compared; describe(value) renders it for messages.
   std::uint64_t structure_hash = 0;
   std::string (*describe_structure)(const void* value) = nullptr;

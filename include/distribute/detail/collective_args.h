@@ -47,6 +47,8 @@ class CollectiveArgs {
   void add_input(const L& leaf);
   void check_device(const Tensor& t, std::size_t leaf) const;
   void* allocate_output(std::size_t leaf, const Shape& shape);
+  // Appends leaf's dtype and shape to the signature; gather_axis >= 0 for all_gather.
+  void sign_leaf(std::size_t leaf, int gather_axis);
   // A scalar leaf held in host memory (every scalar on a host replica, none on a GPU replica).
   bool host_scalar(std::size_t leaf) const {
     return inputs_[leaf].shape == &scalar_shape() && inputs_[leaf].device.is_cpu();
@@ -62,6 +64,7 @@ class CollectiveArgs {
   absl::InlinedVector<Tensor, 4> tensors_;  // output tensors (undefined for host scalar leaves)
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;
+  absl::InlinedVector<std::int64_t, 8> signature_;
 };
 
 template <class V>
@@ -71,6 +74,7 @@ CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device&
   inputs_.reserve(n);
   outputs_.reserve(n);
   tensors_.reserve(n);
+  signature_.reserve(2 * n);
   scalars_.resize(n);
   nest::for_each_leaf(value, [this](const auto& leaf) { add_input(leaf); });
   call_.inputs = inputs_;
