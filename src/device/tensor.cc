@@ -66,12 +66,4 @@ Tensor Tensor::reshape(Shape shape) const {
   return Tensor(storage_, dtype_, std::move(shape), offset_);
 }
 
-namespace detail {
-
-Tensor tensor_view(const std::shared_ptr<Storage>& storage, std::size_t offset, DType dtype, const Shape& shape) {
-  return Tensor(storage, dtype, shape, offset);
-}
-
-}  // namespace detail
-
 }  // namespace distribute

@@ -88,8 +88,6 @@ const void* CollectiveArgs::scalar_on_device(const void* value, DType dtype) {
 }
 
 void CollectiveArgs::allocate_outputs_like_inputs() {
-  // One block for the outputs of all tensor leaves, each leaf a view from a cache-line multiple:
-  // a gradient list costs one allocation, not one per tensor.
   constexpr std::size_t kAlign = 64;
   auto align = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
   std::size_t total = 0;
@@ -100,19 +98,18 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
       any_tensor = true;
     }
   }
-  std::shared_ptr<Storage> block = any_tensor ? allocate_storage(device_, total) : nullptr;
-  auto* base = block != nullptr ? static_cast<std::byte*>(block->data()) : nullptr;
+  // The output tensors themselves are made by rebuild(), straight into the returned nest.
+  block_ = any_tensor ? allocate_storage(device_, total) : nullptr;
+  auto* base = block_ != nullptr ? static_cast<std::byte*>(block_->data()) : nullptr;
   std::size_t offset = 0;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const collective::BufferRef& in = inputs_[leaf];
     sign_leaf(leaf, -1);
     if (host_scalar(leaf)) {
-      tensors_.emplace_back();
       outputs_.push_back({scalars_[leaf].data(), in.dtype, in.shape, Device::cpu()});
     } else {
       offset = align(offset);
-      const Tensor& out = tensors_.emplace_back(tensor_view(block, offset, in.dtype, *in.shape));
-      outputs_.push_back({base != nullptr ? base + offset : nullptr, in.dtype, &out.shape(), device_});
+      outputs_.push_back({base != nullptr ? base + offset : nullptr, in.dtype, in.shape, device_});
       offset += in.nbytes();
     }
   }
@@ -121,6 +118,7 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
 }
 
 void CollectiveArgs::prepare_gather(int axis) {
+  tensors_.reserve(inputs_.size());
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const Shape& shape = *inputs_[leaf].shape;
     DISTRIBUTE_CHECK(shape.rank() > 0, InvalidArgumentError, method_, ": leaf ", leaf,

@@ -61,7 +61,10 @@ class CollectiveArgs {
   collective::CollectiveCall call_;
   absl::InlinedVector<collective::BufferRef, 4> inputs_;
   absl::InlinedVector<collective::BufferRef, 4> outputs_;
-  absl::InlinedVector<Tensor, 4> tensors_;  // output tensors (undefined for host scalar leaves)
+  // all_reduce: every output in device memory is a view of this one block, from a cache-line
+  // multiple (a gradient list costs one allocation, not one per tensor).
+  std::shared_ptr<Storage> block_;
+  absl::InlinedVector<Tensor, 4> tensors_;  // all_gather: the output tensors
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;
   absl::InlinedVector<std::int64_t, 8> signature_;
@@ -73,7 +76,6 @@ CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device&
   const std::size_t n = nest::num_leaves(value);
   inputs_.reserve(n);
   outputs_.reserve(n);
-  tensors_.reserve(n);
   signature_.reserve(2 * n);
   scalars_.resize(n);
   nest::for_each_leaf(value, [this](const auto& leaf) { add_input(leaf); });
@@ -106,7 +108,11 @@ V CollectiveArgs::rebuild(const V& value) {
     using L = std::decay_t<decltype(leaf)>;
     const std::size_t k = i++;
     if constexpr (std::same_as<L, Tensor>) {
-      return std::move(tensors_[k]);
+      if (block_ == nullptr) return std::move(tensors_[k]);
+      const auto* base = static_cast<const std::byte*>(block_->data());
+      const auto* data = static_cast<const std::byte*>(outputs_[k].data);
+      return tensor_view(block_, base != nullptr ? static_cast<std::size_t>(data - base) : 0, outputs_[k].dtype,
+                         *outputs_[k].shape);
     } else {
       L out;
       copy_bytes(&out, Device::cpu(), outputs_[k].data, outputs_[k].device, sizeof(L));

@@ -24,7 +24,7 @@ class Tensor;
 
 namespace detail {
 // A tensor viewing `storage` from byte `offset` on (for outputs carved from one block).
-Tensor tensor_view(const std::shared_ptr<Storage>& storage, std::size_t offset, DType dtype, const Shape& shape);
+inline Tensor tensor_view(const std::shared_ptr<Storage>& storage, std::size_t offset, DType dtype, const Shape& shape);
 }  // namespace detail
 
 class Tensor {
@@ -112,6 +112,12 @@ std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
 
 // ---------------------------------------------------------------------------------------------
 // Implementation of the templates and of the accessors every collective calls per leaf.
+
+// Inline: made once per output leaf of every all_reduce.
+inline Tensor detail::tensor_view(const std::shared_ptr<Storage>& storage, std::size_t offset, DType dtype,
+                                  const Shape& shape) {
+  return Tensor(storage, dtype, shape, offset);
+}
 
 inline const Device& Tensor::device() const {
   check_defined("device");
