@@ -91,22 +91,25 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   constexpr std::size_t kAlign = 64;
   auto align = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
   std::size_t total = 0;
-  bool any_tensor = false;
+  std::size_t host_scalars = 0;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
-    if (!host_scalar(leaf)) {
+    if (host_scalar(leaf)) {
+      ++host_scalars;
+    } else {
       total = align(total) + inputs_[leaf].nbytes();
-      any_tensor = true;
     }
   }
   // The output tensors themselves are made by rebuild(), straight into the returned nest.
-  block_ = any_tensor ? allocate_storage(device_, total) : nullptr;
+  block_ = host_scalars < inputs_.size() ? allocate_storage(device_, total) : nullptr;
   auto* base = block_ != nullptr ? static_cast<std::byte*>(block_->data()) : nullptr;
+  scalars_.resize(host_scalars);  // sized once: outputs_ points into it
   std::size_t offset = 0;
+  std::size_t scalar = 0;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const collective::BufferRef& in = inputs_[leaf];
     sign_leaf(leaf, -1);
     if (host_scalar(leaf)) {
-      outputs_.push_back({scalars_[leaf].data(), in.dtype, in.shape, Device::cpu()});
+      outputs_.push_back({scalars_[scalar++].data(), in.dtype, in.shape, Device::cpu()});
     } else {
       offset = align(offset);
       outputs_.push_back({base != nullptr ? base + offset : nullptr, in.dtype, in.shape, device_});

@@ -66,7 +66,7 @@ class CollectiveArgs {
   std::shared_ptr<Storage> block_;
   absl::InlinedVector<Tensor, 4> tensors_;  // all_gather: the output tensors
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
-  absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;
+  absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;  // all_reduce: host scalar outputs, in order
   absl::InlinedVector<std::int64_t, 8> signature_;
 };
 
@@ -77,7 +77,6 @@ CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device&
   inputs_.reserve(n);
   outputs_.reserve(n);
   signature_.reserve(2 * n);
-  scalars_.resize(n);
   nest::for_each_leaf(value, [this](const auto& leaf) { add_input(leaf); });
   call_.inputs = inputs_;
   call_.structure_hash = nest::structure_hash(value);

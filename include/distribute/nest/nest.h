@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "distribute/nest/structure_traits.h"
 
@@ -36,6 +37,11 @@ std::size_t num_leaves(const V& v) {
   return n;
 }
 
+// Whether container V names its children (dict keys, struct field names).
+template <class V>
+inline constexpr bool kKeyed = std::string_view(StructureTraits<V>::kName) == "dict" ||
+                               std::string_view(StructureTraits<V>::kName) == "struct";
+
 // A hash of v's structure: container kinds, sizes, map keys and leaf kinds (not leaf values,
 // dtypes or shapes). Equal structures hash equal.
 template <class V>
@@ -49,12 +55,10 @@ std::uint64_t structure_hash(const V& v) {
   } else if constexpr (Leaf<V>) {
     return 0x5c + static_cast<std::uint64_t>(dtype_v<V>);
   } else {
-    std::uint64_t h = mix(std::hash<std::string>{}(StructureTraits<V>::kName), StructureTraits<V>::size(v));
+    std::uint64_t h = mix(std::hash<std::string_view>{}(StructureTraits<V>::kName), StructureTraits<V>::size(v));
     std::size_t i = 0;
     StructureTraits<V>::for_each(v, [&](const auto& child) {
-      if (std::string key = StructureTraits<V>::key(v, i++); !key.empty()) {
-        h = mix(h, std::hash<std::string>{}(key));
-      }
+      if constexpr (kKeyed<V>) h = mix(h, std::hash<std::string>{}(StructureTraits<V>::key(v, i++)));
       h = mix(h, structure_hash(child));
     });
     return h;
@@ -69,9 +73,7 @@ std::string describe_structure(const V& v) {
   } else if constexpr (Leaf<V>) {
     return std::string(dtype_name(dtype_v<V>));
   } else {
-    const bool keyed = std::string_view(StructureTraits<V>::kName) == "dict" ||
-                       std::string_view(StructureTraits<V>::kName) == "struct";
-    std::string out = std::string(StructureTraits<V>::kName) + (keyed ? "{" : "[");
+    std::string out = std::string(StructureTraits<V>::kName) + (kKeyed<V> ? "{" : "[");
     std::size_t i = 0;
     StructureTraits<V>::for_each(v, [&](const auto& child) {
       if (i != 0) out += ", ";
@@ -79,7 +81,7 @@ std::string describe_structure(const V& v) {
       out += describe_structure(child);
       ++i;
     });
-    return out + (keyed ? "}" : "]");
+    return out + (kKeyed<V> ? "}" : "]");
   }
 }
 
