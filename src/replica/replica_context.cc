@@ -105,6 +105,8 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   scalars_.resize(host_scalars);  // sized once: outputs_ points into it
   std::size_t offset = 0;
   std::size_t scalar = 0;
+  input_data_.reserve(inputs_.size());
+  output_data_.reserve(inputs_.size());
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const collective::BufferRef& in = inputs_[leaf];
     sign_leaf(leaf, -1);
@@ -115,8 +117,12 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
       outputs_.push_back({base != nullptr ? base + offset : nullptr, in.dtype, in.shape, device_});
       offset += in.nbytes();
     }
+    input_data_.push_back(in.data);
+    output_data_.push_back(outputs_.back().data);
   }
   call_.outputs = outputs_;
+  call_.input_data = input_data_;
+  call_.output_data = output_data_;
   call_.leaf_signature = signature_;
 }
 

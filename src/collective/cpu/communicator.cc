@@ -44,9 +44,9 @@ void reduce_range(std::span<CollectiveCall* const> calls, int rank, std::size_t 
   const std::size_t n = calls.size();
   const std::size_t bytes = end - begin;
   absl::InlinedVector<const void*, 8> inputs(n);
-  for (std::size_t r = 0; r < n; ++r) inputs[r] = static_cast<const char*>(calls[r]->inputs[leaf].data) + begin;
+  for (std::size_t r = 0; r < n; ++r) inputs[r] = static_cast<const char*>(calls[r]->input_data[leaf]) + begin;
   const auto count = static_cast<std::int64_t>(bytes / dtype_size(dtype));
-  const auto output = [&](std::size_t r) { return static_cast<char*>(calls[r]->outputs[leaf].data) + begin; };
+  const auto output = [&](std::size_t r) { return static_cast<char*>(calls[r]->output_data[leaf]) + begin; };
   if (scratch != nullptr) {
     reduce_buffers(dtype, mine.op, inputs, scratch, count, static_cast<std::int64_t>(n));
     for (std::size_t r = 0; r < n; ++r) stream_copy(output(r), scratch, bytes);
