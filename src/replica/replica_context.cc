@@ -90,9 +90,10 @@ const void* CollectiveArgs::scalar_on_device(const void* value, DType dtype) {
 void CollectiveArgs::allocate_outputs_like_inputs() {
   constexpr std::size_t kAlign = 64;
   auto align = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
+  const std::size_t n = inputs_.size();
   std::size_t total = 0;
   std::size_t host_scalars = 0;
-  for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
+  for (std::size_t leaf = 0; leaf < n; ++leaf) {
     if (host_scalar(leaf)) {
       ++host_scalars;
     } else {
@@ -100,25 +101,31 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
     }
   }
   // The output tensors themselves are made by rebuild(), straight into the returned nest.
-  block_ = host_scalars < inputs_.size() ? allocate_storage(device_, total) : nullptr;
+  block_ = host_scalars < n ? allocate_storage(device_, total) : nullptr;
   auto* base = block_ != nullptr ? static_cast<std::byte*>(block_->data()) : nullptr;
-  scalars_.resize(host_scalars);  // sized once: outputs_ points into it
+  // Sized once and then written through pointers: outputs_ points into scalars_, and a
+  // push_back per leaf and array cost more than the rest of this loop.
+  scalars_.resize(host_scalars);
+  input_data_.resize(n);
+  output_data_.resize(n);
+  std::int64_t* signature = size_signature();
   std::size_t offset = 0;
   std::size_t scalar = 0;
-  input_data_.reserve(inputs_.size());
-  output_data_.reserve(inputs_.size());
-  for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
+  for (std::size_t leaf = 0; leaf < n; ++leaf) {
     const collective::BufferRef& in = inputs_[leaf];
-    sign_leaf(leaf, -1);
+    signature = sign_leaf(signature, leaf, -1);
+    void* out;
     if (host_scalar(leaf)) {
-      outputs_.push_back({scalars_[scalar++].data(), in.dtype, in.shape, Device::cpu()});
+      out = scalars_[scalar++].data();
+      outputs_.push_back({out, in.dtype, in.shape, Device::cpu()});
     } else {
       offset = align(offset);
-      outputs_.push_back({base != nullptr ? base + offset : nullptr, in.dtype, in.shape, device_});
+      out = base != nullptr ? base + offset : nullptr;
+      outputs_.push_back({out, in.dtype, in.shape, device_});
       offset += in.nbytes();
     }
-    input_data_.push_back(in.data);
-    output_data_.push_back(outputs_.back().data);
+    input_data_[leaf] = in.data;
+    output_data_[leaf] = out;
   }
   call_.outputs = outputs_;
   call_.input_data = input_data_;
@@ -128,12 +135,13 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
 
 void CollectiveArgs::prepare_gather(int axis) {
   tensors_.reserve(inputs_.size());
+  std::int64_t* signature = size_signature();
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const Shape& shape = *inputs_[leaf].shape;
     DISTRIBUTE_CHECK(shape.rank() > 0, InvalidArgumentError, method_, ": leaf ", leaf,
                      " has rank 0 (a scalar); all_gather needs every value to have rank >= 1, "
                      "reshape it to shape (1,) first");
-    sign_leaf(leaf, normalize_axis(axis, shape.rank(), method_));
+    signature = sign_leaf(signature, leaf, normalize_axis(axis, shape.rank(), method_));
     tensors_.emplace_back();
     outputs_.push_back({nullptr, inputs_[leaf].dtype, nullptr, device_});
   }
@@ -142,14 +150,21 @@ void CollectiveArgs::prepare_gather(int axis) {
   call_.leaf_signature = signature_;
 }
 
-void CollectiveArgs::sign_leaf(std::size_t leaf, int gather_axis) {
+std::int64_t* CollectiveArgs::size_signature() {
+  std::size_t words = 0;
+  for (const collective::BufferRef& in : inputs_) words += 1 + static_cast<std::size_t>(in.shape->rank());
+  signature_.resize(words);
+  return signature_.data();
+}
+
+std::int64_t* CollectiveArgs::sign_leaf(std::int64_t* out, std::size_t leaf, int gather_axis) {
   // The first word holds the dtype, the rank and the axis, so that no leaf's integers can read as
   // the start of a different leaf's.
   const collective::BufferRef& in = inputs_[leaf];
   const std::span<const std::int64_t> dims = in.shape->span();
-  signature_.push_back(static_cast<std::int64_t>(in.dtype) | std::int64_t{in.shape->rank()} << 8 |
-                       std::int64_t{gather_axis + 1} << 40);
-  for (int d = 0; d < static_cast<int>(dims.size()); ++d) signature_.push_back(d == gather_axis ? 0 : dims[d]);
+  *out++ = static_cast<std::int64_t>(in.dtype) | std::int64_t{in.shape->rank()} << 8 | std::int64_t{gather_axis + 1} << 40;
+  for (int d = 0; d < static_cast<int>(dims.size()); ++d) *out++ = d == gather_axis ? 0 : dims[d];
+  return out;
 }
 
 void* CollectiveArgs::allocate_output(std::size_t leaf, const Shape& shape) {

@@ -47,8 +47,11 @@ class CollectiveArgs {
   void add_input(const L& leaf);
   void check_device(const Tensor& t, std::size_t leaf) const;
   void* allocate_output(std::size_t leaf, const Shape& shape);
-  // Appends leaf's dtype and shape to the signature; gather_axis >= 0 for all_gather.
-  void sign_leaf(std::size_t leaf, int gather_axis);
+  // Sizes the signature for every leaf and returns where its first word goes.
+  std::int64_t* size_signature();
+  // Writes leaf's dtype and shape to the signature at `out` (gather_axis >= 0 for all_gather)
+  // and returns where the next leaf's go.
+  std::int64_t* sign_leaf(std::int64_t* out, std::size_t leaf, int gather_axis);
   // A scalar leaf held in host memory (every scalar on a host replica, none on a GPU replica).
   bool host_scalar(std::size_t leaf) const {
     return inputs_[leaf].shape == &scalar_shape() && inputs_[leaf].device.is_cpu();
@@ -78,7 +81,6 @@ CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device&
   const std::size_t n = nest::num_leaves(value);
   inputs_.reserve(n);
   outputs_.reserve(n);
-  signature_.reserve(2 * n);
   nest::for_each_leaf(value, [this](const auto& leaf) { add_input(leaf); });
   call_.inputs = inputs_;
   call_.structure_hash = nest::structure_hash(value);
