@@ -106,8 +106,9 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   // Sized once and then written through pointers: outputs_ points into scalars_, and a
   // push_back per leaf and array cost more than the rest of this loop.
   scalars_.resize(host_scalars);
-  input_data_.resize(n);
-  output_data_.resize(n);
+  data_pointers_.resize(2 * n);
+  void** input_data = data_pointers_.data();
+  void** output_data = input_data + n;
   std::int64_t* signature = size_signature();
   std::size_t offset = 0;
   std::size_t scalar = 0;
@@ -124,12 +125,12 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
       outputs_.push_back({out, in.dtype, in.shape, device_});
       offset += in.nbytes();
     }
-    input_data_[leaf] = in.data;
-    output_data_[leaf] = out;
+    input_data[leaf] = in.data;
+    output_data[leaf] = out;
   }
   call_.outputs = outputs_;
-  call_.input_data = input_data_;
-  call_.output_data = output_data_;
+  call_.input_data = {input_data, n};
+  call_.output_data = {output_data, n};
   call_.leaf_signature = signature_;
 }
 

@@ -71,8 +71,8 @@ class CollectiveArgs {
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;  // all_reduce: host scalar outputs, in order
   absl::InlinedVector<std::int64_t, 8> signature_;
-  absl::InlinedVector<const void*, 4> input_data_;
-  absl::InlinedVector<void*, 4> output_data_;
+  // all_reduce: the inputs' data pointers, then the outputs' (one allocation for both).
+  absl::InlinedVector<void*, 8> data_pointers_;
 };
 
 template <class V>
