@@ -43,8 +43,7 @@ void ReplicaContext::run_all_reduce(detail::CollectiveArgs& args) {
   // One replica: SUM and MEAN are the input itself.
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
     const collective::BufferRef& in = call.inputs[leaf];
-    const collective::BufferRef& out = call.outputs[leaf];
-    detail::copy_bytes(out.data, out.device, in.data, in.device, in.nbytes());
+    detail::copy_bytes(call.output_data[leaf], device_, in.data, device_, in.nbytes());
   }
 }
 
@@ -57,7 +56,7 @@ void ReplicaContext::run_all_gather(detail::CollectiveArgs& args) {
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
     const collective::BufferRef& in = call.inputs[leaf];
     void* out = call.allocate_output(call.allocate_context, leaf, *in.shape);
-    detail::copy_bytes(out, device_, in.data, in.device, in.nbytes());
+    detail::copy_bytes(out, device_, in.data, device_, in.nbytes());
   }
 }
 
@@ -70,14 +69,12 @@ std::shared_ptr<void> ReplicaContext::run_merge_call(collective::CollectiveCall&
 
 namespace detail {
 
-void CollectiveArgs::check_device(const Tensor& t, std::size_t leaf) const {
+void CollectiveArgs::throw_wrong_device(const Tensor& t, std::size_t leaf) const {
   DISTRIBUTE_CHECK(t.defined(), InvalidArgumentError, method_, ": leaf ", leaf,
                    " is an undefined Tensor (default-constructed)");
-  // Host memory is one space, so any CPU tensor serves a CPU replica; a GPU replica needs its own.
-  DISTRIBUTE_CHECK(device_.is_cpu() ? t.device().is_cpu() : t.device() == device_, InvalidArgumentError, method_,
-                   ": leaf ", leaf, " is on ", t.device().short_name(), " but the replica runs on ",
-                   device_.short_name(), "; create it inside the replica's function (tensors default to the "
-                   "replica's device) or move it with to()");
+  throw InvalidArgumentError(absl::StrCat(
+      method_, ": leaf ", leaf, " is on ", t.device().short_name(), " but the replica runs on ", device_.short_name(),
+      "; create it inside the replica's function (tensors default to the replica's device) or move it with to()"));
 }
 
 const void* CollectiveArgs::scalar_on_device(const void* value, DType dtype) {
@@ -88,24 +85,11 @@ const void* CollectiveArgs::scalar_on_device(const void* value, DType dtype) {
 }
 
 void CollectiveArgs::allocate_outputs_like_inputs() {
-  constexpr std::size_t kAlign = 64;
-  auto align = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
   const std::size_t n = inputs_.size();
-  std::size_t total = 0;
-  std::size_t host_scalars = 0;
-  for (std::size_t leaf = 0; leaf < n; ++leaf) {
-    if (host_scalar(leaf)) {
-      ++host_scalars;
-    } else {
-      total = align(total) + inputs_[leaf].nbytes();
-    }
-  }
   // The output tensors themselves are made by rebuild(), straight into the returned nest.
-  block_ = host_scalars < n ? allocate_storage(device_, total) : nullptr;
+  block_ = host_scalars_ < n ? allocate_storage(device_, block_bytes_) : nullptr;
   auto* base = block_ != nullptr ? static_cast<std::byte*>(block_->data()) : nullptr;
-  // Sized once and then written through pointers: outputs_ points into scalars_, and a
-  // push_back per leaf and array cost more than the rest of this loop.
-  scalars_.resize(host_scalars);
+  scalars_.resize(host_scalars_);
   data_pointers_.resize(2 * n);
   void** input_data = data_pointers_.data();
   void** output_data = input_data + n;
@@ -114,54 +98,38 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   std::size_t scalar = 0;
   for (std::size_t leaf = 0; leaf < n; ++leaf) {
     const collective::BufferRef& in = inputs_[leaf];
-    signature = sign_leaf(signature, leaf, -1);
-    void* out;
-    if (host_scalar(leaf)) {
-      out = scalars_[scalar++].data();
-      outputs_.push_back({out, in.dtype, in.shape, Device::cpu()});
+    signature = sign_leaf(signature, in, -1);
+    input_data[leaf] = in.data;
+    if (host_scalar(in)) {
+      output_data[leaf] = scalars_[scalar++].data();
     } else {
-      offset = align(offset);
-      out = base != nullptr ? base + offset : nullptr;
-      outputs_.push_back({out, in.dtype, in.shape, device_});
+      offset = align_output(offset);
+      output_data[leaf] = base != nullptr ? base + offset : nullptr;
       offset += in.nbytes();
     }
-    input_data[leaf] = in.data;
-    output_data[leaf] = out;
   }
-  call_.outputs = outputs_;
   call_.input_data = {input_data, n};
   call_.output_data = {output_data, n};
   call_.leaf_signature = signature_;
 }
 
 void CollectiveArgs::prepare_gather(int axis) {
-  tensors_.reserve(inputs_.size());
+  tensors_.resize(inputs_.size());
   std::int64_t* signature = size_signature();
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const Shape& shape = *inputs_[leaf].shape;
     DISTRIBUTE_CHECK(shape.rank() > 0, InvalidArgumentError, method_, ": leaf ", leaf,
                      " has rank 0 (a scalar); all_gather needs every value to have rank >= 1, "
                      "reshape it to shape (1,) first");
-    signature = sign_leaf(signature, leaf, normalize_axis(axis, shape.rank(), method_));
-    tensors_.emplace_back();
-    outputs_.push_back({nullptr, inputs_[leaf].dtype, nullptr, device_});
+    signature = sign_leaf(signature, inputs_[leaf], normalize_axis(axis, shape.rank(), method_));
   }
   call_.axis = axis;
-  call_.outputs = outputs_;
   call_.leaf_signature = signature_;
 }
 
-std::int64_t* CollectiveArgs::size_signature() {
-  std::size_t words = 0;
-  for (const collective::BufferRef& in : inputs_) words += 1 + static_cast<std::size_t>(in.shape->rank());
-  signature_.resize(words);
-  return signature_.data();
-}
-
-std::int64_t* CollectiveArgs::sign_leaf(std::int64_t* out, std::size_t leaf, int gather_axis) {
+std::int64_t* CollectiveArgs::sign_leaf(std::int64_t* out, const collective::BufferRef& in, int gather_axis) {
   // The first word holds the dtype, the rank and the axis, so that no leaf's integers can read as
   // the start of a different leaf's.
-  const collective::BufferRef& in = inputs_[leaf];
   const std::span<const std::int64_t> dims = in.shape->span();
   *out++ = static_cast<std::int64_t>(in.dtype) | std::int64_t{in.shape->rank()} << 8 | std::int64_t{gather_axis + 1} << 40;
   for (int d = 0; d < static_cast<int>(dims.size()); ++d) *out++ = d == gather_axis ? 0 : dims[d];
@@ -170,9 +138,7 @@ std::int64_t* CollectiveArgs::sign_leaf(std::int64_t* out, std::size_t leaf, int
 
 void* CollectiveArgs::allocate_output(std::size_t leaf, const Shape& shape) {
   tensors_[leaf] = Tensor::empty(inputs_[leaf].dtype, shape, device_);
-  outputs_[leaf].data = tensors_[leaf].raw_data();
-  outputs_[leaf].shape = &tensors_[leaf].shape();
-  return outputs_[leaf].data;
+  return tensors_[leaf].raw_data();
 }
 
 }  // namespace detail

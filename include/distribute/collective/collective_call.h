@@ -13,7 +13,6 @@
 
 #include "distribute/collective/communication_options.h"
 #include "distribute/collective/reduce_op.h"
-#include "distribute/device/device.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/shape.h"
 
@@ -24,13 +23,13 @@ enum class CollectiveKind : std::uint8_t { kAllReduce, kAllGather, kMergeCall, k
 // "all_reduce", "all_gather", "merge_call", "return".
 const char* kind_name(CollectiveKind kind);
 
-// One leaf: `shape` elements of `dtype` at `data` on `device`. For all_gather outputs, data is
-// filled in after the rendezvous, when the gathered shape is known.
+// One input leaf: `shape` elements of `dtype` at `data`, in the replica device's memory (host
+// memory on a CPU replica, whatever CPU device a tensor names). 24 bytes: one is written per leaf
+// per collective.
 struct BufferRef {
   void* data = nullptr;
-  DType dtype = DType::kFloat32;
   const Shape* shape = nullptr;
-  Device device;
+  DType dtype = DType::kFloat32;
 
   std::int64_t num_elements() const { return shape->num_elements(); }
   std::size_t nbytes() const { return static_cast<std::size_t>(num_elements()) * dtype_size(dtype); }
@@ -46,13 +45,13 @@ struct CollectiveCall {
   ReduceOp op = ReduceOp::kSum;  // all_reduce
   int axis = 0;                  // all_gather, already normalised
   std::span<const BufferRef> inputs;
-  std::span<BufferRef> outputs;
   // Every input leaf's dtype and shape as integers, end to end (all_gather: the gather axis's
   // size left out, its index put in): two calls' leaves match exactly when these are equal, so
   // the replicas' leaves are compared with one memcmp, made on each replica's own thread.
   std::span<const std::int64_t> leaf_signature;
-  // all_reduce: the inputs' and outputs' data pointers again, end to end. A backend that reads
-  // other replicas' pointers leaf by leaf then touches a cache line per 8 leaves, not per leaf.
+  // all_reduce: the inputs' data pointers again, end to end (a backend that reads other replicas'
+  // pointers leaf by leaf then touches a cache line per 8 leaves, not per 3), and the outputs'
+  // (output leaf k has input leaf k's dtype and shape, in the replica device's memory).
   std::span<const void* const> input_data;
   std::span<void* const> output_data;
   // The nest's structure: its hash is compared; describe(value) renders it for messages.
@@ -61,7 +60,7 @@ struct CollectiveCall {
   const void* value = nullptr;
   CommunicationOptions options;
   // all_gather: allocate_output(allocate_context, leaf, shape) allocates output `leaf` with
-  // `shape` on the replica's own thread and returns its data.
+  // `shape` on the replica's own thread, after the rendezvous, and returns its data.
   void* (*allocate_output)(void* allocate_context, std::size_t leaf, const Shape& shape) = nullptr;
   void* allocate_context = nullptr;
   // merge_call: identifies merge_fn's type and arguments' types; `frame` is read by `run_merge`.

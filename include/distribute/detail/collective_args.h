@@ -23,6 +23,10 @@ inline const Shape& scalar_shape() {
   return shape;
 }
 
+// The output leaves of an all_reduce start at cache-line multiples of one block: no two leaves
+// share a line, and every line boundary is an element boundary of every dtype.
+inline std::size_t align_output(std::size_t offset) { return (offset + 63) / 64 * 64; }
+
 class CollectiveArgs {
  public:
   template <class V>
@@ -43,18 +47,23 @@ class CollectiveArgs {
   V rebuild(const V& value);
 
  private:
+  // Every per-leaf step below is one pass over a flat array: a gradient list of a hundred small
+  // tensors pays each of them per tensor per replica, on every step.
   template <class L>
-  void add_input(const L& leaf);
-  void check_device(const Tensor& t, std::size_t leaf) const;
+  collective::BufferRef input_ref(const L& leaf, std::size_t index);
+  [[noreturn]] void throw_wrong_device(const Tensor& t, std::size_t leaf) const;
   void* allocate_output(std::size_t leaf, const Shape& shape);
   // Sizes the signature for every leaf and returns where its first word goes.
-  std::int64_t* size_signature();
+  std::int64_t* size_signature() {
+    signature_.resize(signature_words_);
+    return signature_.data();
+  }
   // Writes leaf's dtype and shape to the signature at `out` (gather_axis >= 0 for all_gather)
   // and returns where the next leaf's go.
-  std::int64_t* sign_leaf(std::int64_t* out, std::size_t leaf, int gather_axis);
+  std::int64_t* sign_leaf(std::int64_t* out, const collective::BufferRef& in, int gather_axis);
   // A scalar leaf held in host memory (every scalar on a host replica, none on a GPU replica).
-  bool host_scalar(std::size_t leaf) const {
-    return inputs_[leaf].shape == &scalar_shape() && inputs_[leaf].device.is_cpu();
+  bool host_scalar(const collective::BufferRef& in) const {
+    return in.shape == &scalar_shape() && device_.is_cpu();
   }
   // On a GPU replica: the scalar's value in device memory.
   const void* scalar_on_device(const void* value, DType dtype);
@@ -63,9 +72,13 @@ class CollectiveArgs {
   Device device_;
   collective::CollectiveCall call_;
   absl::InlinedVector<collective::BufferRef, 4> inputs_;
-  absl::InlinedVector<collective::BufferRef, 4> outputs_;
-  // all_reduce: every output in device memory is a view of this one block, from a cache-line
-  // multiple (a gradient list costs one allocation, not one per tensor).
+  // Counted while flattening: the signature's length, the host scalars, and the bytes of the
+  // all_reduce output block (each leaf from a cache-line multiple).
+  std::size_t signature_words_ = 0;
+  std::size_t host_scalars_ = 0;
+  std::size_t block_bytes_ = 0;
+  // all_reduce: every output in device memory is a view of this one block (a gradient list costs
+  // one allocation, not one per tensor).
   std::shared_ptr<Storage> block_;
   absl::InlinedVector<Tensor, 4> tensors_;  // all_gather: the output tensors
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
@@ -78,10 +91,12 @@ class CollectiveArgs {
 template <class V>
 CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device& device)
     : method_(method), device_(device) {
-  const std::size_t n = nest::num_leaves(value);
-  inputs_.reserve(n);
-  outputs_.reserve(n);
-  nest::for_each_leaf(value, [this](const auto& leaf) { add_input(leaf); });
+  inputs_.resize(nest::num_leaves(value));
+  std::size_t index = 0;
+  nest::for_each_leaf(value, [&](const auto& leaf) {
+    inputs_[index] = input_ref(leaf, index);
+    ++index;
+  });
   call_.inputs = inputs_;
   call_.structure_hash = nest::structure_hash(value);
   call_.describe_structure = [](const void* v) { return nest::describe_structure(*static_cast<const V*>(v)); };
@@ -93,32 +108,44 @@ CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device&
 }
 
 template <class L>
-void CollectiveArgs::add_input(const L& leaf) {
+collective::BufferRef CollectiveArgs::input_ref(const L& leaf, std::size_t index) {
+  collective::BufferRef in;
   if constexpr (std::same_as<L, Tensor>) {
-    check_device(leaf, inputs_.size());
-    inputs_.push_back({leaf.raw_data(), leaf.dtype(), &leaf.shape(), leaf.device()});
+    // Host memory is one space, so any CPU tensor serves a CPU replica; a GPU replica needs its own.
+    if (!leaf.defined() || !(device_.is_cpu() ? leaf.device().is_cpu() : leaf.device() == device_)) {
+      throw_wrong_device(leaf, index);
+    }
+    in = {leaf.raw_data(), &leaf.shape(), leaf.dtype()};
   } else if (device_.is_cpu()) {
-    inputs_.push_back({const_cast<L*>(&leaf), dtype_v<L>, &scalar_shape(), Device::cpu()});
+    in = {const_cast<L*>(&leaf), &scalar_shape(), dtype_v<L>};
   } else {
-    inputs_.push_back({const_cast<void*>(scalar_on_device(&leaf, dtype_v<L>)), dtype_v<L>, &scalar_shape(), device_});
+    in = {const_cast<void*>(scalar_on_device(&leaf, dtype_v<L>)), &scalar_shape(), dtype_v<L>};
   }
+  signature_words_ += 1 + static_cast<std::size_t>(in.shape->rank());
+  if (host_scalar(in)) {
+    ++host_scalars_;
+  } else {
+    block_bytes_ = align_output(block_bytes_) + in.nbytes();
+  }
+  return in;
 }
 
 template <class V>
 V CollectiveArgs::rebuild(const V& value) {
   std::size_t i = 0;
+  const std::size_t n = inputs_.size();
   return nest::map_leaves(value, [&](const auto& leaf) {
     using L = std::decay_t<decltype(leaf)>;
     const std::size_t k = i++;
     if constexpr (std::same_as<L, Tensor>) {
       if (block_ == nullptr) return std::move(tensors_[k]);
       const auto* base = static_cast<const std::byte*>(block_->data());
-      const auto* data = static_cast<const std::byte*>(outputs_[k].data);
-      return tensor_view(block_, base != nullptr ? static_cast<std::size_t>(data - base) : 0, outputs_[k].dtype,
-                         *outputs_[k].shape);
+      const auto* data = static_cast<const std::byte*>(data_pointers_[n + k]);
+      return tensor_view(block_, base != nullptr ? static_cast<std::size_t>(data - base) : 0, inputs_[k].dtype,
+                         *inputs_[k].shape);
     } else {
       L out;
-      copy_bytes(&out, Device::cpu(), outputs_[k].data, outputs_[k].device, sizeof(L));
+      copy_bytes(&out, Device::cpu(), data_pointers_[n + k], device_, sizeof(L));
       return out;
     }
   });

@@ -42,6 +42,20 @@ template <class V>
 inline constexpr bool kKeyed = std::string_view(StructureTraits<V>::kName) == "dict" ||
                                std::string_view(StructureTraits<V>::kName) == "struct";
 
+// The element type of a list or array whose children are all leaves (void otherwise).
+template <class V>
+struct LeafElement {
+  using type = void;
+};
+template <Leaf T>
+struct LeafElement<std::vector<T>> {
+  using type = T;
+};
+template <Leaf T, std::size_t N>
+struct LeafElement<std::array<T, N>> {
+  using type = T;
+};
+
 // A hash of v's structure: container kinds, sizes, map keys and leaf kinds (not leaf values,
 // dtypes or shapes). Equal structures hash equal.
 template <class V>
@@ -55,13 +69,20 @@ std::uint64_t structure_hash(const V& v) {
   } else if constexpr (Leaf<V>) {
     return 0x5c + static_cast<std::uint64_t>(dtype_v<V>);
   } else {
-    std::uint64_t h = mix(std::hash<std::string_view>{}(StructureTraits<V>::kName), StructureTraits<V>::size(v));
-    std::size_t i = 0;
-    StructureTraits<V>::for_each(v, [&](const auto& child) {
-      if constexpr (kKeyed<V>) h = mix(h, std::hash<std::string>{}(StructureTraits<V>::key(v, i++)));
-      h = mix(h, structure_hash(child));
-    });
-    return h;
+    const std::size_t size = StructureTraits<V>::size(v);
+    std::uint64_t h = mix(std::hash<std::string_view>{}(StructureTraits<V>::kName), size);
+    if constexpr (Leaf<typename LeafElement<V>::type>) {
+      // Children of one leaf kind: the size and that kind say it all (a gradient list of
+      // thousands of tensors is hashed on every all_reduce).
+      return size == 0 ? h : mix(h, structure_hash(*std::begin(v)));
+    } else {
+      std::size_t i = 0;
+      StructureTraits<V>::for_each(v, [&](const auto& child) {
+        if constexpr (kKeyed<V>) h = mix(h, std::hash<std::string>{}(StructureTraits<V>::key(v, i++)));
+        h = mix(h, structure_hash(child));
+      });
+      return h;
+    }
   }
 }
 

@@ -170,27 +170,27 @@ void NcclCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> cal
   const std::size_t limit = mine.options.bytes_per_pack;
   absl::InlinedVector<Pack, 4> packs;
   for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
-    const BufferRef& out = mine.outputs[leaf];
-    const std::size_t bytes = out.nbytes();
+    const BufferRef& in = mine.inputs[leaf];
+    const std::size_t bytes = in.nbytes();
     if (bytes == 0) continue;
-    auto* data = static_cast<char*>(out.data);
+    auto* data = static_cast<char*>(mine.output_data[leaf]);
     if (!packs.empty()) {
       Pack& p = packs.back();
       const char* end = p.begin + p.bytes;
       const auto extended = static_cast<std::size_t>(data + bytes - p.begin);
-      if (p.dtype == out.dtype && data >= end && static_cast<std::size_t>(data - end) < kMaxGap &&
+      if (p.dtype == in.dtype && data >= end && static_cast<std::size_t>(data - end) < kMaxGap &&
           (limit == 0 || extended <= limit)) {
         p.last = leaf;
         p.bytes = extended;
         continue;
       }
     }
-    packs.push_back({leaf, leaf, data, bytes, out.dtype});
+    packs.push_back({leaf, leaf, data, bytes, in.dtype});
   }
   for (const Pack& p : packs) {
     if (p.first == p.last) continue;
     for (std::size_t leaf = p.first; leaf <= p.last; ++leaf) {
-      me.copy(mine.outputs[leaf].data, mine.inputs[leaf].data, mine.inputs[leaf].nbytes());
+      me.copy(mine.output_data[leaf], mine.inputs[leaf].data, mine.inputs[leaf].nbytes());
     }
   }
   const ncclRedOp_t op = mine.op == ReduceOp::kMean ? ncclAvg : ncclSum;

@@ -48,7 +48,7 @@ void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveCall* const
             inputs[r] = scratch.back()->data();
           }
         }
-        me.reduce(in.dtype, mine.op, inputs, mine.outputs[leaf].data, in.num_elements(), static_cast<std::int64_t>(n));
+        me.reduce(in.dtype, mine.op, inputs, mine.output_data[leaf], in.num_elements(), static_cast<std::int64_t>(n));
       }
       me.mark(ReplicaDevice::Mark::kDone);
     } catch (...) {
@@ -60,8 +60,8 @@ void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveCall* const
   if (rank != 0 && !error) {
     try {
       me.wait_for(ReplicaDevice::Mark::kDone, root);
-      for (std::size_t leaf = 0; leaf < mine.outputs.size(); ++leaf) {
-        me.copy(mine.outputs[leaf].data, root_call.outputs[leaf].data, mine.outputs[leaf].nbytes());
+      for (std::size_t leaf = 0; leaf < mine.output_data.size(); ++leaf) {
+        me.copy(mine.output_data[leaf], root_call.output_data[leaf], mine.inputs[leaf].nbytes());
       }
       me.mark(ReplicaDevice::Mark::kDone);
     } catch (...) {
