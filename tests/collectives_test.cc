@@ -256,6 +256,37 @@ TEST_P(Collectives, IntegerMeanTruncates) {
   }
 }
 
+// Float sums depend on their order. Replica r's element i is 2^24 when i % n == r, else 1 or 0.5:
+// added before the 2^24 the small values survive, after it they round away. Whatever the engine
+// does (a staged copy for small tensors, slices for large ones, up to four inputs per pass), every
+// element must be the left-to-right sum over replicas 0, 1, ..., n-1, for 2 to 9 replicas.
+TEST(AllReduceOrder, FloatSumsAddTheReplicasInOrder) {
+  const auto value = [](int n, int r, std::int64_t i) {
+    if (i % n == r) return 16777216.0f;
+    return (i + r) % 3 == 0 ? 1.0f : 0.5f;
+  };
+  for (int n = 2; n <= 9; ++n) {
+    for (std::int64_t count : {std::int64_t{64}, std::int64_t{20000}}) {
+      MirroredStrategy strategy(cpu_devices(n));
+      PerReplica<Tensor> result = strategy.run([&] {
+        ReplicaContext& ctx = *get_replica_context();
+        std::vector<float> mine(static_cast<std::size_t>(count));
+        for (std::int64_t i = 0; i < count; ++i) mine[static_cast<std::size_t>(i)] = value(n, ctx.replica_id_in_sync_group(), i);
+        return ctx.all_reduce(ReduceOp::kSum, Tensor::from_vector(std::move(mine)));
+      });
+      std::vector<float> expected(static_cast<std::size_t>(count));
+      for (std::int64_t i = 0; i < count; ++i) {
+        float sum = value(n, 0, i);
+        for (int r = 1; r < n; ++r) sum += value(n, r, i);
+        expected[static_cast<std::size_t>(i)] = sum;
+      }
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(result[r].to_vector<float>(), expected) << n << " replicas, " << count << " elements, replica " << r;
+      }
+    }
+  }
+}
+
 // A gradient list larger than a typical shared cache (the CPU backend then writes outputs with
 // streaming stores), whose leaves of several dtypes and odd sizes straddle the backend's chunks.
 TEST_P(Collectives, AllReduceOfAListLargerThanTheCache) {

@@ -22,9 +22,9 @@ using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T>
 using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-// The two-input sums of the common types as plain loops, compiled for AVX2 as well as the
-// baseline and chosen at load time: Eigen's packets are fixed at compile time (SSE2 without
-// -march), which halves the throughput of reductions that fit in cache.
+// The sums of the common types as plain loops, compiled for AVX2 as well as the baseline and
+// chosen at load time: Eigen's packets are fixed at compile time (SSE2 without -march), which
+// halves the throughput of reductions that fit in cache.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
     !defined(__SANITIZE_ADDRESS__)
 #define DISTRIBUTE_MULTIVERSION __attribute__((target_clones("avx2", "default")))
@@ -32,14 +32,54 @@ using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 #define DISTRIBUTE_MULTIVERSION
 #endif
 
-template <class T>
-DISTRIBUTE_MULTIVERSION void add2(const T* __restrict a, const T* __restrict b, T* __restrict out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+// One pass takes up to four inputs: a replica's share is then read and written once for four
+// replicas instead of three times, and a gradient list of small tensors makes one call per
+// tensor. Each element is still summed in input order, so the result does not depend on how the
+// inputs are grouped into passes.
+constexpr std::size_t kInputsPerPass = 4;
+
+// out[i] = ((first[i] + rest[0][i]) + rest[1][i]) + ...
+template <class T, class... Rest>
+DISTRIBUTE_MULTIVERSION void sum_to(T* __restrict out, std::int64_t n, const T* __restrict first,
+                                    const Rest* __restrict... rest) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    T s = first[i];
+    ((s += rest[i]), ...);
+    out[i] = s;
+  }
 }
 
+// out[i] = ((out[i] + rest[0][i]) + rest[1][i]) + ...
+template <class T, class... Rest>
+DISTRIBUTE_MULTIVERSION void sum_into(T* __restrict out, std::int64_t n, const Rest* __restrict... rest) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    T s = out[i];
+    ((s += rest[i]), ...);
+    out[i] = s;
+  }
+}
+
+// Sums inputs[0..size) into out (which may be inputs[0]) in passes of up to kInputsPerPass inputs.
 template <class T>
-DISTRIBUTE_MULTIVERSION void add_into(const T* __restrict a, T* __restrict out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] += a[i];
+void sum_inputs(std::span<const void* const> inputs, T* out, std::int64_t n) {
+  const auto in = [&](std::size_t i) { return static_cast<const T*>(inputs[i]); };
+  std::size_t next = 1;
+  if (out != inputs[0]) {
+    switch (std::min(inputs.size(), kInputsPerPass)) {
+      case 2: sum_to<T>(out, n, in(0), in(1)); break;
+      case 3: sum_to<T>(out, n, in(0), in(1), in(2)); break;
+      default: sum_to<T>(out, n, in(0), in(1), in(2), in(3)); break;
+    }
+    next = std::min(inputs.size(), kInputsPerPass);
+  }
+  while (next < inputs.size()) {
+    switch (std::min(inputs.size() - next, kInputsPerPass - 1)) {
+      case 1: sum_into<T>(out, n, in(next)); break;
+      case 2: sum_into<T>(out, n, in(next), in(next + 1)); break;
+      default: sum_into<T>(out, n, in(next), in(next + 1), in(next + 2)); break;
+    }
+    next += std::min(inputs.size() - next, kInputsPerPass - 1);
+  }
 }
 
 template <class T>
@@ -53,11 +93,8 @@ void reduce_typed(ReduceOp op, std::span<const void* const> inputs, void* out_da
     Vec<T> out(static_cast<T*>(out_data), count);
     if (inputs.size() == 1) {
       if (out.data() != inputs[0]) out = in(0, 0, count);
-    } else if (out.data() == inputs[0]) {
-      for (std::size_t i = 1; i < inputs.size(); ++i) add_into(static_cast<const T*>(inputs[i]), out.data(), count);
     } else {
-      add2(static_cast<const T*>(inputs[0]), static_cast<const T*>(inputs[1]), out.data(), count);
-      for (std::size_t i = 2; i < inputs.size(); ++i) add_into(static_cast<const T*>(inputs[i]), out.data(), count);
+      sum_inputs<T>(inputs, out.data(), count);
     }
     if (mean && denominator != 1) out /= static_cast<T>(denominator);
   } else {

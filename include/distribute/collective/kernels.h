@@ -13,7 +13,8 @@
 
 namespace distribute::collective {
 
-// out[k] = inputs[0][k] + ... + inputs[n-1][k] for k < count; with kMean divided by
+// out[k] = inputs[0][k] + ... + inputs[n-1][k] for k < count, added left to right (float results
+// are the same bit for bit however the engine splits the work); with kMean divided by
 // mean_denominator. `out` may alias inputs[0].
 void reduce_buffers(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out,
                     std::int64_t count, std::int64_t mean_denominator);
