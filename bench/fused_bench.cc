@@ -42,17 +42,18 @@ std::int64_t count_wrong(const Tensor& t, std::int64_t first, int n) {
 // Per op: a new list of the 100 output handles replaces the previous one, which is dropped.
 Timing time_handles(const Options& options) {
   const std::size_t tensor_bytes = kElementsPerTensor * sizeof(float);
-  const std::shared_ptr<detail::Storage> block = detail::allocate_storage(Device::cpu(), kTensors * tensor_bytes);
+  const detail::StorageRef block = detail::allocate_storage(Device::cpu(), kTensors * tensor_bytes);
   const Shape shape{kElementsPerTensor};
   const int ops = ops_per_unit(kTensors * tensor_bytes, options);
   std::vector<Tensor> handles;
   return time_unit(
       [&] {
         for (int k = 0; k < ops; ++k) {
+          detail::TensorViews views(block, kTensors);
           std::vector<Tensor> list;
           list.reserve(kTensors);
           for (int t = 0; t < kTensors; ++t) {
-            list.push_back(detail::tensor_view(block, static_cast<std::size_t>(t) * tensor_bytes, DType::kFloat32, shape));
+            list.push_back(views.make(static_cast<std::size_t>(t) * tensor_bytes, DType::kFloat32, shape));
           }
           handles = std::move(list);
         }

@@ -156,6 +156,36 @@ TEST(Tensor, CopiesShareStorage) {
   EXPECT_EQ(c.to_vector<std::int32_t>(), (std::vector<std::int32_t>{10, 2, 30, 4}));
 }
 
+// The outputs of a collective are views of one block whose references are taken all at once
+// (detail::TensorViews). Each view still owns its own reference: the block goes back exactly once,
+// when the last view, copy or moved-to tensor is dropped, whatever the order, and references
+// taken but not handed out are given back with the maker.
+TEST(Tensor, ViewsOfOneBlockEachHoldTheirOwnReference) {
+  std::vector<float> memory(8, 1.5f);
+  int releases = 0;
+  std::vector<Tensor> views;
+  {
+    detail::StorageRef block = detail::StorageRef::make(memory.data(), memory.size() * sizeof(float), Device::cpu(),
+                                                        [&](void*, std::size_t) { ++releases; });
+    detail::TensorViews maker(block, 5);
+    for (std::size_t i = 0; i < 3; ++i) views.push_back(maker.make(i * 2 * sizeof(float), DType::kFloat32, Shape{2}));
+  }
+  EXPECT_EQ(releases, 0);
+  ASSERT_EQ(views.size(), 3u);
+  EXPECT_TRUE(views[0].same_storage(views[2]));
+  EXPECT_EQ(views[1].data<float>(), memory.data() + 2);
+  EXPECT_EQ(views[2].to_vector<float>(), (std::vector<float>{1.5f, 1.5f}));
+  Tensor copy = views[1];
+  Tensor moved = std::move(views[2]);
+  views.clear();
+  EXPECT_EQ(releases, 0);
+  EXPECT_EQ(copy.to_vector<float>(), (std::vector<float>{1.5f, 1.5f}));
+  copy = Tensor();
+  EXPECT_EQ(releases, 0);
+  moved = Tensor();
+  EXPECT_EQ(releases, 1);
+}
+
 TEST(Tensor, CloneIsDeep) {
   const Tensor a = Tensor::from_vector<double>({1.5, 2.5}, Shape{2}, Device::cpu(2));
   const Tensor b = a.clone();

@@ -22,7 +22,7 @@ std::string unavailable_reason();
 // Device memory from the physical GPU's stream-ordered pool, on the calling replica's stream (the
 // legacy default stream elsewhere); freed on the same stream. Counts against the logical GPU's
 // memory_limit.
-std::shared_ptr<Storage> allocate(const Device& gpu, std::size_t nbytes);
+StorageRef allocate(const Device& gpu, std::size_t nbytes);
 // A copy where at least one side is a GPU, ordered on the calling thread's stream; returns once
 // the data is readable by the host when the destination is host memory.
 void copy(void* dst, const Device& dst_device, const void* src, const Device& src_device, std::size_t nbytes);

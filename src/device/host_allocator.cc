@@ -87,12 +87,12 @@ HostPool& host_pool(int device_index) {
 
 }  // namespace
 
-std::shared_ptr<Storage> allocate_storage(const Device& device, std::size_t nbytes) {
+StorageRef allocate_storage(const Device& device, std::size_t nbytes) {
   if (device.is_gpu()) return gpu::allocate(device, nbytes);
-  if (nbytes == 0) return std::make_shared<Storage>(nullptr, 0, device, nullptr);
+  if (nbytes == 0) return StorageRef::make(nullptr, 0, device, nullptr);
   HostPool* pool = &host_pool(device.index());
   void* block = pool->allocate(nbytes);
-  return std::make_shared<Storage>(block, nbytes, device,
+  return StorageRef::make(block, nbytes, device,
                                    [pool](void* data, std::size_t n) { pool->release(data, n); });
 }
 

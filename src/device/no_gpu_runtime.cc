@@ -20,7 +20,7 @@ bool built() { return false; }
 int physical_device_count() { return 0; }
 std::string unavailable_reason() { return "this build of distribute has no GPU backend"; }
 
-std::shared_ptr<Storage> allocate(const Device& gpu, std::size_t) {
+StorageRef allocate(const Device& gpu, std::size_t) {
   no_backend(absl::StrCat("cannot allocate on ", gpu.short_name()));
 }
 

@@ -30,7 +30,7 @@ Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& dev
                    device.short_name(), ": this build of distribute has no GPU backend");
   if (device.is_gpu()) physical_gpu_of(device);  // OutOfRangeError when it does not exist
   const std::size_t nbytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
-  return Tensor(std::make_shared<detail::Storage>(data, nbytes, device, nullptr), dtype, std::move(shape));
+  return Tensor(detail::StorageRef::make(data, nbytes, device, nullptr), dtype, std::move(shape));
 }
 
 void Tensor::throw_undefined(const char* what) {

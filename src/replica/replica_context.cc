@@ -87,8 +87,8 @@ const void* CollectiveArgs::scalar_on_device(const void* value, DType dtype) {
 void CollectiveArgs::allocate_outputs_like_inputs() {
   const std::size_t n = inputs_.size();
   // The output tensors themselves are made by rebuild(), straight into the returned nest.
-  block_ = host_scalars_ < n ? allocate_storage(device_, block_bytes_) : nullptr;
-  auto* base = block_ != nullptr ? static_cast<std::byte*>(block_->data()) : nullptr;
+  if (host_scalars_ < n) block_ = allocate_storage(device_, block_bytes_);
+  auto* base = block_ ? static_cast<std::byte*>(block_->data()) : nullptr;
   scalars_.resize(host_scalars_);
   data_pointers_.resize(2 * n);
   void** input_data = data_pointers_.data();

@@ -72,14 +72,15 @@ class CollectiveArgs {
   Device device_;
   collective::CollectiveCall call_;
   absl::InlinedVector<collective::BufferRef, 4> inputs_;
-  // Counted while flattening: the signature's length, the host scalars, and the bytes of the
-  // all_reduce output block (each leaf from a cache-line multiple).
+  // Counted while flattening: the signature's length, the tensors, the host scalars, and the
+  // bytes of the all_reduce output block (each leaf from a cache-line multiple).
   std::size_t signature_words_ = 0;
+  std::size_t tensor_leaves_ = 0;
   std::size_t host_scalars_ = 0;
   std::size_t block_bytes_ = 0;
   // all_reduce: every output in device memory is a view of this one block (a gradient list costs
   // one allocation, not one per tensor).
-  std::shared_ptr<Storage> block_;
+  StorageRef block_;
   absl::InlinedVector<Tensor, 4> tensors_;  // all_gather: the output tensors
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;  // all_reduce: host scalar outputs, in order
@@ -116,6 +117,7 @@ collective::BufferRef CollectiveArgs::input_ref(const L& leaf, std::size_t index
       throw_wrong_device(leaf, index);
     }
     in = {leaf.raw_data(), &leaf.shape(), leaf.dtype()};
+    ++tensor_leaves_;
   } else if (device_.is_cpu()) {
     in = {const_cast<L*>(&leaf), &scalar_shape(), dtype_v<L>};
   } else {
@@ -134,15 +136,17 @@ template <class V>
 V CollectiveArgs::rebuild(const V& value) {
   std::size_t i = 0;
   const std::size_t n = inputs_.size();
+  // all_reduce: every tensor leaf is a view of the block.
+  TensorViews views(block_, block_ ? tensor_leaves_ : 0);
   return nest::map_leaves(value, [&](const auto& leaf) {
     using L = std::decay_t<decltype(leaf)>;
     const std::size_t k = i++;
     if constexpr (std::same_as<L, Tensor>) {
-      if (block_ == nullptr) return std::move(tensors_[k]);
+      if (!block_) return std::move(tensors_[k]);
       const auto* base = static_cast<const std::byte*>(block_->data());
       const auto* data = static_cast<const std::byte*>(data_pointers_[n + k]);
-      return tensor_view(block_, base != nullptr ? static_cast<std::size_t>(data - base) : 0, inputs_[k].dtype,
-                         *inputs_[k].shape);
+      return views.make(base != nullptr ? static_cast<std::size_t>(data - base) : 0, inputs_[k].dtype,
+                        *inputs_[k].shape);
     } else {
       L out;
       copy_bytes(&out, Device::cpu(), data_pointers_[n + k], device_, sizeof(L));

@@ -4,9 +4,9 @@
 //   <Tensor: shape=(6,), dtype=int32, numpy=[1, 2, 3, 1, 2, 3]>
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <ostream>
 #include <vector>
 
@@ -23,8 +23,27 @@ namespace distribute {
 class Tensor;
 
 namespace detail {
-// A tensor viewing `storage` from byte `offset` on (for outputs carved from one block).
-inline Tensor tensor_view(const std::shared_ptr<Storage>& storage, std::size_t offset, DType dtype, const Shape& shape);
+// Makes up to `count` tensors viewing parts of one storage (the outputs of one collective, carved
+// from one block) for the price of one reference-count update: the references are taken together
+// up front, and those not handed out are given back when the maker goes.
+class TensorViews {
+ public:
+  TensorViews(const StorageRef& storage, std::size_t count) : storage_(storage.get()), left_(count) {
+    if (count != 0) StorageRef::acquire(storage_, static_cast<std::int64_t>(count));
+  }
+  TensorViews(const TensorViews&) = delete;
+  TensorViews& operator=(const TensorViews&) = delete;
+  ~TensorViews() {
+    if (left_ != 0) StorageRef::release(storage_, static_cast<std::int64_t>(left_));
+  }
+
+  // The view of `shape` elements of `dtype` from byte `offset` on; at most `count` calls.
+  inline Tensor make(std::size_t offset, DType dtype, const Shape& shape);
+
+ private:
+  Storage* storage_;
+  std::size_t left_;
+};
 }  // namespace detail
 
 class Tensor {
@@ -53,7 +72,7 @@ class Tensor {
   template <Element T>
   static Tensor scalar(T value, const Device& device = default_device());
 
-  bool defined() const { return storage_ != nullptr; }
+  bool defined() const { return static_cast<bool>(storage_); }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int rank() const { return shape_.rank(); }
@@ -91,8 +110,8 @@ class Tensor {
   bool same_storage(const Tensor& other) const { return storage_ == other.storage_; }
 
  private:
-  friend Tensor detail::tensor_view(const std::shared_ptr<detail::Storage>&, std::size_t, DType, const Shape&);
-  Tensor(std::shared_ptr<detail::Storage> storage, DType dtype, Shape shape, std::size_t offset = 0)
+  friend class detail::TensorViews;
+  Tensor(detail::StorageRef storage, DType dtype, Shape shape, std::size_t offset = 0)
       : storage_(std::move(storage)), dtype_(dtype), shape_(std::move(shape)), offset_(offset) {}
   void check_defined(const char* what) const {
     if (!defined()) throw_undefined(what);
@@ -100,7 +119,7 @@ class Tensor {
   [[noreturn]] static void throw_undefined(const char* what);
   void check_host_type(DType expected, const char* what) const;
 
-  std::shared_ptr<detail::Storage> storage_;
+  detail::StorageRef storage_;
   DType dtype_ = DType::kFloat32;
   Shape shape_;
   std::size_t offset_ = 0;  // bytes from the start of the storage
@@ -114,9 +133,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
 // Implementation of the templates and of the accessors every collective calls per leaf.
 
 // Inline: made once per output leaf of every all_reduce.
-inline Tensor detail::tensor_view(const std::shared_ptr<Storage>& storage, std::size_t offset, DType dtype,
-                                  const Shape& shape) {
-  return Tensor(storage, dtype, shape, offset);
+inline Tensor detail::TensorViews::make(std::size_t offset, DType dtype, const Shape& shape) {
+  assert(left_ != 0 && "TensorViews: more views than references taken");
+  --left_;
+  return Tensor(StorageRef(storage_), dtype, shape, offset);
 }
 
 inline const Device& Tensor::device() const {

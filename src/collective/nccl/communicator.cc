@@ -219,7 +219,7 @@ void NcclCommunicator::all_gather(int rank, std::span<CollectiveCall* const> cal
     std::int64_t total;
   };
   absl::InlinedVector<Placement, 4> placements;
-  std::vector<std::shared_ptr<detail::Storage>> scratch;
+  std::vector<detail::StorageRef> scratch;
   for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
     const Shape& shape = *mine.inputs[leaf].shape;
     const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;

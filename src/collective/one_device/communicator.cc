@@ -36,7 +36,7 @@ void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveCall* const
       for (std::size_t r = 1; r < n; ++r) me.wait_for(ReplicaDevice::Mark::kReady, *devices_[r]);
       // Inputs in another memory space are copied next to the root first; the copies are freed
       // on the root's stream after the reduction.
-      std::vector<std::shared_ptr<detail::Storage>> scratch;
+      std::vector<detail::StorageRef> scratch;
       absl::InlinedVector<const void*, 8> inputs(n);
       for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
         const BufferRef& in = mine.inputs[leaf];
