@@ -2,10 +2,11 @@
 // 1 KiB each against all_reduce of one 100 KiB tensor, for each replica count N (MirroredStrategy
 // over CPU:0..N-1). Both are timed as K all_reduces inside one run; the ratio list / single shows
 // what the per-tensor overhead costs. Beside them, the part of that overhead no engine can avoid:
-// one thread making the list's 100 output Tensors (views of one block, each holding a counted
-// reference to it, as all_reduce returns them) and dropping them. Each replica pays it, and the
-// replicas sharing a core pay it one after the other, so "floor" = (single + ceil(N / cores) x
-// handles) / single is the lowest ratio this machine allows.
+// one thread making the list's 100 output Tensors (views of one block, their references taken
+// with one atomic add, as all_reduce makes them) and dropping them, each on its own as a user
+// drops them. Each replica pays it, and the replicas sharing a core pay it one after the other,
+// so "floor" = (single + ceil(N / cores) x handles) / single is the lowest ratio this machine
+// allows.
 #include <algorithm>
 #include <cstdio>
 #include <string>
