@@ -40,7 +40,11 @@ void CollectiveGroup::complete_phase() {
   // A backend's staged path is taken only if every replica staged; each replica then reads only
   // its own call's flag, since the others' calls may be gone once the phase is released.
   const bool staged = std::all_of(calls_.begin(), calls_.end(), [](const CollectiveCall* c) { return c->staged; });
-  for (CollectiveCall* call : calls_) call->staged = staged;
+  // Written only where it changes: a store would take the line of the call (on its replica's
+  // stack) away from the replica that reads it right after the release.
+  for (CollectiveCall* call : calls_) {
+    if (call->staged != staged) call->staged = staged;
+  }
   communicator_->prepare(calls_);
   if (calls_[0]->kind == CollectiveKind::kMergeCall) {
     try {

@@ -178,6 +178,9 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
 }
 
 void CpuCommunicator::prepare(std::span<CollectiveCall* const> calls) {
+  // Only the sliced all_reduce claims chunks; a staged one or another phase leaves the counters
+  // alone, so their cache lines stay where the replicas use them.
+  if (calls[0]->kind != CollectiveKind::kAllReduce || calls[0]->staged) return;
   for (std::size_t r = 0; r < calls.size(); ++r) cursors_[r].next.store(0, std::memory_order_relaxed);
 }
 
