@@ -65,20 +65,21 @@ void sum_inputs(std::span<const void* const> inputs, T* out, std::int64_t n) {
   const auto in = [&](std::size_t i) { return static_cast<const T*>(inputs[i]); };
   std::size_t next = 1;
   if (out != inputs[0]) {
-    switch (std::min(inputs.size(), kInputsPerPass)) {
+    next = std::min(inputs.size(), kInputsPerPass);
+    switch (next) {
       case 2: sum_to<T>(out, n, in(0), in(1)); break;
       case 3: sum_to<T>(out, n, in(0), in(1), in(2)); break;
       default: sum_to<T>(out, n, in(0), in(1), in(2), in(3)); break;
     }
-    next = std::min(inputs.size(), kInputsPerPass);
   }
   while (next < inputs.size()) {
-    switch (std::min(inputs.size() - next, kInputsPerPass - 1)) {
+    const std::size_t pass = std::min(inputs.size() - next, kInputsPerPass - 1);
+    switch (pass) {
       case 1: sum_into<T>(out, n, in(next)); break;
       case 2: sum_into<T>(out, n, in(next), in(next + 1)); break;
       default: sum_into<T>(out, n, in(next), in(next + 1), in(next + 2)); break;
     }
-    next += std::min(inputs.size() - next, kInputsPerPass - 1);
+    next += pass;
   }
 }
 

@@ -92,8 +92,7 @@ StorageRef allocate_storage(const Device& device, std::size_t nbytes) {
   if (nbytes == 0) return StorageRef::make(nullptr, 0, device, nullptr);
   HostPool* pool = &host_pool(device.index());
   void* block = pool->allocate(nbytes);
-  return StorageRef::make(block, nbytes, device,
-                                   [pool](void* data, std::size_t n) { pool->release(data, n); });
+  return StorageRef::make(block, nbytes, device, [pool](void* data, std::size_t n) { pool->release(data, n); });
 }
 
 void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,

@@ -131,7 +131,8 @@ std::int64_t* CollectiveArgs::sign_leaf(std::int64_t* out, const collective::Buf
   // The first word holds the dtype, the rank and the axis, so that no leaf's integers can read as
   // the start of a different leaf's.
   const std::span<const std::int64_t> dims = in.shape->span();
-  *out++ = static_cast<std::int64_t>(in.dtype) | std::int64_t{in.shape->rank()} << 8 | std::int64_t{gather_axis + 1} << 40;
+  *out++ = static_cast<std::int64_t>(in.dtype) | std::int64_t{in.shape->rank()} << 8 |
+           std::int64_t{gather_axis + 1} << 40;
   for (int d = 0; d < static_cast<int>(dims.size()); ++d) *out++ = d == gather_axis ? 0 : dims[d];
   return out;
 }

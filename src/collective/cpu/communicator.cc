@@ -160,7 +160,8 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
     const std::size_t size = share_begin(owner + 1) - begin;
     std::atomic<std::size_t>& cursor = cursors_[owner].next;
     if (const std::size_t next = cursor.load(std::memory_order_relaxed); next < size) {
-      prefetch_pointers(calls, leaf_at((begin + next) * chunk_bytes), leaf_at(std::min((begin + size) * chunk_bytes, total) - 1));
+      prefetch_pointers(calls, leaf_at((begin + next) * chunk_bytes),
+                        leaf_at(std::min((begin + size) * chunk_bytes, total) - 1));
     }
     for (std::size_t i = cursor.fetch_add(1, std::memory_order_relaxed); i < size;
          i = cursor.fetch_add(1, std::memory_order_relaxed)) {
