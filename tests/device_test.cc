@@ -287,5 +287,40 @@ TEST(Shape, HighRanks) {
   EXPECT_EQ(t.num_elements(), 5040);
 }
 
+// Inline and heap-held dimensions alike: assignment replaces, self-assignment keeps, and a
+// moved-from shape is a scalar's (so it never shares or frees the dimensions it gave away).
+TEST(Shape, AssignmentAndMovesOfInlineAndHeapRanks) {
+  const Shape seven{1, 2, 3, 4, 5, 6, 7};
+  const Shape two{2, 3};
+  Shape s = two;
+  s = seven;
+  EXPECT_EQ(s, seven);
+  s = two;
+  EXPECT_EQ(s, two);
+  EXPECT_EQ(s.num_elements(), 6);
+  Shape& alias = s;
+  s = alias;
+  EXPECT_EQ(s, two);
+
+  Shape heap = seven;
+  Shape moved = std::move(heap);
+  EXPECT_EQ(moved, seven);
+  EXPECT_EQ(heap.rank(), 0);  // NOLINT(bugprone-use-after-move): the moved-from state is specified
+  EXPECT_EQ(heap.num_elements(), 1);
+  EXPECT_EQ(heap.to_string(), "()");
+  Shape target{4};
+  target = std::move(moved);
+  EXPECT_EQ(target, seven);
+  EXPECT_EQ(target.dims(), (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  target = Shape{5, 5};
+  EXPECT_EQ(target, (Shape{5, 5}));
+  EXPECT_EQ(target.num_elements(), 25);
+
+  Shape inline_source{8, 9};
+  Shape inline_moved = std::move(inline_source);
+  EXPECT_EQ(inline_moved, (Shape{8, 9}));
+  EXPECT_EQ(inline_source.rank(), 0);  // NOLINT(bugprone-use-after-move)
+}
+
 }  // namespace
 }  // namespace distribute

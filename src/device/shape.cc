@@ -19,9 +19,14 @@ void check_dims(std::span<const std::int64_t> dims) {
 
 Shape::Shape(std::span<const std::int64_t> dims) : rank_(static_cast<int>(dims.size())) {
   check_dims(dims);
-  if (rank_ > kInlineRank) heap_.resize(dims.size());
+  if (rank_ > kInlineRank) dims_.heap = new std::int64_t[dims.size()];
   std::copy(dims.begin(), dims.end(), mutable_data());
   for (std::int64_t d : dims) num_elements_ *= d;
+}
+
+void Shape::copy_heap_from(const Shape& other) {
+  dims_.heap = new std::int64_t[static_cast<std::size_t>(rank_)];
+  std::copy(other.dims_.heap, other.dims_.heap + rank_, dims_.heap);
 }
 
 Shape::Shape(std::initializer_list<std::int64_t> dims)

@@ -2,12 +2,13 @@
 // Prints like TF: "()", "(6,)", "(2, 3)".
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
-#include <string>
-#include <array>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace distribute {
@@ -18,6 +19,25 @@ class Shape {
   // Throws InvalidArgumentError if a dimension is negative.
   Shape(std::initializer_list<std::int64_t> dims);
   explicit Shape(std::vector<std::int64_t> dims);
+  Shape(const Shape& other) : rank_(other.rank_), num_elements_(other.num_elements_), dims_(other.dims_) {
+    if (rank_ > kInlineRank) copy_heap_from(other);
+  }
+  // A moved-from shape is a scalar's.
+  Shape(Shape&& other) noexcept
+      : rank_(std::exchange(other.rank_, 0)), num_elements_(std::exchange(other.num_elements_, 1)), dims_(other.dims_) {}
+  Shape& operator=(const Shape& other) {
+    if (this != &other) *this = Shape(other);
+    return *this;
+  }
+  Shape& operator=(Shape&& other) noexcept {
+    std::swap(rank_, other.rank_);
+    std::swap(num_elements_, other.num_elements_);
+    std::swap(dims_, other.dims_);
+    return *this;
+  }
+  ~Shape() {
+    if (rank_ > kInlineRank) delete[] dims_.heap;
+  }
 
   int rank() const { return rank_; }
   std::int64_t num_elements() const { return num_elements_; }
@@ -26,7 +46,7 @@ class Shape {
   std::vector<std::int64_t> dims() const { return {span().begin(), span().end()}; }
   // The dimensions without a copy.
   std::span<const std::int64_t> span() const {
-    return {rank_ <= kInlineRank ? inline_.data() : heap_.data(), static_cast<std::size_t>(rank_)};
+    return {rank_ <= kInlineRank ? dims_.inline_dims.data() : dims_.heap, static_cast<std::size_t>(rank_)};
   }
 
   // The product of the dimensions before / after `axis` (1 when there are none).
@@ -43,15 +63,19 @@ class Shape {
 
  private:
   explicit Shape(std::span<const std::int64_t> dims);
-  std::int64_t* mutable_data() { return rank_ <= kInlineRank ? inline_.data() : heap_.data(); }
+  std::int64_t* mutable_data() { return rank_ <= kInlineRank ? dims_.inline_dims.data() : dims_.heap; }
+  void copy_heap_from(const Shape& other);  // rank_ > kInlineRank: a fresh copy of other's dims
 
-  // Up to this rank the dimensions live inline, so copying a shape (every tensor handle holds
-  // one) allocates nothing.
+  // Up to this rank the dimensions live inline and a shape is copied like a plain struct of 64
+  // bytes: every tensor handle holds one, and a collective makes a handle per output leaf.
   static constexpr int kInlineRank = 6;
   int rank_ = 0;
   std::int64_t num_elements_ = 1;  // cached: every buffer's size is asked for on every collective
-  std::array<std::int64_t, kInlineRank> inline_{};
-  std::vector<std::int64_t> heap_;  // the dimensions when rank_ > kInlineRank
+  union Dims {
+    std::array<std::int64_t, kInlineRank> inline_dims;
+    std::int64_t* heap;  // owned, rank_ entries, when rank_ > kInlineRank
+  };
+  Dims dims_{};
 };
 
 std::ostream& operator<<(std::ostream& os, const Shape& shape);
