@@ -110,6 +110,8 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   }
   call_.input_data = {input_data, n};
   call_.output_data = {output_data, n};
+  // The host scalars' outputs are inline slots, outside the block and its layout.
+  call_.output_block = host_scalars_ == 0 ? base : nullptr;
   call_.leaf_signature = signature_;
 }
 

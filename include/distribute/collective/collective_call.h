@@ -54,6 +54,10 @@ struct CollectiveCall {
   // (output leaf k has input leaf k's dtype and shape, in the replica device's memory).
   std::span<const void* const> input_data;
   std::span<void* const> output_data;
+  // all_reduce, when not null: every output leaf lies in this one block, leaf k from its offset
+  // in the input leaves laid end to end, each from a cache-line multiple (the replicas' blocks
+  // then share one layout, and a run of small leaves can be copied between them in one go).
+  void* output_block = nullptr;
   // The nest's structure: its hash is compared; describe(value) renders it for messages.
   std::uint64_t structure_hash = 0;
   std::string (*describe_structure)(const void* value) = nullptr;

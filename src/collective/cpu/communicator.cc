@@ -36,9 +36,10 @@ std::size_t shared_cache_bytes() {
 // Reduces bytes [begin, end) of `leaf` (at most one chunk) across every replica's input and
 // writes the result to every replica's output: through `scratch` and streaming stores when the
 // collective's inputs and outputs do not fit in the shared cache (so writing an output costs no
-// read of its old contents), else into this replica's output and copied from there.
+// read of its old contents), else into this replica's output and, unless `copy_later` (the
+// outputs lie in blocks of one layout: the whole chunk is copied at once), copied from there.
 void reduce_range(std::span<CollectiveCall* const> calls, int rank, std::size_t leaf, std::size_t begin,
-                  std::size_t end, std::byte* scratch) {
+                  std::size_t end, std::byte* scratch, bool copy_later) {
   const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
   const DType dtype = mine.inputs[leaf].dtype;
   const std::size_t n = calls.size();
@@ -54,6 +55,7 @@ void reduce_range(std::span<CollectiveCall* const> calls, int rank, std::size_t 
   }
   char* out = output(static_cast<std::size_t>(rank));
   reduce_buffers(dtype, mine.op, inputs, out, count, static_cast<std::int64_t>(n));
+  if (copy_later) return;
   for (std::size_t r = 0; r < n; ++r) {
     if (r != static_cast<std::size_t>(rank)) std::memcpy(output(r), out, bytes);
   }
@@ -147,6 +149,9 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
   const std::size_t chunks = (total + chunk_bytes - 1) / chunk_bytes;
   const bool streaming = 2 * n * total > shared_cache_bytes() * 3 / 4;
   std::byte* scratch = streaming ? scratch_[static_cast<std::size_t>(rank)].bytes : nullptr;
+  // A chunk of many small leaves then costs one copy per other replica, not one per leaf (the
+  // padding between leaves goes along).
+  const bool one_block = !streaming && mine.output_block != nullptr;
   const auto share_begin = [&](std::size_t r) { return chunks * r / n; };
   const auto leaf_at = [&](std::size_t byte) {
     return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, byte) - starts.begin()) - 1;
@@ -170,7 +175,13 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
       for (std::size_t leaf = leaf_at(lo); leaf < mine.inputs.size() && starts[leaf] < hi; ++leaf) {
         const std::size_t leaf_begin = std::max(lo, starts[leaf]) - starts[leaf];
         const std::size_t leaf_end = std::min(hi, starts[leaf] + mine.inputs[leaf].nbytes()) - starts[leaf];
-        if (leaf_begin < leaf_end) reduce_range(calls, rank, leaf, leaf_begin, leaf_end, scratch);
+        if (leaf_begin < leaf_end) reduce_range(calls, rank, leaf, leaf_begin, leaf_end, scratch, one_block);
+      }
+      if (one_block) {
+        const auto* from = static_cast<const std::byte*>(mine.output_block) + lo;
+        for (std::size_t r = 0; r < n; ++r) {
+          if (r != static_cast<std::size_t>(rank)) std::memcpy(static_cast<std::byte*>(calls[r]->output_block) + lo, from, hi - lo);
+        }
       }
     }
   }
