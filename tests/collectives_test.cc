@@ -324,6 +324,54 @@ TEST_P(Collectives, AllReduceOfAListLargerThanTheCache) {
   }
 }
 
+// A gradient list of hundreds of small leaves of odd sizes and several dtypes, tens of KiB in
+// all: too large for the CPU backend's staging copy, so each chunk it reduces holds many leaves
+// (and the padding between them). With scalars in the nest the outputs no longer lie in one
+// block, and the backend copies leaf by leaf; both must give every replica every sum.
+TEST_P(Collectives, AllReduceOfManySmallLeavesWithAndWithoutScalars) {
+  MirroredStrategy strategy(cpu_devices(n()), options());
+  const DType dtypes[] = {DType::kFloat32, DType::kInt32, DType::kFloat64, DType::kInt64};
+  constexpr std::size_t kLeaves = 300;
+  const auto size = [](std::size_t leaf) { return std::int64_t(leaf % 37) + 1; };
+  const auto value = [](int r, std::size_t leaf, std::int64_t i) { return (i * 3 + r * 5 + std::int64_t(leaf)) % 11 - 5; };
+  auto result = strategy.run([&] {
+    const int r = get_replica_context()->replica_id_in_sync_group();
+    std::vector<Tensor> grads;
+    std::vector<double> scalars;
+    for (std::size_t leaf = 0; leaf < kLeaves; ++leaf) {
+      std::vector<std::int64_t> values(static_cast<std::size_t>(size(leaf)));
+      for (std::int64_t i = 0; i < size(leaf); ++i) values[std::size_t(i)] = value(r, leaf, i);
+      grads.push_back(tensor_of(dtypes[leaf % 4], values, Shape{size(leaf)}));
+      if (leaf % 50 == 0) scalars.push_back(double(value(r, leaf, 0)));
+    }
+    ReplicaContext& ctx = *get_replica_context();
+    return std::make_pair(ctx.all_reduce(ReduceOp::kSum, grads),
+                          ctx.all_reduce(ReduceOp::kSum, std::make_pair(grads, scalars)));
+  });
+  const auto check_list = [&](const std::vector<Tensor>& got, int r, const char* which) {
+    ASSERT_EQ(got.size(), kLeaves) << which;
+    for (std::size_t leaf = 0; leaf < kLeaves; ++leaf) {
+      ASSERT_EQ(got[leaf].dtype(), dtypes[leaf % 4]) << which << ", leaf " << leaf;
+      std::vector<double> expected(static_cast<std::size_t>(size(leaf)));
+      for (std::int64_t i = 0; i < size(leaf); ++i) {
+        for (int q = 0; q < n(); ++q) expected[std::size_t(i)] += double(value(q, leaf, i));
+      }
+      EXPECT_EQ(to_doubles(got[leaf]), expected) << which << ": replica " << r << ", leaf " << leaf;
+    }
+  };
+  for (int r = 0; r < n(); ++r) {
+    const auto& [list, with_scalars] = result[r];
+    check_list(list, r, "tensors only");
+    check_list(with_scalars.first, r, "tensors beside scalars");
+    ASSERT_EQ(with_scalars.second.size(), kLeaves / 50);
+    for (std::size_t k = 0; k < with_scalars.second.size(); ++k) {
+      double expected = 0;
+      for (int q = 0; q < n(); ++q) expected += double(value(q, k * 50, 0));
+      EXPECT_EQ(with_scalars.second[k], expected) << "replica " << r << ", scalar " << k;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Nests.
 

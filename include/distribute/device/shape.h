@@ -24,7 +24,9 @@ class Shape {
   }
   // A moved-from shape is a scalar's.
   Shape(Shape&& other) noexcept
-      : rank_(std::exchange(other.rank_, 0)), num_elements_(std::exchange(other.num_elements_, 1)), dims_(other.dims_) {}
+      : rank_(std::exchange(other.rank_, 0)),
+        num_elements_(std::exchange(other.num_elements_, 1)),
+        dims_(other.dims_) {}
   Shape& operator=(const Shape& other) {
     if (this != &other) *this = Shape(other);
     return *this;

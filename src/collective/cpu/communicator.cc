@@ -180,7 +180,8 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
       if (one_block) {
         const auto* from = static_cast<const std::byte*>(mine.output_block) + lo;
         for (std::size_t r = 0; r < n; ++r) {
-          if (r != static_cast<std::size_t>(rank)) std::memcpy(static_cast<std::byte*>(calls[r]->output_block) + lo, from, hi - lo);
+          auto* to = static_cast<std::byte*>(calls[r]->output_block) + lo;
+          if (r != static_cast<std::size_t>(rank)) std::memcpy(to, from, hi - lo);
         }
       }
     }
