@@ -188,13 +188,10 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
   }
   if (streaming) stream_fence();  // streaming stores are not ordered by the barrier's atomics
   done_.arrive_and_wait_uninterruptible();
-}
-
-void CpuCommunicator::prepare(std::span<CollectiveCall* const> calls) {
-  // Only the sliced all_reduce claims chunks; a staged one or another phase leaves the counters
-  // alone, so their cache lines stay where the replicas use them.
-  if (calls[0]->kind != CollectiveKind::kAllReduce || calls[0]->staged) return;
-  for (std::size_t r = 0; r < calls.size(); ++r) cursors_[r].next.store(0, std::memory_order_relaxed);
+  // Nobody claims now: each replica resets its own counter, off the next collective's critical
+  // path, and the counter's line goes back to its owner's core until the next replica runs out
+  // of work (the next rendezvous orders the reset before every claim).
+  cursors_[static_cast<std::size_t>(rank)].next.store(0, std::memory_order_relaxed);
 }
 
 void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> calls) {

@@ -35,7 +35,6 @@ class CpuCommunicator final : public Communicator {
   CpuCommunicator(int size, detail::WaitPolicy policy);
   std::string_view name() const override { return "SharedMemoryAllReduce"; }
   void stage(int rank, CollectiveCall& call) override;
-  void prepare(std::span<CollectiveCall* const> calls) override;
   void all_reduce(int rank, std::span<CollectiveCall* const> calls) override;
   void all_gather(int rank, std::span<CollectiveCall* const> calls) override;
 
@@ -44,8 +43,8 @@ class CpuCommunicator final : public Communicator {
   const std::byte* staged_inputs(int rank, const CollectiveCall& call) const;
 
   Rendezvous done_;
-  // Replica r's next all_reduce chunk, counted from the start of its share. One cache line each:
-  // a shared counter would move between cores once per chunk.
+  // Replica r's next all_reduce chunk, counted from the start of its share; 0 between
+  // collectives. One cache line each: a shared counter would move between cores once per chunk.
   struct alignas(64) ChunkCursor {
     std::atomic<std::size_t> next{0};
   };
