@@ -3,12 +3,14 @@
 // type, undefined tensors, devices this build cannot allocate on).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distribute/config.h"
@@ -184,6 +186,81 @@ TEST(Tensor, ViewsOfOneBlockEachHoldTheirOwnReference) {
   EXPECT_EQ(releases, 0);
   moved = Tensor();
   EXPECT_EQ(releases, 1);
+}
+
+// Counts how often its block goes back; views() makes `count` views of 2 floats.
+class CountedBlock {
+ public:
+  CountedBlock() {
+    ref_ = detail::StorageRef::make(memory_.data(), memory_.size() * sizeof(float), Device::cpu(),
+                                    [this](void*, std::size_t) { ++releases_; });
+  }
+  std::vector<Tensor> views(std::size_t count) {
+    detail::TensorViews maker(ref_, count);
+    std::vector<Tensor> out;
+    for (std::size_t i = 0; i < count; ++i) out.push_back(maker.make(i * 2 * sizeof(float), DType::kFloat32, Shape{2}));
+    ref_ = detail::StorageRef();  // the views hold the only references
+    return out;
+  }
+  int releases() const { return releases_.load(); }
+
+ private:
+  std::vector<float> memory_ = std::vector<float>(8, 0.5f);
+  detail::StorageRef ref_;
+  std::atomic<int> releases_{0};
+};
+
+// Inside a ReleaseBatch (a replica's step) dropped references are given back together, yet a
+// block still goes back with its last reference: at once when this thread held them all, when
+// the thread moves on to another block, and at the latest when the batch ends.
+TEST(Tensor, ReleaseBatchStillFreesEachBlockOnce) {
+  CountedBlock own;
+  CountedBlock shared;
+  CountedBlock next;
+  CountedBlock other_thread_last;
+  {
+    detail::ReleaseBatch batch;
+    std::vector<Tensor> views = own.views(3);
+    views.pop_back();
+    views.pop_back();
+    EXPECT_EQ(own.releases(), 0);
+    views.clear();
+    EXPECT_EQ(own.releases(), 1) << "every reference was this thread's: the block goes at once";
+
+    std::vector<Tensor> last = other_thread_last.views(2);
+    Tensor handed_over = std::move(last[1]);
+    last.clear();  // one of two references dropped here
+    EXPECT_EQ(other_thread_last.releases(), 0);
+    next.views(1).clear();  // moving on to another block gives the first one's back
+    EXPECT_EQ(next.releases(), 1);
+    std::thread([held = std::move(handed_over)]() mutable { held = Tensor(); }).join();
+    EXPECT_EQ(other_thread_last.releases(), 1) << "the other thread held the last reference";
+
+    std::vector<Tensor> shared_views = shared.views(2);
+    Tensor elsewhere = shared_views[1];
+    shared_views.clear();
+    std::thread([held = std::move(elsewhere)]() mutable { held = Tensor(); }).join();
+    EXPECT_EQ(shared.releases(), 0) << "this thread's dropped references are still counted";
+  }
+  EXPECT_EQ(shared.releases(), 1) << "the batch's end gives the rest back";
+  EXPECT_EQ(own.releases(), 1);
+  EXPECT_EQ(next.releases(), 1);
+  EXPECT_EQ(other_thread_last.releases(), 1);
+}
+
+// Each replica's step runs in a ReleaseBatch that ends before run() returns: copies the replicas
+// took and dropped no longer count once run() is back, so the caller's own drop frees the block.
+TEST(Tensor, ReplicaStepsGiveTheirReferencesBackBeforeRunReturns) {
+  CountedBlock block;
+  Tensor t = std::move(block.views(1)[0]);
+  MirroredStrategy strategy({"CPU:0", "CPU:1", "CPU:2"});
+  strategy.run([&] {
+    Tensor mine = t;
+    EXPECT_EQ(mine.to_vector<float>(), (std::vector<float>{0.5f, 0.5f}));
+  });
+  EXPECT_EQ(block.releases(), 0);
+  t = Tensor();
+  EXPECT_EQ(block.releases(), 1);
 }
 
 TEST(Tensor, CloneIsDeep) {

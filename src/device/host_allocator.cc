@@ -87,6 +87,8 @@ HostPool& host_pool(int device_index) {
 
 }  // namespace
 
+constinit thread_local DeferredReleases deferred_releases;
+
 StorageRef allocate_storage(const Device& device, std::size_t nbytes) {
   if (device.is_gpu()) return gpu::allocate(device, nbytes);
   if (nbytes == 0) return StorageRef::make(nullptr, 0, device, nullptr);

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "distribute/detail/storage.h"
 
 namespace distribute::detail {
 
@@ -47,7 +48,10 @@ void ReplicaRunner::worker(int replica, bool pin) {
     start_.wait_while_equal(seen, kNoDeadline, policy_, [] { return false; });
     seen = start_.value.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_relaxed)) return;
-    (*job_)(replica);
+    {
+      ReleaseBatch batch;  // given back before the caller hears that this replica is done
+      (*job_)(replica);
+    }
     if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.bump_and_wake_all();
   }
 }

@@ -19,6 +19,16 @@
 namespace distribute::detail {
 
 class TensorViews;
+class Storage;
+
+// This thread's dropped references not yet given back (see ReleaseBatch): `count` of them, all
+// to `storage`.
+struct DeferredReleases {
+  bool active = false;
+  Storage* storage = nullptr;
+  std::int64_t count = 0;
+};
+extern thread_local constinit DeferredReleases deferred_releases;  // constinit: no init check per access
 
 class Storage {
  public:
@@ -62,7 +72,7 @@ class StorageRef {
     return *this;
   }
   ~StorageRef() {
-    if (storage_ != nullptr) release(storage_, 1);
+    if (storage_ != nullptr) drop(storage_);
   }
 
   Storage* get() const { return storage_; }
@@ -72,8 +82,32 @@ class StorageRef {
 
  private:
   friend class TensorViews;
+  friend class ReleaseBatch;
   // Takes over a reference counted before (by TensorViews, which counts many at once).
   explicit StorageRef(Storage* storage) : storage_(storage) {}
+  static void drop(Storage* storage) {
+    DeferredReleases& deferred = deferred_releases;
+    if (!deferred.active) {
+      release(storage, 1);
+      return;
+    }
+    if (deferred.storage != storage) {
+      give_back(deferred);
+      deferred.storage = storage;
+    }
+    ++deferred.count;
+    // Every reference left is one this thread dropped: no holder is left to take another, so the
+    // block goes now, not at the end of the batch. acquire: pairs with other holders' releases.
+    if (storage->refs_.load(std::memory_order_acquire) == deferred.count) {
+      deferred = {true, nullptr, 0};
+      delete storage;
+    }
+  }
+  static void give_back(DeferredReleases& deferred) {
+    if (deferred.storage == nullptr) return;
+    Storage* storage = std::exchange(deferred.storage, nullptr);
+    release(storage, std::exchange(deferred.count, 0));
+  }
   static void acquire(Storage* storage, std::int64_t count) {
     storage->refs_.fetch_add(count, std::memory_order_relaxed);
   }
@@ -83,6 +117,26 @@ class StorageRef {
   }
 
   Storage* storage_ = nullptr;
+};
+
+// While one lives, the references this thread drops are counted on the thread and given back to
+// their Storage together: when the thread drops a reference to another Storage, when the batch
+// ends, or at once when they are the Storage's last. A replica's thread runs each step in one,
+// so a gradient list's output handles (views of one block, dropped one after the other) cost one
+// atomic update, not one each. Memory whose last holder is another thread may then wait for the
+// end of the step to be freed.
+class ReleaseBatch {
+ public:
+  ReleaseBatch() : outer_(std::exchange(deferred_releases.active, true)) {}
+  ReleaseBatch(const ReleaseBatch&) = delete;
+  ReleaseBatch& operator=(const ReleaseBatch&) = delete;
+  ~ReleaseBatch() {
+    StorageRef::give_back(deferred_releases);
+    deferred_releases.active = outer_;
+  }
+
+ private:
+  bool outer_;
 };
 
 // Allocates nbytes on `device` (64-byte aligned on the host). Throws UnimplementedError for a
