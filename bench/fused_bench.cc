@@ -4,7 +4,7 @@
 // what the per-tensor overhead costs. Beside them, the part of that overhead no engine can avoid:
 // one thread making the list's 100 output Tensors (views of one block, their references taken
 // with one atomic add, as all_reduce makes them) and dropping them, each on its own as a user
-// drops them. Each replica pays it, and the replicas sharing a core pay it one after the other,
+// drops them, inside a ReleaseBatch as a replica's step does. Each replica pays it, and the replicas sharing a core pay it one after the other,
 // so "floor" = (single + ceil(N / cores) x handles) / single is the lowest ratio this machine
 // allows.
 #include <algorithm>
@@ -49,6 +49,7 @@ Timing time_handles(const Options& options) {
   std::vector<Tensor> handles;
   return time_unit(
       [&] {
+        detail::ReleaseBatch batch;
         for (int k = 0; k < ops; ++k) {
           detail::TensorViews views(block, kTensors);
           std::vector<Tensor> list;
