@@ -68,6 +68,22 @@ std::shared_ptr<void> ReplicaContext::run_merge_call(collective::CollectiveCall&
 }
 
 namespace detail {
+namespace {
+
+// Larger arrays go back to the system rather than stay with the thread.
+constexpr std::size_t kMaxSpareLeaves = 1 << 16;
+
+thread_local std::unique_ptr<LeafArrays> spare_leaf_arrays;
+
+}  // namespace
+
+LeafArraysLease::LeafArraysLease() : arrays_(std::move(spare_leaf_arrays)) {
+  if (!arrays_) arrays_ = std::make_unique<LeafArrays>();
+}
+
+LeafArraysLease::~LeafArraysLease() {
+  if (!spare_leaf_arrays && arrays_->inputs.capacity() <= kMaxSpareLeaves) spare_leaf_arrays = std::move(arrays_);
+}
 
 void CollectiveArgs::throw_wrong_device(const Tensor& t, std::size_t leaf) const {
   DISTRIBUTE_CHECK(t.defined(), InvalidArgumentError, method_, ": leaf ", leaf,
@@ -91,6 +107,7 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   auto* base = block_ ? static_cast<std::byte*>(block_->data()) : nullptr;
   scalars_.resize(host_scalars_);
   data_pointers_.resize(2 * n);
+  leaf_offsets_.resize(n + 1);
   void** input_data = data_pointers_.data();
   void** output_data = input_data + n;
   std::int64_t* signature = size_signature();
@@ -100,17 +117,20 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
     const collective::BufferRef& in = inputs_[leaf];
     signature = sign_leaf(signature, in, -1);
     input_data[leaf] = in.data;
+    offset = align_output(offset);
+    leaf_offsets_[leaf] = offset;
     if (host_scalar(in)) {
       output_data[leaf] = scalars_[scalar++].data();
     } else {
-      offset = align_output(offset);
       output_data[leaf] = base != nullptr ? base + offset : nullptr;
-      offset += in.nbytes();
     }
+    offset += in.nbytes();
   }
+  leaf_offsets_[n] = offset;
   call_.input_data = {input_data, n};
   call_.output_data = {output_data, n};
-  // The host scalars' outputs are inline slots, outside the block and its layout.
+  call_.leaf_offsets = leaf_offsets_;
+  // The host scalars' outputs are inline slots, outside the block.
   call_.output_block = host_scalars_ == 0 ? base : nullptr;
   call_.leaf_signature = signature_;
 }

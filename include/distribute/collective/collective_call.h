@@ -54,9 +54,13 @@ struct CollectiveCall {
   // (output leaf k has input leaf k's dtype and shape, in the replica device's memory).
   std::span<const void* const> input_data;
   std::span<void* const> output_data;
-  // all_reduce, when not null: every output leaf lies in this one block, leaf k from its offset
-  // in the input leaves laid end to end, each from a cache-line multiple (the replicas' blocks
-  // then share one layout, and a run of small leaves can be copied between them in one go).
+  // all_reduce: where each input leaf starts when the leaves are laid end to end, each from a
+  // cache-line multiple (no two share a line, and a line boundary is an element boundary of every
+  // dtype), then the total. The same on every replica once the signatures match.
+  std::span<const std::size_t> leaf_offsets;
+  // all_reduce, when not null: every output leaf lies in this one block at its leaf_offsets
+  // entry (the replicas' blocks then share one layout, and a run of small leaves can be copied
+  // between them in one go).
   void* output_block = nullptr;
   // The nest's structure: its hash is compared; describe(value) renders it for messages.
   std::uint64_t structure_hash = 0;

@@ -9,6 +9,8 @@
 #include <array>
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "distribute/collective/collective_call.h"
@@ -26,6 +28,32 @@ inline const Shape& scalar_shape() {
 // The output leaves of an all_reduce start at cache-line multiples of one block: no two leaves
 // share a line, and every line boundary is an element boundary of every dtype.
 inline std::size_t align_output(std::size_t offset) { return (offset + 63) / 64 * 64; }
+
+// The per-leaf arrays of one collective. A thread keeps those of its last collective for the
+// next (see LeafArraysLease): a training loop's gradient list then allocates nothing per step
+// for its bookkeeping, and arrays of the same length are not even resized.
+struct LeafArrays {
+  std::vector<collective::BufferRef> inputs;
+  std::vector<std::int64_t> signature;
+  // all_reduce: the inputs' data pointers, then the outputs'.
+  std::vector<void*> data_pointers;
+  std::vector<std::size_t> leaf_offsets;  // all_reduce: see CollectiveCall::leaf_offsets
+};
+
+// Holds a LeafArrays taken from this thread's spare (or a new one when a collective on this
+// thread holds the spare) and makes it the spare again when destroyed.
+class LeafArraysLease {
+ public:
+  LeafArraysLease();
+  LeafArraysLease(const LeafArraysLease&) = delete;
+  LeafArraysLease& operator=(const LeafArraysLease&) = delete;
+  ~LeafArraysLease();
+
+  LeafArrays& operator*() const { return *arrays_; }
+
+ private:
+  std::unique_ptr<LeafArrays> arrays_;
+};
 
 class CollectiveArgs {
  public:
@@ -71,9 +99,11 @@ class CollectiveArgs {
   const char* method_;
   Device device_;
   collective::CollectiveCall call_;
-  absl::InlinedVector<collective::BufferRef, 4> inputs_;
+  LeafArraysLease arrays_;
+  std::vector<collective::BufferRef>& inputs_ = (*arrays_).inputs;
   // Counted while flattening: the signature's length, the tensors, the host scalars, and the
-  // bytes of the all_reduce output block (each leaf from a cache-line multiple).
+  // bytes of the all_reduce output block (every leaf laid out as CollectiveCall::leaf_offsets
+  // says, the host scalars' places left unused).
   std::size_t signature_words_ = 0;
   std::size_t tensor_leaves_ = 0;
   std::size_t host_scalars_ = 0;
@@ -84,9 +114,9 @@ class CollectiveArgs {
   absl::InlinedVector<Tensor, 4> tensors_;  // all_gather: the output tensors
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;  // all_reduce: host scalar outputs, in order
-  absl::InlinedVector<std::int64_t, 8> signature_;
-  // all_reduce: the inputs' data pointers, then the outputs' (one allocation for both).
-  absl::InlinedVector<void*, 8> data_pointers_;
+  std::vector<std::int64_t>& signature_ = (*arrays_).signature;
+  std::vector<void*>& data_pointers_ = (*arrays_).data_pointers;
+  std::vector<std::size_t>& leaf_offsets_ = (*arrays_).leaf_offsets;
 };
 
 template <class V>
@@ -124,11 +154,8 @@ collective::BufferRef CollectiveArgs::input_ref(const L& leaf, std::size_t index
     in = {const_cast<void*>(scalar_on_device(&leaf, dtype_v<L>)), &scalar_shape(), dtype_v<L>};
   }
   signature_words_ += 1 + static_cast<std::size_t>(in.shape->rank());
-  if (host_scalar(in)) {
-    ++host_scalars_;
-  } else {
-    block_bytes_ = align_output(block_bytes_) + in.nbytes();
-  }
+  if (host_scalar(in)) ++host_scalars_;
+  block_bytes_ = align_output(block_bytes_) + in.nbytes();
   return in;
 }
 

@@ -98,7 +98,11 @@ void CpuCommunicator::stage(int rank, CollectiveCall& call) {
   call.staged = false;
   if (call.kind != CollectiveKind::kAllReduce && call.kind != CollectiveKind::kAllGather) return;
   std::size_t total = staged_header_bytes(call);
-  for (const BufferRef& leaf : call.inputs) total = align_up(total) + leaf.nbytes();
+  if (call.kind == CollectiveKind::kAllReduce) {
+    total = call.leaf_offsets.back();  // a gradient list's size without a pass over its leaves
+  } else {
+    for (const BufferRef& leaf : call.inputs) total = align_up(total) + leaf.nbytes();
+  }
   if (total > kStagingBytes) return;
   std::byte* out = staging_[static_cast<std::size_t>(rank)].bytes[call.sequence & 1];
   if (call.kind == CollectiveKind::kAllGather) {
@@ -124,25 +128,16 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
   // returned already, so only this replica's call and the staging areas may be read.
   if (mine.staged) {
     absl::InlinedVector<const void*, 8> inputs(n);
-    std::size_t offset = 0;
     for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
-      offset = align_up(offset);
-      for (std::size_t r = 0; r < n; ++r) inputs[r] = staged_inputs(static_cast<int>(r), mine) + offset;
+      for (std::size_t r = 0; r < n; ++r) inputs[r] = staged_inputs(static_cast<int>(r), mine) + mine.leaf_offsets[leaf];
       reduce_buffers(mine.inputs[leaf].dtype, mine.op, inputs, mine.output_data[leaf],
                      mine.inputs[leaf].num_elements(), static_cast<std::int64_t>(n));
-      offset += mine.inputs[leaf].nbytes();
     }
     return;
   }
-  // The leaves laid end to end, each from a cache-line multiple, so that chunk boundaries fall on
-  // element boundaries of every dtype.
-  absl::InlinedVector<std::size_t, 8> starts(mine.inputs.size() + 1);
-  std::size_t total = 0;
-  for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
-    starts[leaf] = total = align_up(total);
-    total += mine.inputs[leaf].nbytes();
-  }
-  starts.back() = total;
+  // Chunks of the leaves laid end to end: their boundaries fall on element boundaries.
+  const std::span<const std::size_t> starts = mine.leaf_offsets;
+  const std::size_t total = starts.back();
   // Chunks of kChunkBytes, or smaller so that each replica gets at least four: the shares of a
   // small collective then differ by at most a quarter.
   const std::size_t chunk_bytes = std::clamp(align_up(total / (4 * n)), kMinChunkBytes, kChunkBytes);
