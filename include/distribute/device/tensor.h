@@ -111,8 +111,10 @@ class Tensor {
 
  private:
   friend class detail::TensorViews;
-  Tensor(detail::StorageRef storage, DType dtype, Shape shape, std::size_t offset = 0)
+  Tensor(detail::StorageRef storage, DType dtype, Shape&& shape, std::size_t offset = 0)
       : storage_(std::move(storage)), dtype_(dtype), shape_(std::move(shape)), offset_(offset) {}
+  Tensor(detail::StorageRef storage, DType dtype, const Shape& shape, std::size_t offset = 0)
+      : storage_(std::move(storage)), dtype_(dtype), shape_(shape), offset_(offset) {}
   void check_defined(const char* what) const {
     if (!defined()) throw_undefined(what);
   }

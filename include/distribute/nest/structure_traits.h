@@ -40,6 +40,18 @@ struct StructFields;
 template <class T, class Enable = void>
 struct StructureTraits;  // undefined: T is not a nest container
 
+namespace internal {
+// Stands for f(child) where a container makes its element: converted there, the result is made
+// in place rather than made, moved in and destroyed (a collective's output list makes one per
+// leaf on every step).
+template <class F, class C>
+struct MappedChild {
+  F& f;
+  const C& child;
+  operator std::invoke_result_t<F&, const C&>() const { return f(child); }
+};
+}  // namespace internal
+
 template <class T>
 struct StructureTraits<std::vector<T>> {
   static constexpr const char* kName = "list";
@@ -52,7 +64,7 @@ struct StructureTraits<std::vector<T>> {
   static std::vector<T> map(const std::vector<T>& v, F&& f) {
     std::vector<T> out;
     out.reserve(v.size());
-    for (const T& child : v) out.push_back(f(child));
+    for (const T& child : v) out.emplace_back(internal::MappedChild<F, T>{f, child});
     return out;
   }
   static std::string key(const std::vector<T>&, std::size_t) { return {}; }
