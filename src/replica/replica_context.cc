@@ -105,31 +105,19 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   // The output tensors themselves are made by rebuild(), straight into the returned nest.
   if (host_scalars_ < n) block_ = allocate_storage(device_, block_bytes_);
   auto* base = block_ ? static_cast<std::byte*>(block_->data()) : nullptr;
-  scalars_.resize(host_scalars_);
-  data_pointers_.resize(2 * n);
-  leaf_offsets_.resize(n + 1);
-  void** input_data = data_pointers_.data();
-  void** output_data = input_data + n;
-  std::int64_t* signature = size_signature();
-  std::size_t offset = 0;
-  std::size_t scalar = 0;
-  for (std::size_t leaf = 0; leaf < n; ++leaf) {
-    const collective::BufferRef& in = inputs_[leaf];
-    signature = sign_leaf(signature, in, -1);
-    input_data[leaf] = in.data;
-    offset = align_output(offset);
-    leaf_offsets_[leaf] = offset;
-    if (host_scalar(in)) {
-      output_data[leaf] = scalars_[scalar++].data();
-    } else {
-      output_data[leaf] = base != nullptr ? base + offset : nullptr;
+  void** output_data = data_pointers_.data() + n;
+  if (host_scalars_ == 0) {
+    for (std::size_t leaf = 0; leaf < n; ++leaf) output_data[leaf] = base + leaf_offsets_[leaf];
+  } else {
+    scalars_.resize(host_scalars_);
+    std::size_t scalar = 0;
+    for (std::size_t leaf = 0; leaf < n; ++leaf) {
+      output_data[leaf] = host_scalar(inputs_[leaf]) ? scalars_[scalar++].data()
+                          : base != nullptr      ? base + leaf_offsets_[leaf]
+                                                 : nullptr;
     }
-    offset += in.nbytes();
   }
-  leaf_offsets_[n] = offset;
-  call_.input_data = {input_data, n};
   call_.output_data = {output_data, n};
-  call_.leaf_offsets = leaf_offsets_;
   // The host scalars' outputs are inline slots, outside the block.
   call_.output_block = host_scalars_ == 0 ? base : nullptr;
   call_.leaf_signature = signature_;
@@ -137,26 +125,17 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
 
 void CollectiveArgs::prepare_gather(int axis) {
   tensors_.resize(inputs_.size());
-  std::int64_t* signature = size_signature();
+  std::size_t words = 0;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const Shape& shape = *inputs_[leaf].shape;
     DISTRIBUTE_CHECK(shape.rank() > 0, InvalidArgumentError, method_, ": leaf ", leaf,
                      " has rank 0 (a scalar); all_gather needs every value to have rank >= 1, "
                      "reshape it to shape (1,) first");
-    signature = sign_leaf(signature, inputs_[leaf], normalize_axis(axis, shape.rank(), method_));
+    words = sign_leaf(words, inputs_[leaf], normalize_axis(axis, shape.rank(), method_));
   }
+  signature_.resize(words);
   call_.axis = axis;
   call_.leaf_signature = signature_;
-}
-
-std::int64_t* CollectiveArgs::sign_leaf(std::int64_t* out, const collective::BufferRef& in, int gather_axis) {
-  // The first word holds the dtype, the rank and the axis, so that no leaf's integers can read as
-  // the start of a different leaf's.
-  const std::span<const std::int64_t> dims = in.shape->span();
-  *out++ = static_cast<std::int64_t>(in.dtype) | std::int64_t{in.shape->rank()} << 8 |
-           std::int64_t{gather_axis + 1} << 40;
-  for (int d = 0; d < static_cast<int>(dims.size()); ++d) *out++ = d == gather_axis ? 0 : dims[d];
-  return out;
 }
 
 void* CollectiveArgs::allocate_output(std::size_t leaf, const Shape& shape) {

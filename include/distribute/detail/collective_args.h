@@ -19,11 +19,10 @@
 
 namespace distribute::detail {
 
-// Shape of every scalar leaf. Inline and constant-initialised: asked for once per leaf.
-inline const Shape& scalar_shape() {
-  static constinit const Shape shape;
-  return shape;
-}
+// Shape of every scalar leaf. A namespace-scope constant rather than a function's static: asked
+// for once per leaf, and a function's static is guarded by a flag checked on every call.
+inline constinit const Shape kScalarShape;
+inline const Shape& scalar_shape() { return kScalarShape; }
 
 // The output leaves of an all_reduce start at cache-line multiples of one block: no two leaves
 // share a line, and every line boundary is an element boundary of every dtype.
@@ -57,8 +56,9 @@ class LeafArraysLease {
 
 class CollectiveArgs {
  public:
+  // kind: kAllReduce or kAllGather.
   template <class V>
-  CollectiveArgs(const V& value, const char* method, const Device& device);
+  CollectiveArgs(const V& value, collective::CollectiveKind kind, const Device& device);
   CollectiveArgs(const CollectiveArgs&) = delete;
   CollectiveArgs& operator=(const CollectiveArgs&) = delete;
 
@@ -75,20 +75,30 @@ class CollectiveArgs {
   V rebuild(const V& value);
 
  private:
-  // Every per-leaf step below is one pass over a flat array: a gradient list of a hundred small
-  // tensors pays each of them per tensor per replica, on every step.
+  // Every per-leaf step is one visit of each leaf while flattening, then at most one pass over
+  // flat arrays: a gradient list of a hundred small tensors pays each of them per tensor per
+  // replica, on every step.
+  // Writes leaf's BufferRef to `in` field by field: a BufferRef built aside and copied whole is
+  // read back with one wide load from two narrower stores, which cannot be forwarded and stalls.
   template <class L>
-  collective::BufferRef input_ref(const L& leaf, std::size_t index);
+  void fill_input(const L& leaf, std::size_t index, collective::BufferRef& in);
   [[noreturn]] void throw_wrong_device(const Tensor& t, std::size_t leaf) const;
   void* allocate_output(std::size_t leaf, const Shape& shape);
-  // Sizes the signature for every leaf and returns where its first word goes.
-  std::int64_t* size_signature() {
-    signature_.resize(signature_words_);
-    return signature_.data();
+  // Writes leaf's dtype and shape to the signature from word `at` on (gather_axis >= 0 for
+  // all_gather) and returns where the next leaf's go; the caller sizes the signature at the end.
+  std::size_t sign_leaf(std::size_t at, const collective::BufferRef& in, int gather_axis) {
+    const std::span<const std::int64_t> dims = in.shape->span();
+    const std::size_t end = at + 1 + dims.size();
+    // Only when growing: the arrays of the thread's last collective are sized for its nest.
+    if (signature_.size() < end) signature_.resize(2 * end);
+    std::int64_t* out = signature_.data() + at;
+    // The first word holds the dtype, the rank and the axis, so that no leaf's integers can read
+    // as the start of a different leaf's.
+    *out++ = static_cast<std::int64_t>(in.dtype) | std::int64_t{in.shape->rank()} << 8 |
+             std::int64_t{gather_axis + 1} << 40;
+    for (int d = 0; d < static_cast<int>(dims.size()); ++d) *out++ = d == gather_axis ? 0 : dims[d];
+    return end;
   }
-  // Writes leaf's dtype and shape to the signature at `out` (gather_axis >= 0 for all_gather)
-  // and returns where the next leaf's go.
-  std::int64_t* sign_leaf(std::int64_t* out, const collective::BufferRef& in, int gather_axis);
   // A scalar leaf held in host memory (every scalar on a host replica, none on a GPU replica).
   bool host_scalar(const collective::BufferRef& in) const {
     return in.shape == &scalar_shape() && device_.is_cpu();
@@ -101,10 +111,9 @@ class CollectiveArgs {
   collective::CollectiveCall call_;
   LeafArraysLease arrays_;
   std::vector<collective::BufferRef>& inputs_ = (*arrays_).inputs;
-  // Counted while flattening: the signature's length, the tensors, the host scalars, and the
-  // bytes of the all_reduce output block (every leaf laid out as CollectiveCall::leaf_offsets
-  // says, the host scalars' places left unused).
-  std::size_t signature_words_ = 0;
+  // Counted while flattening: the tensors, the host scalars, and the bytes of the all_reduce
+  // output block (every leaf laid out as CollectiveCall::leaf_offsets says, the host scalars'
+  // places left unused).
   std::size_t tensor_leaves_ = 0;
   std::size_t host_scalars_ = 0;
   std::size_t block_bytes_ = 0;
@@ -120,15 +129,35 @@ class CollectiveArgs {
 };
 
 template <class V>
-CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device& device)
-    : method_(method), device_(device) {
-  inputs_.resize(nest::num_leaves(value));
+CollectiveArgs::CollectiveArgs(const V& value, collective::CollectiveKind kind, const Device& device)
+    : method_(collective::kind_name(kind)), device_(device) {
+  call_.kind = kind;
+  const std::size_t n = nest::num_leaves(value);
+  inputs_.resize(n);
+  data_pointers_.resize(2 * n);
+  leaf_offsets_.resize(n + 1);
+  // Locals, not members, so that they stay in registers across the per-leaf stores.
+  collective::BufferRef* inputs = inputs_.data();
+  void** input_data = data_pointers_.data();
+  std::size_t* offsets = leaf_offsets_.data();
+  const bool sign = kind == collective::CollectiveKind::kAllReduce;  // all_gather signs in prepare_gather
   std::size_t index = 0;
+  std::size_t bytes = 0;
+  std::size_t words = 0;
   nest::for_each_leaf(value, [&](const auto& leaf) {
-    inputs_[index] = input_ref(leaf, index);
+    collective::BufferRef& in = inputs[index];
+    fill_input(leaf, index, in);
+    input_data[index] = in.data;
+    offsets[index] = bytes = align_output(bytes);
+    bytes += in.nbytes();
+    if (sign) words = sign_leaf(words, in, -1);
     ++index;
   });
+  offsets[n] = block_bytes_ = bytes;
+  signature_.resize(words);
   call_.inputs = inputs_;
+  call_.input_data = {data_pointers_.data(), n};
+  call_.leaf_offsets = leaf_offsets_;
   call_.structure_hash = nest::structure_hash(value);
   call_.describe_structure = [](const void* v) { return nest::describe_structure(*static_cast<const V*>(v)); };
   call_.value = &value;
@@ -139,24 +168,22 @@ CollectiveArgs::CollectiveArgs(const V& value, const char* method, const Device&
 }
 
 template <class L>
-collective::BufferRef CollectiveArgs::input_ref(const L& leaf, std::size_t index) {
-  collective::BufferRef in;
+void CollectiveArgs::fill_input(const L& leaf, std::size_t index, collective::BufferRef& in) {
   if constexpr (std::same_as<L, Tensor>) {
     // Host memory is one space, so any CPU tensor serves a CPU replica; a GPU replica needs its own.
     if (!leaf.defined() || !(device_.is_cpu() ? leaf.device().is_cpu() : leaf.device() == device_)) {
       throw_wrong_device(leaf, index);
     }
-    in = {leaf.raw_data(), &leaf.shape(), leaf.dtype()};
+    in.data = leaf.raw_data();
+    in.shape = &leaf.shape();
+    in.dtype = leaf.dtype();
     ++tensor_leaves_;
-  } else if (device_.is_cpu()) {
-    in = {const_cast<L*>(&leaf), &scalar_shape(), dtype_v<L>};
   } else {
-    in = {const_cast<void*>(scalar_on_device(&leaf, dtype_v<L>)), &scalar_shape(), dtype_v<L>};
+    in.data = device_.is_cpu() ? const_cast<L*>(&leaf) : const_cast<void*>(scalar_on_device(&leaf, dtype_v<L>));
+    in.shape = &scalar_shape();
+    in.dtype = dtype_v<L>;
+    if (device_.is_cpu()) ++host_scalars_;
   }
-  signature_words_ += 1 + static_cast<std::size_t>(in.shape->rank());
-  if (host_scalar(in)) ++host_scalars_;
-  block_bytes_ = align_output(block_bytes_) + in.nbytes();
-  return in;
 }
 
 template <class V>
@@ -170,10 +197,7 @@ V CollectiveArgs::rebuild(const V& value) {
     const std::size_t k = i++;
     if constexpr (std::same_as<L, Tensor>) {
       if (!block_) return std::move(tensors_[k]);
-      const auto* base = static_cast<const std::byte*>(block_->data());
-      const auto* data = static_cast<const std::byte*>(data_pointers_[n + k]);
-      return views.make(base != nullptr ? static_cast<std::size_t>(data - base) : 0, inputs_[k].dtype,
-                        *inputs_[k].shape);
+      return views.make(leaf_offsets_[k], inputs_[k].dtype, *inputs_[k].shape);
     } else {
       L out;
       copy_bytes(&out, Device::cpu(), data_pointers_[n + k], device_, sizeof(L));

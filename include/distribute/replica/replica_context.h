@@ -151,7 +151,7 @@ template <class V>
 V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOptions& options) {
   static_assert(nest::Nest<V>, "all_reduce takes a Tensor, an arithmetic scalar or a nest of them");
   require_current("all_reduce");
-  detail::CollectiveArgs args(value, "all_reduce", device_);
+  detail::CollectiveArgs args(value, collective::CollectiveKind::kAllReduce, device_);
   args.call().op = op;
   args.call().options = options;
   args.allocate_outputs_like_inputs();
@@ -163,7 +163,7 @@ template <class V>
 V ReplicaContext::all_gather(const V& value, int axis, const CommunicationOptions& options) {
   static_assert(nest::Nest<V>, "all_gather takes a Tensor or a nest of Tensors");
   require_current("all_gather");
-  detail::CollectiveArgs args(value, "all_gather", device_);
+  detail::CollectiveArgs args(value, collective::CollectiveKind::kAllGather, device_);
   args.call().options = options;
   args.prepare_gather(axis);
   run_all_gather(args);
