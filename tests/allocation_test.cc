@@ -2,7 +2,7 @@
 // new to count calls, so it is its own executable. A replica thread keeps the per-leaf arrays of
 // its last collective for the next, so an all_reduce of a gradient list makes the same number of
 // allocations per step whatever the number of tensors in it (the returned list and the output
-// block's handle), none per tensor.
+// block's handle), none per tensor. The per-thread reuse itself is tested here too.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "distribute/detail/collective_args.h"
 #include "distribute/distribute.h"
 
 namespace {
@@ -61,6 +62,28 @@ TEST(Allocations, AllReduceOfAGradientListAllocatesTheSameWhateverItsLength) {
   EXPECT_EQ(one, 2 * 2);
   EXPECT_EQ(hundred, one);
   EXPECT_EQ(thousand, one);
+}
+
+// A collective started while another is under way on the same thread (none does today, but
+// nothing forbids it) gets arrays of its own; the thread then keeps one set for the next.
+TEST(Allocations, NestedCollectivesOnOneThreadGetTheirOwnLeafArrays) {
+  const detail::LeafArrays* inner_arrays = nullptr;
+  {
+    detail::LeafArraysLease outer;
+    (*outer).inputs.resize(3);
+    {
+      detail::LeafArraysLease inner;
+      inner_arrays = &*inner;
+      EXPECT_NE(inner_arrays, &*outer);
+      EXPECT_TRUE((*inner).inputs.empty());
+      (*inner).inputs.resize(5);
+    }
+    EXPECT_EQ((*outer).inputs.size(), 3u);
+  }
+  // The inner collective's arrays became the thread's spare first; the outer's were freed.
+  detail::LeafArraysLease next;
+  EXPECT_EQ(&*next, inner_arrays);
+  EXPECT_EQ((*next).inputs.size(), 5u);
 }
 
 }  // namespace
