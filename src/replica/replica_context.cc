@@ -106,16 +106,11 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   if (host_scalars_ < n) block_ = allocate_storage(device_, block_bytes_);
   auto* base = block_ ? static_cast<std::byte*>(block_->data()) : nullptr;
   void** output_data = data_pointers_.data() + n;
-  if (host_scalars_ == 0) {
-    for (std::size_t leaf = 0; leaf < n; ++leaf) output_data[leaf] = base + leaf_offsets_[leaf];
-  } else {
-    scalars_.resize(host_scalars_);
-    std::size_t scalar = 0;
-    for (std::size_t leaf = 0; leaf < n; ++leaf) {
-      output_data[leaf] = host_scalar(inputs_[leaf]) ? scalars_[scalar++].data()
-                          : base != nullptr      ? base + leaf_offsets_[leaf]
-                                                 : nullptr;
-    }
+  scalars_.resize(host_scalars_);
+  std::size_t scalar = 0;
+  for (std::size_t leaf = 0; leaf < n; ++leaf) {
+    const bool in_slot = host_scalars_ != 0 && host_scalar(inputs_[leaf]);
+    output_data[leaf] = in_slot ? scalars_[scalar++].data() : base + leaf_offsets_[leaf];
   }
   call_.output_data = {output_data, n};
   // The host scalars' outputs are inline slots, outside the block.

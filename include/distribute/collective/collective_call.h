@@ -37,6 +37,12 @@ struct BufferRef {
 
 struct CollectiveCall;
 
+// Where a leaf laid after `offset` bytes of others starts: the next cache-line multiple, so that
+// no two leaves share a line and every line boundary is an element boundary of every dtype. The
+// one layout rule of leaf_offsets, all_reduce output blocks and the CPU backend's chunks and
+// staging areas.
+inline std::size_t align_leaf(std::size_t offset) { return (offset + 63) / 64 * 64; }
+
 // Runs a merge_fn once for all replicas (calls[r] is replica r's call) and returns its result.
 using MergeRunner = std::shared_ptr<void> (*)(std::span<CollectiveCall* const> calls);
 

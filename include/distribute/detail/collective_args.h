@@ -24,10 +24,6 @@ namespace distribute::detail {
 inline constinit const Shape kScalarShape;
 inline const Shape& scalar_shape() { return kScalarShape; }
 
-// The output leaves of an all_reduce start at cache-line multiples of one block: no two leaves
-// share a line, and every line boundary is an element boundary of every dtype.
-inline std::size_t align_output(std::size_t offset) { return (offset + 63) / 64 * 64; }
-
 // The per-leaf arrays of one collective. A thread keeps those of its last collective for the
 // next (see LeafArraysLease): a training loop's gradient list then allocates nothing per step
 // for its bookkeeping, and arrays of the same length are not even resized.
@@ -148,7 +144,7 @@ CollectiveArgs::CollectiveArgs(const V& value, collective::CollectiveKind kind, 
     collective::BufferRef& in = inputs[index];
     fill_input(leaf, index, in);
     input_data[index] = in.data;
-    offsets[index] = bytes = align_output(bytes);
+    offsets[index] = bytes = collective::align_leaf(bytes);
     bytes += in.nbytes();
     if (sign) words = sign_leaf(words, in, -1);
     ++index;

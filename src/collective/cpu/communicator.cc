@@ -17,8 +17,6 @@ constexpr std::size_t kCacheLine = 64;
 
 constexpr std::size_t kMinChunkBytes = 1024;
 
-std::size_t align_up(std::size_t x) { return (x + kCacheLine - 1) / kCacheLine * kCacheLine; }
-
 // The size of the cache the replicas' cores share, from sysfs (sysconf reports the whole
 // package's L3 on some virtual machines, not what one core can use).
 std::size_t shared_cache_bytes() {
@@ -79,7 +77,7 @@ void prefetch_pointers(std::span<CollectiveCall* const> calls, std::size_t first
 // The staging area holds, from its start: for all_gather, each leaf's size along the gather axis
 // (an int64 per leaf); then each leaf's data at a cache-line multiple.
 std::size_t staged_header_bytes(const CollectiveCall& call) {
-  return call.kind == CollectiveKind::kAllGather ? align_up(call.inputs.size() * sizeof(std::int64_t)) : 0;
+  return call.kind == CollectiveKind::kAllGather ? align_leaf(call.inputs.size() * sizeof(std::int64_t)) : 0;
 }
 
 }  // namespace
@@ -97,11 +95,15 @@ const std::byte* CpuCommunicator::staged_inputs(int rank, const CollectiveCall& 
 void CpuCommunicator::stage(int rank, CollectiveCall& call) {
   call.staged = false;
   if (call.kind != CollectiveKind::kAllReduce && call.kind != CollectiveKind::kAllGather) return;
+  // all_reduce: the data phase reads leaf k at its leaf_offsets entry (and the list's size needs
+  // no pass over its leaves); all_gather: each reader lays the leaves out again from the sizes
+  // after the header.
+  const bool reduce = call.kind == CollectiveKind::kAllReduce;
   std::size_t total = staged_header_bytes(call);
-  if (call.kind == CollectiveKind::kAllReduce) {
-    total = call.leaf_offsets.back();  // a gradient list's size without a pass over its leaves
+  if (reduce) {
+    total = call.leaf_offsets.back();
   } else {
-    for (const BufferRef& leaf : call.inputs) total = align_up(total) + leaf.nbytes();
+    for (const BufferRef& leaf : call.inputs) total = align_leaf(total) + leaf.nbytes();
   }
   if (total > kStagingBytes) return;
   std::byte* out = staging_[static_cast<std::size_t>(rank)].bytes[call.sequence & 1];
@@ -113,10 +115,11 @@ void CpuCommunicator::stage(int rank, CollectiveCall& call) {
     }
   }
   std::size_t offset = staged_header_bytes(call);
-  for (const BufferRef& leaf : call.inputs) {
-    offset = align_up(offset);
-    if (leaf.nbytes() != 0) std::memcpy(out + offset, leaf.data, leaf.nbytes());
-    offset += leaf.nbytes();
+  for (std::size_t leaf = 0; leaf < call.inputs.size(); ++leaf) {
+    const BufferRef& in = call.inputs[leaf];
+    offset = reduce ? call.leaf_offsets[leaf] : align_leaf(offset);
+    if (in.nbytes() != 0) std::memcpy(out + offset, in.data, in.nbytes());
+    offset += in.nbytes();
   }
   call.staged = true;
 }
@@ -140,7 +143,7 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
   const std::size_t total = starts.back();
   // Chunks of kChunkBytes, or smaller so that each replica gets at least four: the shares of a
   // small collective then differ by at most a quarter.
-  const std::size_t chunk_bytes = std::clamp(align_up(total / (4 * n)), kMinChunkBytes, kChunkBytes);
+  const std::size_t chunk_bytes = std::clamp(align_leaf(total / (4 * n)), kMinChunkBytes, kChunkBytes);
   const std::size_t chunks = (total + chunk_bytes - 1) / chunk_bytes;
   const bool streaming = 2 * n * total > shared_cache_bytes() * 3 / 4;
   std::byte* scratch = streaming ? scratch_[static_cast<std::size_t>(rank)].bytes : nullptr;
@@ -210,7 +213,7 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> call
       if (staged) {
         const std::byte* area = staged_inputs(static_cast<int>(r), mine);
         std::memcpy(&dims[r], area + leaf * sizeof(std::int64_t), sizeof(std::int64_t));
-        offsets[r] = align_up(offsets[r]);
+        offsets[r] = align_leaf(offsets[r]);
         inputs[r] = area + offsets[r];
         offsets[r] += static_cast<std::size_t>(dims[r]) * row_bytes;
       } else {
