@@ -1,8 +1,9 @@
 // Heap allocations of collectives in a training loop. This program replaces the global operator
-// new to count calls, so it is its own executable. A replica thread keeps the per-leaf arrays of
-// its last collective for the next, so an all_reduce of a gradient list makes the same number of
-// allocations per step whatever the number of tensors in it (the returned list and the output
-// block's handle), none per tensor. The per-thread reuse itself is tested here too.
+// new to count calls (and to fail one on demand), so it is its own executable. A replica thread
+// keeps the per-leaf arrays of its last collective for the next, so an all_reduce of a gradient
+// list makes the same number of allocations per step whatever the number of tensors in it (the
+// returned list and the output block's handle), none per tensor. The per-thread reuse itself is
+// tested here too, and what a replica that cannot allocate its result does to the others.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,18 +14,26 @@
 
 #include "distribute/detail/collective_args.h"
 #include "distribute/distribute.h"
+#include "testing/replica_harness.h"
 
 namespace {
 std::atomic<long> allocations{0};
+// When not 0, this thread's next allocation of exactly this many bytes throws std::bad_alloc.
+thread_local std::size_t fail_allocation_of = 0;
 }  // namespace
 
 void* operator new(std::size_t nbytes) {
   allocations.fetch_add(1, std::memory_order_relaxed);
+  if (fail_allocation_of != 0 && nbytes == fail_allocation_of) {
+    fail_allocation_of = 0;
+    throw std::bad_alloc();
+  }
   if (void* p = std::malloc(nbytes == 0 ? 1 : nbytes)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+// Not inlined: GCC would then see free() called on what operator new returned, and warn.
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace distribute {
 namespace {
@@ -84,6 +93,39 @@ TEST(Allocations, NestedCollectivesOnOneThreadGetTheirOwnLeafArrays) {
   detail::LeafArraysLease next;
   EXPECT_EQ(&*next, inner_arrays);
   EXPECT_EQ((*next).inputs.size(), 5u);
+}
+
+// An all_reduce makes its result while the replica waits for the others at the rendezvous. When
+// that fails (here: no memory for the returned list on replica 1), the replica still takes its
+// part in the data phase, so the others finish theirs, and only then throws: the run fails with
+// the replica's own error instead of hanging, and the strategy works for the next run.
+TEST(Allocations, AReplicaThatCannotAllocateItsResultFailsTheRunWithoutHanging) {
+  using namespace std::chrono_literals;
+  testing::Watchdog watchdog(60s, "failed result allocation");
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  constexpr int kLeaves = 100;
+  auto lists = strategy.run([&] {
+    std::vector<Tensor> list;
+    for (int t = 0; t < kLeaves; ++t) list.push_back(Tensor::zeros(DType::kFloat32, Shape{256}));
+    return list;
+  });
+  std::vector<float> replica0_sum;
+  for (int trial = 0; trial < 20; ++trial) {
+    replica0_sum.clear();
+    EXPECT_THROW(strategy.run(
+                     [&](const std::vector<Tensor>& grads) {
+                       ReplicaContext& ctx = *get_replica_context();
+                       if (ctx.replica_id_in_sync_group() == 1) fail_allocation_of = kLeaves * sizeof(Tensor);
+                       std::vector<Tensor> sums = ctx.all_reduce(ReduceOp::kSum, grads);
+                       replica0_sum = sums[kLeaves - 1].to_vector<float>();
+                     },
+                     lists),
+                 std::bad_alloc);
+    fail_allocation_of = 0;
+    EXPECT_EQ(replica0_sum, std::vector<float>(256, 0.0f));
+  }
+  PerReplica<float> ones = strategy.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+  EXPECT_EQ(ones.values(), (std::vector<float>{2.0f, 2.0f}));
 }
 
 }  // namespace

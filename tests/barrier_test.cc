@@ -155,6 +155,45 @@ TEST_P(RendezvousTest, CompletionRunsOnAParticipantAfterAllArrived) {
   EXPECT_EQ(std::set<std::thread::id>(ids.begin(), ids.end()).count(completer), 1u);
 }
 
+// `meanwhile` runs once on every rank, as soon as its arrival counts: the ranks that wait run it
+// before the phase can complete (the last rank arrives only after all the others' have run, which
+// never happens if they run it once released), and the last arriver runs it after complete().
+TEST_P(RendezvousTest, MeanwhileRunsOnceOnEveryRankWhileTheOthersAreAway) {
+  Watchdog watchdog(20s, "meanwhile");
+  Rendezvous r(n(), detail::WaitPolicy{});
+  const int last = n() - 1;
+  std::atomic<int> waiters_ran{0};
+  int ran_before_last_arrived = -1;
+  int completions = 0;
+  int completions_seen_by_last = -1;
+  std::vector<int> runs(static_cast<std::size_t>(n()));
+  const auto errors = run_ranks(all_ranks(n()), [&](int rank) {
+    if (rank == last) {
+      const auto give_up = std::chrono::steady_clock::now() + 5s;
+      while (waiters_ran.load() < n() - 1 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      ran_before_last_arrived = waiters_ran.load();
+    }
+    const Outcome outcome = r.arrive_and_wait(
+        rank, detail::deadline_after(10s), [&] { ++completions; },
+        [&] {
+          ++runs[static_cast<std::size_t>(rank)];
+          if (rank == last) {
+            completions_seen_by_last = completions;
+          } else {
+            waiters_ran.fetch_add(1);
+          }
+        });
+    EXPECT_EQ(outcome, Outcome::kCompleted) << "rank " << rank;
+  });
+  for (int rank = 0; rank < n(); ++rank) {
+    EXPECT_FALSE(errors[static_cast<std::size_t>(rank)]) << "rank " << rank << " threw";
+    EXPECT_EQ(runs[static_cast<std::size_t>(rank)], 1) << "rank " << rank;
+  }
+  EXPECT_EQ(ran_before_last_arrived, n() - 1);
+  EXPECT_EQ(completions, 1);
+  EXPECT_EQ(completions_seen_by_last, 1);
+}
+
 TEST(Rendezvous, OneRankCompletesAtOnce) {
   Watchdog watchdog(10s, "one rank");
   Rendezvous r(1, detail::WaitPolicy{});

@@ -14,7 +14,8 @@ Rendezvous::Rendezvous(int size, detail::WaitPolicy policy)
     : size_(size), policy_(policy), arrivals_(new Arrivals[static_cast<std::size_t>(size)]) {}
 
 Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadline,
-                                                absl::FunctionRef<void()> complete) {
+                                                absl::FunctionRef<void()> complete,
+                                                absl::FunctionRef<void()> meanwhile) {
   if (aborted()) throw_abort_error();
   const std::uint32_t released = released_.value.load(std::memory_order_seq_cst);
   Arrivals& mine = arrivals_[static_cast<std::size_t>(rank)];
@@ -26,8 +27,10 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
     complete();
     state_.store((before & ~kCountMask) + kOneGeneration, std::memory_order_release);
     released_.bump_and_wake_all();
+    meanwhile();
     return released_outcome(before >> 32);
   }
+  meanwhile();
   auto stop = [this] { return aborted_.load(std::memory_order_seq_cst); };
   while (!released_.wait_while_equal(released, deadline, policy_, stop)) {
     // Deadline: withdraw the arrival unless the phase is already completing.

@@ -70,7 +70,10 @@ detail::Deadline CollectiveGroup::publish(int rank, CollectiveCall& call) {
 
 void CollectiveGroup::rendezvous(int rank, CollectiveCall& call) {
   const detail::Deadline deadline = publish(rank, call);
-  if (rendezvous_.arrive_and_wait(rank, deadline, [this] { complete_phase(); }) ==
+  const auto meanwhile = [&call] {
+    if (call.while_waiting != nullptr) call.while_waiting(call.while_waiting_context);
+  };
+  if (rendezvous_.arrive_and_wait(rank, deadline, [this] { complete_phase(); }, meanwhile) ==
       Rendezvous::Outcome::kCompleted) {
     return;
   }

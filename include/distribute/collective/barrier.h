@@ -33,7 +33,11 @@ class Rendezvous {
   // kTimedOut when the deadline passed first, in which case this rank's arrival was withdrawn, so
   // the phase cannot complete without it. Throws the abort error if the rendezvous is or becomes
   // aborted before the phase completes. A deadline does not interrupt a `complete` that has begun.
-  Outcome arrive_and_wait(int rank, detail::Deadline deadline, absl::FunctionRef<void()> complete);
+  // `meanwhile` (which must not throw either) runs once as soon as this rank's arrival counts:
+  // while it waits for the others, or right after the release when it arrives last, so that work
+  // of its own that needs nothing from them fills the wait instead of following it.
+  Outcome arrive_and_wait(int rank, detail::Deadline deadline, absl::FunctionRef<void()> complete,
+                          absl::FunctionRef<void()> meanwhile = [] {});
 
   // Arrives as `rank` without waiting for the others: the phase completes (and the last arriver
   // runs `complete`) when they arrive. Does nothing once aborted.

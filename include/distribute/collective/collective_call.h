@@ -85,6 +85,12 @@ struct CollectiveCall {
   std::int64_t sequence = 0;
   // Set by the backend's stage(): the inputs were copied where the data phase reads them.
   bool staged = false;
+  // When set: work of this replica's own that needs neither the other replicas nor the data
+  // (making an all_reduce's result, tensors viewing the output block), run once with
+  // `while_waiting_context` as soon as the replica has arrived at the rendezvous, so that it
+  // fills the wait for the others. Must not throw.
+  void (*while_waiting)(void* context) = nullptr;
+  void* while_waiting_context = nullptr;
 };
 
 // "all_reduce #3".

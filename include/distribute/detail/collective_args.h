@@ -63,6 +63,9 @@ class CollectiveArgs {
 
   // all_reduce: outputs shaped like the inputs, allocated before the rendezvous.
   void allocate_outputs_like_inputs();
+  // all_reduce: every leaf is a tensor, so every output is a view of the output block and
+  // rebuild() reads no output data: it may run before the data phase.
+  bool outputs_are_views() const { return tensor_leaves_ == inputs_.size(); }
   // all_gather: checks every leaf has rank >= 1 and `axis` fits it; outputs are allocated later.
   void prepare_gather(int axis);
 

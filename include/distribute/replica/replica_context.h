@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -155,8 +157,29 @@ V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOpt
   args.call().op = op;
   args.call().options = options;
   args.allocate_outputs_like_inputs();
+  if (!args.outputs_are_views()) {
+    run_all_reduce(args);
+    return args.rebuild(value);
+  }
+  // The result holds views of the output block, not copies of the data, so it is made while this
+  // replica waits for the others at the rendezvous: a gradient list's hundred tensors then fill
+  // the wait instead of following the data phase. A failure to make it is thrown only once the
+  // collective is over, so that the other replicas are not left waiting for this one.
+  std::optional<V> result;
+  std::exception_ptr error;
+  auto make_result = [&]() noexcept {
+    try {
+      result.emplace(args.rebuild(value));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
+  args.call().while_waiting = [](void* make) { (*static_cast<decltype(make_result)*>(make))(); };
+  args.call().while_waiting_context = &make_result;
   run_all_reduce(args);
-  return args.rebuild(value);
+  if (!result && !error) make_result();  // one replica: no rendezvous
+  if (error) std::rethrow_exception(error);
+  return std::move(*result);
 }
 
 template <class V>
