@@ -82,8 +82,8 @@ inline void cpu_relax() {
 #endif
 }
 
-// Waits until counter >= target: spins, then yields, so that a partner preempted by another
-// process gets the core back instead of waiting out a whole time slice.
+}  // namespace
+
 void wait_for(const std::atomic<std::uint64_t>& counter, std::uint64_t target) {
   constexpr int kSpins = 2000;
   for (int i = 0; counter.load(std::memory_order_acquire) < target; ++i) {
@@ -94,8 +94,6 @@ void wait_for(const std::atomic<std::uint64_t>& counter, std::uint64_t target) {
     }
   }
 }
-
-}  // namespace
 
 Options parse_options(int argc, char** argv, const char* description, std::vector<int> default_replicas) {
   Options options;

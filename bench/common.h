@@ -55,6 +55,11 @@ struct Timing {
 // Runs unit() options.warmup times, then the timed repeats, each timed with steady_clock.
 Timing time_unit(const std::function<void()>& unit, int ops, const Options& options);
 
+// Waits until counter >= target: spins, then yields, so that a partner preempted by another
+// process gets the core back instead of waiting out a whole time slice. How the two threads of a
+// baseline wait for each other.
+void wait_for(const std::atomic<std::uint64_t>& counter, std::uint64_t target);
+
 double median(std::vector<double> values);
 // The nearest-rank percentile p (0..100).
 double percentile(std::vector<double> values, double p);
