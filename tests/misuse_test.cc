@@ -229,6 +229,56 @@ TEST_F(Misuse, LeavesThatSplitTheSameDimensionsDifferentlyAreAMismatch) {
   expect_healthy(strategy);
 }
 
+// The same leaves in another order: each leaf is hashed with its position in the digest, so
+// swapping two is a mismatch, and the first leaf that differs is named.
+TEST_F(Misuse, SwappedLeavesAreAMismatch) {
+  MirroredStrategy strategy(cpu_devices(2));
+  expect_error<InvalidArgumentError>(
+      [&] {
+        strategy.run([] {
+          std::vector<Tensor> grads = replica_id() == 1 ? std::vector<Tensor>{zeros(Shape{4}), zeros(Shape{2, 3})}
+                                                        : std::vector<Tensor>{zeros(Shape{2, 3}), zeros(Shape{4})};
+          get_replica_context()->all_reduce(ReduceOp::kSum, grads);
+        });
+      },
+      {"all_reduce #1 (leaf 0): replica 1 passed float32[4], replica 0 passed float32[2,3]"});
+  expect_healthy(strategy);
+}
+
+// One leaf deep in a gradient list differs by one element, in each of the digest's lanes, and
+// two leaves in different lanes trade their sizes: every case is found and the leaf named.
+TEST_F(Misuse, AMismatchDeepInAGradientListIsFound) {
+  MirroredStrategy strategy(cpu_devices(2));
+  constexpr int kLeaves = 100;
+  for (int odd_leaf : {56, 57, 58, 99}) {
+    SCOPED_TRACE(odd_leaf);
+    expect_error<InvalidArgumentError>(
+        [&] {
+          strategy.run([odd_leaf] {
+            std::vector<Tensor> grads;
+            for (int k = 0; k < kLeaves; ++k) {
+              grads.push_back(zeros(Shape{k == odd_leaf && replica_id() == 1 ? 9 : 8}));
+            }
+            get_replica_context()->all_reduce(ReduceOp::kSum, grads);
+          });
+        },
+        {"all_reduce #1 (leaf " + std::to_string(odd_leaf) + "): replica 1 passed float32[9], replica 0 passed float32[8]"});
+  }
+  expect_error<InvalidArgumentError>(
+      [&] {
+        strategy.run([] {
+          std::vector<Tensor> grads;
+          for (int k = 0; k < kLeaves; ++k) {
+            const bool traded = replica_id() == 1 && (k == 10 || k == 11);
+            grads.push_back(zeros(Shape{traded ? (k == 10 ? 3 : 2) : (k == 10 ? 2 : 3)}));
+          }
+          get_replica_context()->all_reduce(ReduceOp::kSum, grads);
+        });
+      },
+      {"all_reduce #1 (leaf 10): replica 1 passed float32[3], replica 0 passed float32[2]"});
+  expect_healthy(strategy);
+}
+
 TEST_P(MisuseAcrossReplicas, NestStructureMismatch) {
   MirroredStrategy strategy(cpu_devices(n()), options());
   const int odd = last();

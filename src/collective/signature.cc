@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -166,13 +165,9 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
     }) + "; the nest structure must be the same on every replica");
   }
 
-  auto same_signature = [](const CollectiveCall& a, const CollectiveCall& b) {
-    return a.leaf_signature.size() == b.leaf_signature.size() &&
-           std::memcmp(a.leaf_signature.data(), b.leaf_signature.data(), a.leaf_signature.size_bytes()) == 0;
-  };
-  // Leaf by leaf only to name the first leaf that differs (the signatures differ exactly when a
-  // leaf does).
-  const bool leaves_differ = differs(same_signature);
+  auto same_digest = [](const CollectiveCall& a, const CollectiveCall& b) { return a.leaf_digest == b.leaf_digest; };
+  // Leaf by leaf only to name the first leaf that differs.
+  const bool leaves_differ = differs(same_digest);
   for (std::size_t leaf = 0; leaves_differ && leaf < first.inputs.size(); ++leaf) {
     auto same = [&](const CollectiveCall& a, const CollectiveCall& b) {
       return same_leaf(a, a.inputs[leaf], b, b.inputs[leaf]);

@@ -115,22 +115,20 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
   call_.output_data = {output_data, n};
   // The host scalars' outputs are inline slots, outside the block.
   call_.output_block = host_scalars_ == 0 ? base : nullptr;
-  call_.leaf_signature = signature_;
 }
 
 void CollectiveArgs::prepare_gather(int axis) {
   tensors_.resize(inputs_.size());
-  std::size_t words = 0;
+  collective::LeafDigest leaves;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const Shape& shape = *inputs_[leaf].shape;
     DISTRIBUTE_CHECK(shape.rank() > 0, InvalidArgumentError, method_, ": leaf ", leaf,
                      " has rank 0 (a scalar); all_gather needs every value to have rank >= 1, "
                      "reshape it to shape (1,) first");
-    words = sign_leaf(words, inputs_[leaf], normalize_axis(axis, shape.rank(), method_));
+    leaves.add(inputs_[leaf].dtype, shape.span(), normalize_axis(axis, shape.rank(), method_));
   }
-  signature_.resize(words);
   call_.axis = axis;
-  call_.leaf_signature = signature_;
+  call_.leaf_digest = leaves.value();
 }
 
 void* CollectiveArgs::allocate_output(std::size_t leaf, const Shape& shape) {

@@ -3,8 +3,9 @@
 // merge_fn type). A difference becomes an error naming the replicas and the differing field, e.g.
 //   all_reduce #3: replica 1 passed float32[10], replica 0 passed float32[12]
 //   replica 2 called all_gather where replicas 0, 1, 3 called all_reduce (collective #5)
-// It is always on. Leaves are compared through each call's leaf_signature, built on the
-// replica's own thread, so the replica that completes the rendezvous makes one memcmp per peer.
+// It is always on. Leaves are compared through each call's leaf_digest (see LeafDigest), built on
+// the replica's own thread, so the replica that completes the rendezvous compares one word per
+// peer; only when digests differ are the leaves compared one by one, to name the first that does.
 #pragma once
 
 #include <exception>

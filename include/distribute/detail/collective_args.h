@@ -29,7 +29,6 @@ inline const Shape& scalar_shape() { return kScalarShape; }
 // for its bookkeeping, and arrays of the same length are not even resized.
 struct LeafArrays {
   std::vector<collective::BufferRef> inputs;
-  std::vector<std::int64_t> signature;
   // all_reduce: the inputs' data pointers, then the outputs'.
   std::vector<void*> data_pointers;
   std::vector<std::size_t> leaf_offsets;  // all_reduce: see CollectiveCall::leaf_offsets
@@ -83,21 +82,6 @@ class CollectiveArgs {
   void fill_input(const L& leaf, std::size_t index, collective::BufferRef& in);
   [[noreturn]] void throw_wrong_device(const Tensor& t, std::size_t leaf) const;
   void* allocate_output(std::size_t leaf, const Shape& shape);
-  // Writes leaf's dtype and shape to the signature from word `at` on (gather_axis >= 0 for
-  // all_gather) and returns where the next leaf's go; the caller sizes the signature at the end.
-  std::size_t sign_leaf(std::size_t at, const collective::BufferRef& in, int gather_axis) {
-    const std::span<const std::int64_t> dims = in.shape->span();
-    const std::size_t end = at + 1 + dims.size();
-    // Only when growing: the arrays of the thread's last collective are sized for its nest.
-    if (signature_.size() < end) signature_.resize(2 * end);
-    std::int64_t* out = signature_.data() + at;
-    // The first word holds the dtype, the rank and the axis, so that no leaf's integers can read
-    // as the start of a different leaf's.
-    *out++ = static_cast<std::int64_t>(in.dtype) | std::int64_t{in.shape->rank()} << 8 |
-             std::int64_t{gather_axis + 1} << 40;
-    for (int d = 0; d < static_cast<int>(dims.size()); ++d) *out++ = d == gather_axis ? 0 : dims[d];
-    return end;
-  }
   // A scalar leaf held in host memory (every scalar on a host replica, none on a GPU replica).
   bool host_scalar(const collective::BufferRef& in) const {
     return in.shape == &scalar_shape() && device_.is_cpu();
@@ -122,7 +106,6 @@ class CollectiveArgs {
   absl::InlinedVector<Tensor, 4> tensors_;  // all_gather: the output tensors
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;  // all_reduce: host scalar outputs, in order
-  std::vector<std::int64_t>& signature_ = (*arrays_).signature;
   std::vector<void*>& data_pointers_ = (*arrays_).data_pointers;
   std::vector<std::size_t>& leaf_offsets_ = (*arrays_).leaf_offsets;
 };
@@ -139,21 +122,21 @@ CollectiveArgs::CollectiveArgs(const V& value, collective::CollectiveKind kind, 
   collective::BufferRef* inputs = inputs_.data();
   void** input_data = data_pointers_.data();
   std::size_t* offsets = leaf_offsets_.data();
-  const bool sign = kind == collective::CollectiveKind::kAllReduce;  // all_gather signs in prepare_gather
+  const bool digest = kind == collective::CollectiveKind::kAllReduce;  // all_gather's: prepare_gather
+  collective::LeafDigest leaves;
   std::size_t index = 0;
   std::size_t bytes = 0;
-  std::size_t words = 0;
   nest::for_each_leaf(value, [&](const auto& leaf) {
     collective::BufferRef& in = inputs[index];
     fill_input(leaf, index, in);
     input_data[index] = in.data;
     offsets[index] = bytes = collective::align_leaf(bytes);
     bytes += in.nbytes();
-    if (sign) words = sign_leaf(words, in, -1);
+    if (digest) leaves.add(in.dtype, in.shape->span(), -1);
     ++index;
   });
   offsets[n] = block_bytes_ = bytes;
-  signature_.resize(words);
+  call_.leaf_digest = leaves.value();
   call_.inputs = inputs_;
   call_.input_data = {data_pointers_.data(), n};
   call_.leaf_offsets = leaf_offsets_;
