@@ -49,8 +49,7 @@ inline std::size_t align_leaf(std::size_t offset) { return (offset + 63) / 64 * 
 // as the replicas may differ there). Leaf k goes into lane k % 4, so that a hundred leaves make
 // four short chains of dependent multiplications rather than one long one; the lanes, mixed to
 // full avalanche, make the digest. Equal leaves give equal digests; different leaves give equal
-// digests only by a coincidence of 64-bit hashes (as for a nest's structure_hash), which no
-// pattern of shapes makes likelier.
+// digests only by a collision of 64-bit hashes, as for a nest's structure_hash.
 class LeafDigest {
  public:
   void add(DType dtype, std::span<const std::int64_t> dims, int gather_axis) {
