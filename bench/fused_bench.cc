@@ -74,13 +74,13 @@ Timing time_handles(const Options& options) {
 }
 
 // The list and the single tensor all_reduced by a bare program of two threads, each with its
-// inputs on its own CPU device. Per operation, each thread reads its
-// inputs' pointers and sizes, takes an output block from its device's pool, meets the other,
-// reduces a fixed half of the leaves (of the elements, for one tensor) with the library's kernel
-// into its block and copies that half into the other's, meets it again, and makes its list of
-// output views, dropping the previous one. That is the work any implementation of all_reduce must
-// do for 2 replicas, with the library's pool, kernel and tensor handles; everything else the
-// library does (comparing the calls, claiming and stealing chunks, handling failures) is left out.
+// inputs on its own CPU device. Per operation, each thread reads its inputs' pointers and sizes,
+// takes an output block from its device's pool, meets the other, reduces a fixed half of the
+// leaves (of the elements, for one tensor) with the library's kernel into its block and copies
+// that half into the other's, meets it again, and makes its list of output views, dropping the
+// previous one. That is the work any implementation of all_reduce must do for 2 replicas, with
+// the library's pool, kernel and tensor handles; everything else the library does (comparing the
+// calls, claiming and stealing chunks, handling failures) is left out.
 class BareTwoThreads {
  public:
   BareTwoThreads() : threads_{std::thread([this] { worker(0); }), std::thread([this] { worker(1); })} {}
