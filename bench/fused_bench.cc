@@ -18,7 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "distribute/collective/kernels.h"
+#include "device/kernels.h"
+#include "device/storage.h"
+#include "distribute/device/internal/tensor_views.h"
 #include "replica_bench.h"
 
 namespace distribute::bench {
@@ -149,7 +151,7 @@ class BareTwoThreads {
     const auto reduce = [&](std::size_t leaf, std::size_t from, std::size_t count) {
       const void* inputs[2] = {static_cast<const float*>(sides_[0].data[leaf]) + from,
                                static_cast<const float*>(sides_[1].data[leaf]) + from};
-      collective::reduce_buffers(DType::kFloat32, ReduceOp::kSum, inputs,
+      detail::reduce_buffers(DType::kFloat32, ReduceOp::kSum, inputs,
                                  me.block + me.offsets[leaf] + from * sizeof(float), static_cast<std::int64_t>(count), 2);
     };
     if (leaves == 1) {

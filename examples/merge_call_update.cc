@@ -72,7 +72,7 @@ int main() {
   auto apply_gradients = [&](Strategy& s, const PerReplica<Tensor>& grads) {
     std::cout << "gradients " << grads << '\n';
     Tensor mean_grad = s.extended().reduce_to(ReduceOp::kMean, grads, Device::cpu());
-    return s.extended().update(weight, [&](const Tensor& var) {
+    return s.extended().update(weight, [&](Tensor& var) {
       // In place, as tf's var.assign_sub: the replicas hold views of these components.
       var.flat<float>() -= kLearningRate * mean_grad.flat<float>();
       return var;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "distribute/detail/collective_args.h"
+#include "distribute/replica/internal/collective_args.h"
 #include "distribute/distribute.h"
 #include "testing/replica_harness.h"
 

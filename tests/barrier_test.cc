@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "distribute/collective/barrier.h"
+#include "collective/rendezvous.h"
 #include "distribute/errors.h"
 #include "testing/replica_harness.h"
 

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "distribute/config.h"
+#include "device/storage.h"
+#include "distribute/device/internal/tensor_views.h"
 #include "distribute/distribute.h"
 #include "testing/semantics_util.h"
 
@@ -146,8 +148,8 @@ TEST(Tensor, WrongElementTypeIsRejected) {
 }
 
 TEST(Tensor, CopiesShareStorage) {
-  const Tensor a = Tensor::from_vector<std::int32_t>({1, 2, 3, 4});
-  const Tensor b = a;
+  Tensor a = Tensor::from_vector<std::int32_t>({1, 2, 3, 4});
+  Tensor b = a;
   EXPECT_TRUE(a.same_storage(b));
   EXPECT_EQ(a.raw_data(), b.raw_data());
   b.flat<std::int32_t>()(2) = 30;
@@ -167,7 +169,7 @@ TEST(Tensor, ViewsOfOneBlockEachHoldTheirOwnReference) {
   int releases = 0;
   std::vector<Tensor> views;
   {
-    detail::StorageRef block = detail::StorageRef::make(memory.data(), memory.size() * sizeof(float), Device::cpu(),
+    detail::StorageRef block = detail::make_storage(memory.data(), memory.size() * sizeof(float), Device::cpu(),
                                                         [&](void*, std::size_t) { ++releases; });
     detail::TensorViews maker(block, 5);
     for (std::size_t i = 0; i < 3; ++i) views.push_back(maker.make(i * 2 * sizeof(float), DType::kFloat32, Shape{2}));
@@ -192,7 +194,7 @@ TEST(Tensor, ViewsOfOneBlockEachHoldTheirOwnReference) {
 class CountedBlock {
  public:
   CountedBlock() {
-    ref_ = detail::StorageRef::make(memory_.data(), memory_.size() * sizeof(float), Device::cpu(),
+    ref_ = detail::make_storage(memory_.data(), memory_.size() * sizeof(float), Device::cpu(),
                                     [this](void*, std::size_t) { ++releases_; });
   }
   std::vector<Tensor> views(std::size_t count) {
@@ -265,7 +267,7 @@ TEST(Tensor, ReplicaStepsGiveTheirReferencesBackBeforeRunReturns) {
 
 TEST(Tensor, CloneIsDeep) {
   const Tensor a = Tensor::from_vector<double>({1.5, 2.5}, Shape{2}, Device::cpu(2));
-  const Tensor b = a.clone();
+  Tensor b = a.clone();
   EXPECT_FALSE(a.same_storage(b));
   EXPECT_NE(a.raw_data(), b.raw_data());
   EXPECT_EQ(b.device(), Device::cpu(2));
@@ -278,7 +280,7 @@ TEST(Tensor, CloneIsDeep) {
 
 TEST(Tensor, ReshapeSharesStorageAndChecksTheCount) {
   const Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6});
-  const Tensor m = a.reshape(Shape{2, 3});
+  Tensor m = a.reshape(Shape{2, 3});
   EXPECT_TRUE(m.same_storage(a));
   EXPECT_EQ(m.shape(), (Shape{2, 3}));
   EXPECT_EQ(a.shape(), Shape{6});
@@ -290,7 +292,7 @@ TEST(Tensor, ReshapeSharesStorageAndChecksTheCount) {
 }
 
 TEST(Tensor, EigenViewsAreZeroCopy) {
-  const Tensor t = Tensor::from_vector<std::int64_t>({1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  Tensor t = Tensor::from_vector<std::int64_t>({1, 2, 3, 4, 5, 6}, Shape{2, 3});
   auto flat = t.flat<std::int64_t>();
   EXPECT_EQ(flat.size(), 6);
   EXPECT_EQ(flat.data(), t.raw_data());
@@ -316,7 +318,7 @@ TEST(Tensor, MatrixNeedsRank2) {
 }
 
 TEST(Tensor, ToAnotherCpuDeviceCopies) {
-  const Tensor a = Tensor::from_vector<float>({1, 2, 3}, Shape{3}, Device::cpu(0));
+  Tensor a = Tensor::from_vector<float>({1, 2, 3}, Shape{3}, Device::cpu(0));
   const Tensor b = a.to(Device::cpu(1));
   EXPECT_EQ(b.device(), Device::cpu(1));
   EXPECT_FALSE(b.same_storage(a));

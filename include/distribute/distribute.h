@@ -1,21 +1,22 @@
 // The umbrella header of distribute: tf.distribute's programming model for C++.
-// Layers, bottom up: device (dtypes, shapes, devices, tensors) -> nest -> values ->
-// collective (rendezvous, fingerprints, backends) -> replica (contexts) -> strategy.
+// Layers, bottom up: device (dtypes, shapes, devices, tensors, ReduceOp) -> nest -> values, and
+// device -> collective (moving buffers between replicas) -> replica (synchronising replicas:
+// contexts, calls, fingerprints, merge_call) -> strategy.
 // Nothing reachable from here includes CUDA, NCCL or MPI headers.
 #pragma once
 
 #include "distribute/check.h"
 #include "distribute/collective/communication_options.h"
-#include "distribute/collective/reduce_op.h"
 #include "distribute/device/device.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/gpu.h"
+#include "distribute/device/reduce_op.h"
 #include "distribute/device/shape.h"
 #include "distribute/device/tensor.h"
 #include "distribute/errors.h"
 #include "distribute/nest/nest.h"
-#include "distribute/replica/context_stack.h"
 #include "distribute/replica/replica_context.h"
+#include "distribute/strategy/context.h"
 #include "distribute/strategy/default_strategy.h"
 #include "distribute/strategy/mirrored_strategy.h"
 #include "distribute/strategy/one_device_strategy.h"

@@ -122,4 +122,12 @@ std::string Device::short_name() const {
 
 std::ostream& operator<<(std::ostream& os, const Device& device) { return os << device.to_string(); }
 
+namespace {
+constinit thread_local const Device* t_default_device = nullptr;
+}  // namespace
+
+Device default_device() { return t_default_device != nullptr ? *t_default_device : Device::cpu(); }
+
+void detail::set_default_device(const Device* device) noexcept { t_default_device = device; }
+
 }  // namespace distribute

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "distribute/detail/storage.h"
+#include "device/storage.h"
 
 namespace distribute::detail::gpu {
 

@@ -12,7 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "device/gpu_runtime.h"
-#include "distribute/detail/storage.h"
+#include "device/storage.h"
 #include "distribute/errors.h"
 
 namespace distribute::detail {
@@ -87,14 +87,12 @@ HostPool& host_pool(int device_index) {
 
 }  // namespace
 
-constinit thread_local DeferredReleases deferred_releases;
-
 StorageRef allocate_storage(const Device& device, std::size_t nbytes) {
   if (device.is_gpu()) return gpu::allocate(device, nbytes);
-  if (nbytes == 0) return StorageRef::make(nullptr, 0, device, nullptr);
+  if (nbytes == 0) return make_storage(nullptr, 0, device, nullptr);
   HostPool* pool = &host_pool(device.index());
   void* block = pool->allocate(nbytes);
-  return StorageRef::make(block, nbytes, device, [pool](void* data, std::size_t n) { pool->release(data, n); });
+  return make_storage(block, nbytes, device, [pool](void* data, std::size_t n) { pool->release(data, n); });
 }
 
 void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,

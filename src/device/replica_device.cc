@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "distribute/collective/kernels.h"
+#include "device/kernels.h"
 #include "distribute/errors.h"
 
 namespace distribute::detail {
@@ -29,7 +29,7 @@ class HostReplicaDevice final : public ReplicaDevice {
 
   void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
               std::int64_t mean_denominator) override {
-    collective::reduce_buffers(dtype, op, inputs, out, count, mean_denominator);
+    detail::reduce_buffers(dtype, op, inputs, out, count, mean_denominator);
   }
 };
 

@@ -14,8 +14,8 @@
 #include <span>
 #include <string>
 
-#include "distribute/collective/reduce_op.h"
-#include "distribute/detail/wait.h"
+#include "distribute/device/reduce_op.h"
+#include "base/wait.h"
 #include "distribute/device/device.h"
 #include "distribute/device/dtype.h"
 
@@ -54,7 +54,7 @@ class ReplicaDevice {
   // `rows` rows of `row_bytes` from src (rows `src_pitch` apart) to dst (rows `dst_pitch` apart).
   virtual void copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
                          std::size_t row_bytes, std::size_t rows) = 0;
-  // out = op over inputs (all in this device's memory space), as collective::reduce_buffers.
+  // out = op over inputs (all in this device's memory space), as detail::reduce_buffers.
   virtual void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
                       std::int64_t mean_denominator) = 0;
 

@@ -1,3 +1,4 @@
+// Shape: dimensions, sizes and their TF-style rendering; axis normalisation.
 #include "distribute/device/shape.h"
 
 #include <algorithm>
@@ -17,25 +18,14 @@ void check_dims(std::span<const std::int64_t> dims) {
 
 }  // namespace
 
-Shape::Shape(std::span<const std::int64_t> dims) : rank_(static_cast<int>(dims.size())) {
+Shape::Shape(std::span<const std::int64_t> dims) : dims_(dims.begin(), dims.end()) {
   check_dims(dims);
-  if (rank_ > kInlineRank) dims_.heap = new std::int64_t[dims.size()];
-  std::copy(dims.begin(), dims.end(), mutable_data());
   for (std::int64_t d : dims) num_elements_ *= d;
-}
-
-void Shape::copy_heap_from(const Shape& other) {
-  dims_.heap = new std::int64_t[static_cast<std::size_t>(rank_)];
-  std::copy(other.dims_.heap, other.dims_.heap + rank_, dims_.heap);
 }
 
 Shape::Shape(std::initializer_list<std::int64_t> dims)
     : Shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
 Shape::Shape(std::vector<std::int64_t> dims) : Shape(std::span<const std::int64_t>(dims)) {}
-
-bool Shape::operator==(const Shape& other) const {
-  return rank_ == other.rank_ && std::equal(span().begin(), span().end(), other.span().begin());
-}
 
 std::int64_t Shape::operator[](int i) const {
   const int r = rank();
@@ -57,10 +47,10 @@ std::int64_t Shape::inner_size(int axis) const {
 }
 
 Shape Shape::with_dim(int axis, std::int64_t size) const {
-  DISTRIBUTE_CHECK(axis >= 0 && axis < rank_ && size >= 0, InvalidArgumentError, "Shape", to_string(),
+  DISTRIBUTE_CHECK(axis >= 0 && axis < rank() && size >= 0, InvalidArgumentError, "Shape", to_string(),
                    ".with_dim(", axis, ", ", size, "): needs 0 <= axis < rank and size >= 0");
-  Shape out = *this;  // no allocation up to kInlineRank
-  out.mutable_data()[axis] = size;
+  Shape out = *this;
+  out.dims_[static_cast<std::size_t>(axis)] = size;
   out.num_elements_ = outer_size(axis) * size * inner_size(axis);
   return out;
 }
@@ -72,7 +62,7 @@ Shape Shape::without_dim(int axis) const {
 }
 
 std::string Shape::to_string() const {
-  if (rank_ == 1) return absl::StrCat("(", span()[0], ",)");
+  if (rank() == 1) return absl::StrCat("(", span()[0], ",)");
   return absl::StrCat("(", absl::StrJoin(span(), ", "), ")");
 }
 

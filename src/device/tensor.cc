@@ -1,10 +1,23 @@
+// Tensor: making, viewing, copying and reshaping; the storage handles behind it.
 #include "distribute/device/tensor.h"
 
 #include "absl/strings/str_cat.h"
 #include "device/gpu_runtime.h"
+#include "device/storage.h"
 #include "distribute/device/gpu.h"
+#include "distribute/device/internal/tensor_views.h"
 
 namespace distribute {
+
+Tensor::Tensor(detail::StorageRef storage, DType dtype, Shape shape)
+    : storage_(std::move(storage)), dtype_(dtype), shape_(std::move(shape)) {
+  if (storage_) data_ = storage_->data();
+}
+
+const Device& Tensor::device() const {
+  check_defined("device");
+  return storage_->device();
+}
 
 Tensor Tensor::empty(DType dtype, Shape shape, const Device& device) {
   const std::size_t nbytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
@@ -30,7 +43,21 @@ Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& dev
                    device.short_name(), ": this build of distribute has no GPU backend");
   if (device.is_gpu()) physical_gpu_of(device);  // OutOfRangeError when it does not exist
   const std::size_t nbytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
-  return Tensor(detail::StorageRef::make(data, nbytes, device, nullptr), dtype, std::move(shape));
+  return Tensor(detail::make_storage(data, nbytes, device, nullptr), dtype, std::move(shape));
+}
+
+Tensor Tensor::view_host(void* data, DType dtype, Shape shape, bool contiguous, const char* what) {
+  DISTRIBUTE_CHECK(contiguous, InvalidArgumentError, what, ": the Eigen object's elements are not contiguous (a Map "
+                   "with strides, or a block of a larger matrix); copy it into a Matrix or Array first");
+  return from_blob(data, dtype, std::move(shape), Device::cpu());
+}
+
+std::pair<Eigen::Index, Eigen::Index> Tensor::eigen_dims(bool row_major, const char* what) const {
+  DISTRIBUTE_CHECK(rank() == 2, InvalidArgumentError, "Tensor::", what, ": the tensor has rank ", rank(), " (shape ",
+                   shape_.to_string(), "); ", what, "() needs rank 2, reshape() first");
+  const auto rows = static_cast<Eigen::Index>(shape_[0]);
+  const auto cols = static_cast<Eigen::Index>(shape_[1]);
+  return row_major ? std::pair{rows, cols} : std::pair{cols, rows};
 }
 
 void Tensor::throw_undefined(const char* what) {
@@ -63,7 +90,22 @@ Tensor Tensor::reshape(Shape shape) const {
                    "Tensor::reshape: cannot view ", num_elements(), " elements of shape ",
                    shape_.to_string(), " as shape ", shape.to_string(), " (", shape.num_elements(),
                    " elements)");
-  return Tensor(storage_, dtype_, std::move(shape), offset_);
+  return Tensor(storage_, data_, dtype_, std::move(shape));
 }
 
 }  // namespace distribute
+
+namespace distribute::detail {
+
+TensorViews::TensorViews(const StorageRef& storage, std::size_t count)
+    : storage_(storage.get()),
+      base_(storage ? static_cast<char*>(storage->data()) : nullptr),
+      left_(storage ? count : 0) {
+  if (left_ != 0) StorageRef::retain(storage_, static_cast<std::int64_t>(left_));
+}
+
+TensorViews::~TensorViews() {
+  if (left_ != 0) StorageRef::release(storage_, static_cast<std::int64_t>(left_));
+}
+
+}  // namespace distribute::detail

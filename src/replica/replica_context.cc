@@ -1,13 +1,14 @@
+// ReplicaContext: where a replica's collectives enter the group, or stay local for one replica.
 #include "distribute/replica/replica_context.h"
 
 #include "absl/strings/str_cat.h"
-#include "distribute/collective/kernels.h"
-#include "distribute/strategy/strategy.h"
+#include "device/storage.h"
+#include "replica/replica_group.h"
 
 namespace distribute {
 
-ReplicaContext::ReplicaContext(Strategy& strategy, int replica_id, int num_replicas,
-                               collective::CollectiveGroup* group, Device device, int run_depth)
+ReplicaContext::ReplicaContext(Strategy& strategy, int replica_id, int num_replicas, detail::ReplicaGroup* group,
+                               Device device, int run_depth)
     : strategy_(&strategy),
       replica_id_(replica_id),
       num_replicas_(num_replicas),
@@ -15,10 +16,17 @@ ReplicaContext::ReplicaContext(Strategy& strategy, int replica_id, int num_repli
       device_(std::move(device)),
       run_depth_(run_depth) {}
 
+std::unique_ptr<ReplicaContext> ReplicaContext::make_default(Strategy& default_strategy) {
+  auto context = std::make_unique<ReplicaContext>(default_strategy, 0, 1, nullptr, Device::cpu(), 0);
+  context->default_context_ = true;
+  return context;
+}
+
 void ReplicaContext::require_current(const char* method) const {
   const detail::ThreadMode& mode = detail::current_mode();
   if (mode.replica_context == this) return;
-  if (mode.replica_context == nullptr) {
+  if (default_context_ && mode.strategy == nullptr) return;  // no scope: the default context
+  if (mode.cross_replica) {
     throw FailedPreconditionError(absl::StrCat(
         "ReplicaContext::", method, " of replica ", replica_id_,
         " called in cross-replica context; call it inside the fn passed to Strategy::run, or use the "
@@ -26,7 +34,9 @@ void ReplicaContext::require_current(const char* method) const {
   }
   throw FailedPreconditionError(absl::StrCat(
       "ReplicaContext::", method, " of replica ", replica_id_, " called from a thread that is not that replica's "
-      "(this thread is in the context of replica ", mode.replica_context->replica_id_in_sync_group(),
+      "(this thread is in ",
+      mode.replica_context != nullptr ? absl::StrCat("the context of replica ", mode.replica_context->replica_id_in_sync_group())
+                                      : std::string("the default context"),
       "); use get_replica_context() on the calling thread"));
 }
 
@@ -35,36 +45,36 @@ detail::ThreadMode ReplicaContext::merge_mode() const {
 }
 
 void ReplicaContext::run_all_reduce(detail::CollectiveArgs& args) {
-  collective::CollectiveCall& call = args.call();
+  detail::CollectiveCall& call = args.call();
   if (group_ != nullptr) {
     group_->all_reduce(replica_id_, call);
     return;
   }
   // One replica: SUM and MEAN are the input itself.
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
-    const collective::BufferRef& in = call.inputs[leaf];
-    detail::copy_bytes(call.output_data[leaf], device_, in.data, device_, in.nbytes());
+    const collective::BufferRef& in = call.op.inputs[leaf];
+    detail::copy_bytes(call.op.output_data[leaf], device_, in.data, device_, in.nbytes());
   }
 }
 
 void ReplicaContext::run_all_gather(detail::CollectiveArgs& args) {
-  collective::CollectiveCall& call = args.call();
+  detail::CollectiveCall& call = args.call();
   if (group_ != nullptr) {
     group_->all_gather(replica_id_, call);
     return;
   }
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
-    const collective::BufferRef& in = call.inputs[leaf];
-    void* out = call.allocate_output(call.allocate_context, leaf, *in.shape);
+    const collective::BufferRef& in = call.op.inputs[leaf];
+    void* out = call.op.allocate_output(call.op.allocate_context, leaf, *in.shape);
     detail::copy_bytes(out, device_, in.data, device_, in.nbytes());
   }
 }
 
-std::shared_ptr<void> ReplicaContext::run_merge_call(collective::CollectiveCall& call) {
+std::shared_ptr<void> ReplicaContext::run_merge_call(detail::CollectiveCall& call) {
   if (group_ != nullptr) return group_->merge_call(replica_id_, call);
-  call.sequence = 1;
-  collective::CollectiveCall* calls[] = {&call};
-  return call.run_merge(std::span<collective::CollectiveCall* const>(calls, 1));
+  call.op.sequence = 1;
+  detail::CollectiveCall* calls[] = {&call};
+  return call.run_merge(std::span<detail::CollectiveCall* const>(calls, 1));
 }
 
 namespace detail {
@@ -112,14 +122,21 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
     const bool in_slot = host_scalars_ != 0 && host_scalar(inputs_[leaf]);
     output_data[leaf] = in_slot ? scalars_[scalar++].data() : base + leaf_offsets_[leaf];
   }
-  call_.output_data = {output_data, n};
+  call_.op.output_data = {output_data, n};
   // The host scalars' outputs are inline slots, outside the block.
-  call_.output_block = host_scalars_ == 0 ? base : nullptr;
+  call_.op.output_block = host_scalars_ == 0 ? base : nullptr;
+}
+
+void CollectiveArgs::use_inputs_as_outputs() {
+  const std::size_t n = inputs_.size();
+  void** output_data = data_pointers_.data() + n;
+  for (std::size_t leaf = 0; leaf < n; ++leaf) output_data[leaf] = data_pointers_[leaf];
+  call_.op.output_data = {output_data, n};
 }
 
 void CollectiveArgs::prepare_gather(int axis) {
   tensors_.resize(inputs_.size());
-  collective::LeafDigest leaves;
+  LeafDigest leaves;
   for (std::size_t leaf = 0; leaf < inputs_.size(); ++leaf) {
     const Shape& shape = *inputs_[leaf].shape;
     DISTRIBUTE_CHECK(shape.rank() > 0, InvalidArgumentError, method_, ": leaf ", leaf,
@@ -127,7 +144,7 @@ void CollectiveArgs::prepare_gather(int axis) {
                      "reshape it to shape (1,) first");
     leaves.add(inputs_[leaf].dtype, shape.span(), normalize_axis(axis, shape.rank(), method_));
   }
-  call_.axis = axis;
+  call_.op.axis = axis;
   call_.leaf_digest = leaves.value();
 }
 

@@ -6,7 +6,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "distribute/detail/storage.h"
+#include "device/storage.h"
 
 namespace distribute::detail {
 

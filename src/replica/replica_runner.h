@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
-#include "distribute/detail/wait.h"
+#include "base/wait.h"
 
 namespace distribute::detail {
 

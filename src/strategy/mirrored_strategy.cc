@@ -1,3 +1,4 @@
+// MirroredStrategy: devices, backend choice, the levels of replica threads, and run.
 #include "distribute/strategy/mirrored_strategy.h"
 
 #include <mutex>
@@ -8,10 +9,10 @@
 #include "collective/one_device/communicator.h"
 #include "device/gpu_runtime.h"
 #include "device/replica_device.h"
-#include "distribute/collective/cpu/communicator.h"
-#include "distribute/collective/group.h"
+#include "collective/cpu/communicator.h"
 #include "distribute/config.h"
 #include "distribute/device/gpu.h"
+#include "replica/replica_group.h"
 #include "replica/replica_runner.h"
 #include "strategy/cross_device_ops.h"
 #if DISTRIBUTE_HAS_NCCL
@@ -129,7 +130,7 @@ struct RunLevel {
   std::vector<unsigned char> bound;  // bound[r]: replica r's thread has bound its device
   std::mutex run_mu;  // one run at a time per level
   detail::ReplicaRunner runner;
-  collective::CollectiveGroup group;
+  detail::ReplicaGroup group;
   std::vector<std::unique_ptr<ReplicaContext>> contexts;
 };
 

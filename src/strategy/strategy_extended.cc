@@ -4,7 +4,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "distribute/collective/kernels.h"
+#include "device/kernels.h"
 #include "distribute/strategy/strategy.h"
 
 namespace distribute {
@@ -67,7 +67,7 @@ Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::o
                       "with axis=None the shapes must be equal (pass an axis to also reduce along it)");
     for (const Tensor& t : components) inputs.push_back(t.raw_data());
     Tensor out = Tensor::empty(dtype, components[0].shape(), destination);
-    collective::reduce_buffers(dtype, op, inputs, out.raw_data(), out.num_elements(),
+    detail::reduce_buffers(dtype, op, inputs, out.raw_data(), out.num_elements(),
                                static_cast<std::int64_t>(components.size()));
     return out;
   }
@@ -78,7 +78,7 @@ Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::o
   std::int64_t count = 0;
   for (const Tensor& t : components) {
     partial.push_back(Tensor::empty(dtype, reduced, destination));
-    collective::sum_over_axis(dtype, t.raw_data(), t.shape().outer_size(a), t.shape()[a], t.shape().inner_size(a),
+    detail::sum_over_axis(dtype, t.raw_data(), t.shape().outer_size(a), t.shape()[a], t.shape().inner_size(a),
                               partial.back().raw_data());
     inputs.push_back(partial.back().raw_data());
     count += t.shape()[a];
@@ -86,7 +86,7 @@ Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::o
   Tensor out = Tensor::empty(dtype, reduced, destination);
   // MEAN divides by the number of elements reduced, not the number of replicas, so uneven
   // per-replica batches weigh correctly.
-  collective::reduce_buffers(dtype, op, inputs, out.raw_data(), out.num_elements(), std::max<std::int64_t>(count, 1));
+  detail::reduce_buffers(dtype, op, inputs, out.raw_data(), out.num_elements(), std::max<std::int64_t>(count, 1));
   return out;
 }
 
@@ -109,7 +109,7 @@ Tensor concat_components(std::span<const Tensor> components, int axis, const Dev
   }
   const Shape& shape = components[0].shape();
   Tensor out = Tensor::empty(components[0].dtype(), shape.with_dim(a, total), destination);
-  collective::concat_buffers(inputs, dims, shape.outer_size(a),
+  detail::concat_buffers(inputs, dims, shape.outer_size(a),
                              static_cast<std::size_t>(shape.inner_size(a)) * dtype_size(components[0].dtype()),
                              out.raw_data());
   return out;

@@ -57,4 +57,10 @@ std::ostream& operator<<(std::ostream& os, const Device& device);
 // device (as ops inside tf.distribute's run are placed on the replica's device), else CPU:0.
 Device default_device();
 
+namespace detail {
+// Sets what default_device() returns on this thread (null: CPU:0). The replica layer sets it as a
+// thread enters and leaves a replica's context; `device` must stay valid until it is replaced.
+void set_default_device(const Device* device) noexcept;
+}  // namespace detail
+
 }  // namespace distribute

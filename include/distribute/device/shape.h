@@ -2,7 +2,6 @@
 // Prints like TF: "()", "(6,)", "(2, 3)".
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
@@ -10,6 +9,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/container/inlined_vector.h"
 
 namespace distribute {
 
@@ -19,37 +20,31 @@ class Shape {
   // Throws InvalidArgumentError if a dimension is negative.
   Shape(std::initializer_list<std::int64_t> dims);
   explicit Shape(std::vector<std::int64_t> dims);
-  Shape(const Shape& other) : rank_(other.rank_), num_elements_(other.num_elements_), dims_(other.dims_) {
-    if (rank_ > kInlineRank) copy_heap_from(other);
-  }
-  // A moved-from shape is a scalar's.
-  Shape(Shape&& other) noexcept
-      : rank_(std::exchange(other.rank_, 0)),
-        num_elements_(std::exchange(other.num_elements_, 1)),
-        dims_(other.dims_) {}
+  // Copies and moves go element by element: InlinedVector's own copy of its inline buffer reads
+  // the unused part of it, which GCC reports as uninitialised in every user's build. A moved-from
+  // shape is a scalar's.
+  Shape(const Shape& other) : dims_(other.dims_.begin(), other.dims_.end()), num_elements_(other.num_elements_) {}
+  Shape(Shape&& other) noexcept : num_elements_(std::exchange(other.num_elements_, 1)) { take(other); }
   Shape& operator=(const Shape& other) {
-    if (this != &other) *this = Shape(other);
+    dims_.assign(other.dims_.begin(), other.dims_.end());
+    num_elements_ = other.num_elements_;
     return *this;
   }
   Shape& operator=(Shape&& other) noexcept {
-    std::swap(rank_, other.rank_);
-    std::swap(num_elements_, other.num_elements_);
-    std::swap(dims_, other.dims_);
+    if (this != &other) {
+      num_elements_ = std::exchange(other.num_elements_, 1);
+      take(other);
+    }
     return *this;
   }
-  ~Shape() {
-    if (rank_ > kInlineRank) delete[] dims_.heap;
-  }
 
-  int rank() const { return rank_; }
+  int rank() const { return static_cast<int>(dims_.size()); }
   std::int64_t num_elements() const { return num_elements_; }
   // Dimension i, 0 <= i < rank(); negative i counts from the end. Throws OutOfRangeError otherwise.
   std::int64_t operator[](int i) const;
-  std::vector<std::int64_t> dims() const { return {span().begin(), span().end()}; }
+  std::vector<std::int64_t> dims() const { return {dims_.begin(), dims_.end()}; }
   // The dimensions without a copy.
-  std::span<const std::int64_t> span() const {
-    return {rank_ <= kInlineRank ? dims_.inline_dims.data() : dims_.heap, static_cast<std::size_t>(rank_)};
-  }
+  std::span<const std::int64_t> span() const { return {dims_.data(), dims_.size()}; }
 
   // The product of the dimensions before / after `axis` (1 when there are none).
   std::int64_t outer_size(int axis) const;
@@ -58,26 +53,29 @@ class Shape {
   Shape with_dim(int axis, std::int64_t size) const;
   Shape without_dim(int axis) const;
 
-  bool operator==(const Shape& other) const;
+  bool operator==(const Shape& other) const { return dims_ == other.dims_; }
   // "(2, 3)"; compact() gives "[2,3]" for signatures such as "float32[2,3]".
   std::string to_string() const;
   std::string compact() const;
 
  private:
   explicit Shape(std::span<const std::int64_t> dims);
-  std::int64_t* mutable_data() { return rank_ <= kInlineRank ? dims_.inline_dims.data() : dims_.heap; }
-  void copy_heap_from(const Shape& other);  // rank_ > kInlineRank: a fresh copy of other's dims
+  // Takes other's dimensions (stealing them when they are on the heap) and leaves it a scalar's.
+  void take(Shape& other) noexcept {
+    if (other.dims_.size() > kInlineRank) {
+      dims_ = std::move(other.dims_);
+    } else {
+      dims_.assign(other.dims_.begin(), other.dims_.end());
+    }
+    other.dims_.clear();
+  }
 
-  // Up to this rank the dimensions live inline and a shape is copied like a plain struct of 64
-  // bytes: every tensor handle holds one, and a collective makes a handle per output leaf.
-  static constexpr int kInlineRank = 6;
-  int rank_ = 0;
-  std::int64_t num_elements_ = 1;  // cached: every buffer's size is asked for on every collective
-  union Dims {
-    std::array<std::int64_t, kInlineRank> inline_dims;
-    std::int64_t* heap;  // owned, rank_ entries, when rank_ > kInlineRank
-  };
-  Dims dims_{};
+  static constexpr std::size_t kInlineRank = 6;
+
+  // Up to rank 6 the dimensions live inside the shape, which every tensor handle holds: no
+  // allocation per handle.
+  absl::InlinedVector<std::int64_t, kInlineRank> dims_;
+  std::int64_t num_elements_ = 1;  // every buffer's size is asked for on every collective
 };
 
 std::ostream& operator<<(std::ostream& os, const Shape& shape);

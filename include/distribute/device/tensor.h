@@ -1,19 +1,21 @@
-// Tensor: a dense, typed, shaped block of memory on a device. Copies are cheap and share the same
-// storage (like tf.Tensor handles); clone() makes a deep copy. Host tensors expose zero-copy Eigen
-// views (flat(), matrix()). Prints like TF:
+// Tensor: a dense, typed, shaped block of memory on a device, in row-major (C) order. Copies are
+// cheap handles to the same storage (like tf.Tensor); clone() makes a deep copy. Host tensors give
+// zero-copy Eigen views (flat(), matrix(), array()), and Eigen matrices and arrays are viewed as
+// tensors without a copy (view()), so a gradient computed with Eigen goes into a collective as it
+// is. A const Tensor gives read-only data. Prints like TF:
 //   <Tensor: shape=(6,), dtype=int32, numpy=[1, 2, 3, 1, 2, 3]>
 #pragma once
 
-#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <ostream>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
 
 #include "distribute/check.h"
-#include "distribute/detail/storage.h"
 #include "distribute/device/device.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/shape.h"
@@ -23,28 +25,70 @@ namespace distribute {
 class Tensor;
 
 namespace detail {
-// Makes up to `count` tensors viewing parts of one storage (the outputs of one collective, carved
-// from one block) for the price of one reference-count update: the references are taken together
-// up front, and those not handed out are given back when the maker goes.
-class TensorViews {
+
+class Storage;      // one block of memory on one device (src/device/storage.h)
+class TensorViews;  // many tensors viewing one block (device/internal/tensor_views.h)
+
+// A counted reference to a Storage; null by default. Copies share the Storage, which goes back to
+// its device's memory with its last reference. The counting is out of line (src/device/), where
+// a replica thread batches the references it drops during a step.
+class StorageRef {
  public:
-  TensorViews(const StorageRef& storage, std::size_t count) : storage_(storage.get()), left_(count) {
-    if (count != 0) StorageRef::acquire(storage_, static_cast<std::int64_t>(count));
+  StorageRef() = default;
+  StorageRef(const StorageRef& other) noexcept : storage_(other.storage_) {
+    if (storage_ != nullptr) retain(storage_, 1);
   }
-  TensorViews(const TensorViews&) = delete;
-  TensorViews& operator=(const TensorViews&) = delete;
-  ~TensorViews() {
-    if (left_ != 0) StorageRef::release(storage_, static_cast<std::int64_t>(left_));
+  StorageRef(StorageRef&& other) noexcept : storage_(std::exchange(other.storage_, nullptr)) {}
+  StorageRef& operator=(StorageRef other) noexcept {
+    std::swap(storage_, other.storage_);
+    return *this;
+  }
+  ~StorageRef() {
+    if (storage_ != nullptr) drop(storage_);
   }
 
-  // The view of `shape` elements of `dtype` from byte `offset` on; at most `count` calls.
-  inline Tensor make(std::size_t offset, DType dtype, const Shape& shape);
+  // Takes over a reference counted before (with retain, or by making the Storage).
+  static StorageRef adopt(Storage* storage) noexcept {
+    StorageRef ref;
+    ref.storage_ = storage;
+    return ref;
+  }
+  Storage* get() const { return storage_; }
+  Storage* operator->() const { return storage_; }
+  explicit operator bool() const { return storage_ != nullptr; }
+  friend bool operator==(const StorageRef& a, const StorageRef& b) { return a.storage_ == b.storage_; }
+
+  // Counts `count` more references / gives `count` back at once.
+  static void retain(Storage* storage, std::int64_t count) noexcept;
+  static void release(Storage* storage, std::int64_t count) noexcept;
 
  private:
-  Storage* storage_;
-  std::size_t left_;
+  // Gives one reference back, or defers it inside a batch of this thread's.
+  static void drop(Storage* storage) noexcept;
+
+  Storage* storage_ = nullptr;
 };
+
+// Where the block starts and which device holds it.
+void* storage_data(const Storage& storage);
+const Device& storage_device(const Storage& storage);
+
+// Copies nbytes between two pointers, whatever devices they are on.
+void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,
+                std::size_t nbytes);
+
 }  // namespace detail
+
+// An Eigen object whose elements lie contiguously in memory (a Matrix, an Array, or a Map of
+// either without strides), of a tensor element type. Its storage order decides the tensor's shape:
+// see Tensor::view.
+// Const objects are not: a view gives write access.
+template <class E>
+concept EigenDense =
+    std::is_base_of_v<Eigen::DenseBase<E>, E> && Element<typename E::Scalar> &&
+    requires(E& e) {
+      { e.data() } -> std::same_as<typename E::Scalar*>;
+    };
 
 class Tensor {
  public:
@@ -61,6 +105,17 @@ class Tensor {
   // the memory: it must outlive every tensor sharing it. InvalidArgumentError for a null pointer
   // with elements to hold.
   static Tensor from_blob(void* data, DType dtype, Shape shape, const Device& device);
+  // The same with the dtype taken from T; host memory unless `device` says otherwise.
+  template <Element T>
+  static Tensor from_blob(T* data, Shape shape, const Device& device = Device::cpu());
+
+  // A zero-copy view of an Eigen matrix or array in host memory (which must outlive the view).
+  // A vector (one row or one column at compile time) has shape (size,); a row-major r x c object
+  // has shape (r, c); a column-major r x c object is laid out as its transpose in row-major order,
+  // so its shape is (c, r), and matrix<T, Eigen::ColMajor>() gives back the r x c matrix.
+  // InvalidArgumentError for a Map with strides (not contiguous).
+  template <EigenDense E>
+  static Tensor view(E& eigen);
 
   // Throws InvalidArgumentError unless values.size() == shape.num_elements().
   template <Element T>
@@ -81,11 +136,20 @@ class Tensor {
   const Device& device() const;
 
   // The first element's address in device memory (nullptr for an empty tensor).
-  void* raw_data() const;
+  void* raw_data() {
+    check_defined("raw_data");
+    return data_;
+  }
+  const void* raw_data() const {
+    check_defined("raw_data");
+    return data_;
+  }
   // Typed host pointers; throw InvalidArgumentError when T is not dtype(), FailedPreconditionError
   // when the tensor is not in host memory.
   template <Element T>
-  T* data() const;
+  T* data();
+  template <Element T>
+  const T* data() const;
 
   // Copies the elements to a host vector; T must be dtype()'s type.
   template <Element T>
@@ -94,11 +158,21 @@ class Tensor {
   template <Element T>
   T item() const;
 
-  // Zero-copy Eigen views of host data: all elements in row-major order, or a rank-2 tensor.
+  // Zero-copy Eigen views of host data: all elements in order, and a rank-2 tensor (r, c) as an
+  // r x c row-major matrix or array, or (Order = Eigen::ColMajor) as the c x r column-major one
+  // over the same memory (see view()).
   template <Element T>
-  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> flat() const;
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> flat();
   template <Element T>
-  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> matrix() const;
+  Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> flat() const;
+  template <Element T, int Order = Eigen::RowMajor>
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>> matrix();
+  template <Element T, int Order = Eigen::RowMajor>
+  Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>> matrix() const;
+  template <Element T, int Order = Eigen::RowMajor>
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Order>> array();
+  template <Element T, int Order = Eigen::RowMajor>
+  Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Order>> array() const;
 
   // A deep copy on the same device / on `device`.
   Tensor clone() const;
@@ -111,20 +185,23 @@ class Tensor {
 
  private:
   friend class detail::TensorViews;
-  Tensor(detail::StorageRef storage, DType dtype, Shape&& shape, std::size_t offset = 0)
-      : storage_(std::move(storage)), dtype_(dtype), shape_(std::move(shape)), offset_(offset) {}
-  Tensor(detail::StorageRef storage, DType dtype, const Shape& shape, std::size_t offset = 0)
-      : storage_(std::move(storage)), dtype_(dtype), shape_(shape), offset_(offset) {}
+  Tensor(detail::StorageRef storage, void* data, DType dtype, Shape shape)
+      : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)) {}
+  // A tensor owning all of `storage`.
+  Tensor(detail::StorageRef storage, DType dtype, Shape shape);
   void check_defined(const char* what) const {
-    if (!defined()) throw_undefined(what);
+    if (!defined()) [[unlikely]] throw_undefined(what);
   }
   [[noreturn]] static void throw_undefined(const char* what);
   void check_host_type(DType expected, const char* what) const;
+  // The rows and columns of a rank-2 tensor seen as an Eigen object of this storage order.
+  std::pair<Eigen::Index, Eigen::Index> eigen_dims(bool row_major, const char* what) const;
+  static Tensor view_host(void* data, DType dtype, Shape shape, bool contiguous, const char* what);
 
   detail::StorageRef storage_;
+  void* data_ = nullptr;  // the first element: the storage's start, or later for a view into it
   DType dtype_ = DType::kFloat32;
   Shape shape_;
-  std::size_t offset_ = 0;  // bytes from the start of the storage
 };
 
 // TF-style: "<Tensor: shape=(2,), dtype=float32, numpy=[1.0, 2.0]>"; from rank 2 on the array starts
@@ -134,21 +211,22 @@ std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
 // ---------------------------------------------------------------------------------------------
 // Implementation of the templates and of the accessors every collective calls per leaf.
 
-// Inline: made once per output leaf of every all_reduce.
-inline Tensor detail::TensorViews::make(std::size_t offset, DType dtype, const Shape& shape) {
-  assert(left_ != 0 && "TensorViews: more views than references taken");
-  --left_;
-  return Tensor(StorageRef(storage_), dtype, shape, offset);
+template <Element T>
+Tensor Tensor::from_blob(T* data, Shape shape, const Device& device) {
+  return from_blob(static_cast<void*>(data), dtype_v<T>, std::move(shape), device);
 }
 
-inline const Device& Tensor::device() const {
-  check_defined("device");
-  return storage_->device();
-}
-
-inline void* Tensor::raw_data() const {
-  check_defined("raw_data");
-  return storage_->data() == nullptr ? nullptr : static_cast<char*>(storage_->data()) + offset_;
+template <EigenDense E>
+Tensor Tensor::view(E& eigen) {
+  using T = typename E::Scalar;
+  const bool vector = E::IsVectorAtCompileTime;
+  const bool row_major = E::IsRowMajor;
+  const bool contiguous =
+      eigen.innerStride() == 1 && (vector || eigen.outerStride() == (row_major ? eigen.cols() : eigen.rows()));
+  Shape shape = vector      ? Shape{static_cast<std::int64_t>(eigen.size())}
+                : row_major ? Shape{static_cast<std::int64_t>(eigen.rows()), static_cast<std::int64_t>(eigen.cols())}
+                            : Shape{static_cast<std::int64_t>(eigen.cols()), static_cast<std::int64_t>(eigen.rows())};
+  return view_host(eigen.data(), dtype_v<T>, std::move(shape), contiguous, "Tensor::view");
 }
 
 template <Element T>
@@ -179,9 +257,15 @@ Tensor Tensor::scalar(T value, const Device& device) {
 }
 
 template <Element T>
-T* Tensor::data() const {
+T* Tensor::data() {
   check_host_type(dtype_v<T>, "data");
-  return static_cast<T*>(raw_data());
+  return static_cast<T*>(data_);
+}
+
+template <Element T>
+const T* Tensor::data() const {
+  check_host_type(dtype_v<T>, "data");
+  return static_cast<const T*>(data_);
 }
 
 template <Element T>
@@ -204,15 +288,37 @@ T Tensor::item() const {
 }
 
 template <Element T>
-Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> Tensor::flat() const {
+Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> Tensor::flat() {
   return {data<T>(), static_cast<Eigen::Index>(num_elements())};
 }
 
 template <Element T>
-Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> Tensor::matrix() const {
-  DISTRIBUTE_CHECK(rank() == 2, InvalidArgumentError, "Tensor::matrix: the tensor has rank ", rank(),
-                   " (shape ", shape_.to_string(), "); matrix() needs rank 2, reshape() first");
-  return {data<T>(), static_cast<Eigen::Index>(shape_[0]), static_cast<Eigen::Index>(shape_[1])};
+Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> Tensor::flat() const {
+  return {data<T>(), static_cast<Eigen::Index>(num_elements())};
+}
+
+template <Element T, int Order>
+Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>> Tensor::matrix() {
+  const auto [rows, cols] = eigen_dims(Order == Eigen::RowMajor, "matrix");
+  return {data<T>(), rows, cols};
+}
+
+template <Element T, int Order>
+Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>> Tensor::matrix() const {
+  const auto [rows, cols] = eigen_dims(Order == Eigen::RowMajor, "matrix");
+  return {data<T>(), rows, cols};
+}
+
+template <Element T, int Order>
+Eigen::Map<Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Order>> Tensor::array() {
+  const auto [rows, cols] = eigen_dims(Order == Eigen::RowMajor, "array");
+  return {data<T>(), rows, cols};
+}
+
+template <Element T, int Order>
+Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Order>> Tensor::array() const {
+  const auto [rows, cols] = eigen_dims(Order == Eigen::RowMajor, "array");
+  return {data<T>(), rows, cols};
 }
 
 }  // namespace distribute

@@ -23,15 +23,16 @@
 #include <vector>
 
 #include "distribute/collective/communication_options.h"
-#include "distribute/collective/group.h"
-#include "distribute/collective/reduce_op.h"
-#include "distribute/detail/collective_args.h"
-#include "distribute/replica/context_stack.h"
+#include "distribute/device/reduce_op.h"
+#include "distribute/replica/internal/collective_args.h"
+#include "distribute/replica/internal/context_stack.h"
 #include "distribute/values/distributed_values.h"
 
 namespace distribute {
 
 namespace detail {
+
+class ReplicaGroup;  // src/replica/replica_group.h
 
 // What a replica receives from merge_call's result R: PerReplica and Mirrored values are replaced
 // by the replica's own component, inside tuples, pairs, vectors and maps too.
@@ -93,8 +94,10 @@ inline constexpr char kTypeTag = 0;
 class ReplicaContext {
  public:
   // Made by strategies: `group` is null for a single replica (collectives are then local copies).
-  ReplicaContext(Strategy& strategy, int replica_id, int num_replicas, collective::CollectiveGroup* group,
-                 Device device, int run_depth);
+  ReplicaContext(Strategy& strategy, int replica_id, int num_replicas, detail::ReplicaGroup* group, Device device,
+                 int run_depth);
+  // The default strategy's replica context, usable on any thread outside every scope.
+  static std::unique_ptr<ReplicaContext> make_default(Strategy& default_strategy);
   ReplicaContext(const ReplicaContext&) = delete;
   ReplicaContext& operator=(const ReplicaContext&) = delete;
 
@@ -128,7 +131,7 @@ class ReplicaContext {
   void require_current(const char* method) const;
   void run_all_reduce(detail::CollectiveArgs& args);
   void run_all_gather(detail::CollectiveArgs& args);
-  std::shared_ptr<void> run_merge_call(collective::CollectiveCall& call);
+  std::shared_ptr<void> run_merge_call(detail::CollectiveCall& call);
   detail::ThreadMode merge_mode() const;
 
   template <class Fn, class... Args>
@@ -141,9 +144,10 @@ class ReplicaContext {
   Strategy* strategy_;
   int replica_id_;
   int num_replicas_;
-  collective::CollectiveGroup* group_;
+  detail::ReplicaGroup* group_;
   Device device_;
   int run_depth_;
+  bool default_context_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -154,8 +158,8 @@ V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOpt
   static_assert(nest::Nest<V>, "all_reduce takes a Tensor, an arithmetic scalar or a nest of them");
   require_current("all_reduce");
   detail::CollectiveArgs args(value, collective::CollectiveKind::kAllReduce, device_);
-  args.call().op = op;
-  args.call().options = options;
+  args.call().op.op = op;
+  args.call().op.options = options;
   args.allocate_outputs_like_inputs();
   if (!args.outputs_are_views()) {
     run_all_reduce(args);
@@ -187,7 +191,7 @@ V ReplicaContext::all_gather(const V& value, int axis, const CommunicationOption
   static_assert(nest::Nest<V>, "all_gather takes a Tensor or a nest of Tensors");
   require_current("all_gather");
   detail::CollectiveArgs args(value, collective::CollectiveKind::kAllGather, device_);
-  args.call().options = options;
+  args.call().op.options = options;
   args.prepare_gather(axis);
   run_all_gather(args);
   return args.rebuild(value);
@@ -201,13 +205,13 @@ auto ReplicaContext::merge_call(Fn&& merge_fn, Args&&... args) {
 
   using Frame = MergeFrame<F, Args...>;
   Frame frame{this, &merge_fn, {&args...}};
-  auto run = [](std::span<collective::CollectiveCall* const> calls) -> std::shared_ptr<void> {
+  auto run = [](std::span<detail::CollectiveCall* const> calls) -> std::shared_ptr<void> {
     const Frame& first = *static_cast<const Frame*>(calls[0]->frame);
     auto collect = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
       using A = std::decay_t<std::tuple_element_t<I, std::tuple<Args...>>>;
       std::vector<A> values;
       values.reserve(calls.size());
-      for (collective::CollectiveCall* call : calls) {
+      for (detail::CollectiveCall* call : calls) {
         values.push_back(*std::get<I>(static_cast<const Frame*>(call->frame)->args));
       }
       return PerReplica<A>(std::move(values));
@@ -224,7 +228,7 @@ auto ReplicaContext::merge_call(Fn&& merge_fn, Args&&... args) {
     }(std::index_sequence_for<Args...>{});
   };
 
-  collective::CollectiveCall call;
+  detail::CollectiveCall call;
   call.merge_type = &detail::kTypeTag<F, std::decay_t<Args>...>;
   call.frame = &frame;
   call.run_merge = run;

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "distribute/nest/structure_traits.h"
-#include "distribute/replica/context_stack.h"
 #include "distribute/replica/replica_context.h"
+#include "distribute/strategy/context.h"
 #include "distribute/strategy/strategy_extended.h"
 #include "distribute/values/distributed_values.h"
 #include "distribute/values/value_context.h"

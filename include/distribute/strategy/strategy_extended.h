@@ -15,10 +15,10 @@
 
 #include "absl/functional/function_ref.h"
 #include "distribute/collective/communication_options.h"
-#include "distribute/collective/reduce_op.h"
+#include "distribute/device/reduce_op.h"
 #include "distribute/device/device.h"
 #include "distribute/device/tensor.h"
-#include "distribute/replica/context_stack.h"
+#include "distribute/strategy/context.h"
 #include "distribute/values/distributed_values.h"
 
 namespace distribute {
@@ -92,13 +92,14 @@ auto StrategyExtended::update(const Mirrored<Tensor>& var, Fn&& fn) {
   DISTRIBUTE_CHECK(var.num_replicas() == num_replicas_in_sync(), InvalidArgumentError,
                    "extended().update: the variable has ", var.num_replicas(), " components but the strategy has ",
                    num_replicas_in_sync(), " replicas");
-  using R = std::decay_t<std::invoke_result_t<Fn&, const Tensor&>>;
+  // Each component is passed as a handle of its own (Tensor&), through which fn may write it.
+  using R = std::decay_t<std::invoke_result_t<Fn&, Tensor&>>;
   if constexpr (std::is_void_v<R>) {
-    for (const Tensor& component : var.values()) fn(component);
+    for (Tensor component : var.values()) fn(component);
   } else {
     std::vector<R> results;
     results.reserve(var.values().size());
-    for (const Tensor& component : var.values()) results.push_back(fn(component));
+    for (Tensor component : var.values()) results.push_back(fn(component));
     return Mirrored<R>(std::move(results));
   }
 }

@@ -1,4 +1,5 @@
-#include "distribute/collective/cpu/communicator.h"
+// The shared-memory backend: slice-parallel all_reduce, all_gather, staging of small collectives.
+#include "collective/cpu/communicator.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,11 +8,15 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "distribute/collective/kernels.h"
-
+#include "device/kernels.h"
 
 namespace distribute::collective::cpu {
 namespace {
+
+using detail::concat_buffers;
+using detail::reduce_buffers;
+using detail::stream_copy;
+using detail::stream_fence;
 
 constexpr std::size_t kCacheLine = 64;
 
@@ -36,16 +41,16 @@ std::size_t shared_cache_bytes() {
 // collective's inputs and outputs do not fit in the shared cache (so writing an output costs no
 // read of its old contents), else into this replica's output and, unless `copy_later` (the
 // outputs lie in blocks of one layout: the whole chunk is copied at once), copied from there.
-void reduce_range(std::span<CollectiveCall* const> calls, int rank, std::size_t leaf, std::size_t begin,
+void reduce_range(std::span<CollectiveOp* const> ops, int rank, std::size_t leaf, std::size_t begin,
                   std::size_t end, std::byte* scratch, bool copy_later) {
-  const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+  const CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
   const DType dtype = mine.inputs[leaf].dtype;
-  const std::size_t n = calls.size();
+  const std::size_t n = ops.size();
   const std::size_t bytes = end - begin;
   absl::InlinedVector<const void*, 8> inputs(n);
-  for (std::size_t r = 0; r < n; ++r) inputs[r] = static_cast<const char*>(calls[r]->input_data[leaf]) + begin;
+  for (std::size_t r = 0; r < n; ++r) inputs[r] = static_cast<const char*>(ops[r]->input_data[leaf]) + begin;
   const auto count = static_cast<std::int64_t>(bytes / dtype_size(dtype));
-  const auto output = [&](std::size_t r) { return static_cast<char*>(calls[r]->output_data[leaf]) + begin; };
+  const auto output = [&](std::size_t r) { return static_cast<char*>(ops[r]->output_data[leaf]) + begin; };
   if (scratch != nullptr) {
     reduce_buffers(dtype, mine.op, inputs, scratch, count, static_cast<std::int64_t>(n));
     for (std::size_t r = 0; r < n; ++r) stream_copy(output(r), scratch, bytes);
@@ -63,21 +68,21 @@ void reduce_range(std::span<CollectiveCall* const> calls, int rank, std::size_t 
 // core's cache in one go. The other replicas wrote theirs on their own cores just before the
 // rendezvous; read one by one, each line would stall the reduction for a cross-core transfer
 // (every 8 leaves, for each replica); prefetched, the transfers overlap.
-void prefetch_pointers(std::span<CollectiveCall* const> calls, std::size_t first, std::size_t last) {
+void prefetch_pointers(std::span<CollectiveOp* const> ops, std::size_t first, std::size_t last) {
   constexpr std::size_t kPerLine = kCacheLine / sizeof(void*);
-  for (const CollectiveCall* call : calls) {
+  for (const CollectiveOp* op : ops) {
     for (std::size_t leaf = first; leaf < last + kPerLine; leaf += kPerLine) {
       const std::size_t at = std::min(leaf, last);
-      __builtin_prefetch(&call->input_data[at]);
-      __builtin_prefetch(&call->output_data[at]);
+      __builtin_prefetch(&op->input_data[at]);
+      __builtin_prefetch(&op->output_data[at]);
     }
   }
 }
 
 // The staging area holds, from its start: for all_gather, each leaf's size along the gather axis
 // (an int64 per leaf); then each leaf's data at a cache-line multiple.
-std::size_t staged_header_bytes(const CollectiveCall& call) {
-  return call.kind == CollectiveKind::kAllGather ? align_leaf(call.inputs.size() * sizeof(std::int64_t)) : 0;
+std::size_t staged_header_bytes(const CollectiveOp& op) {
+  return op.kind == CollectiveKind::kAllGather ? align_leaf(op.inputs.size() * sizeof(std::int64_t)) : 0;
 }
 
 }  // namespace
@@ -88,47 +93,47 @@ CpuCommunicator::CpuCommunicator(int size, detail::WaitPolicy policy)
       scratch_(new Scratch[static_cast<std::size_t>(size)]),
       staging_(new Staging[static_cast<std::size_t>(size)]) {}
 
-const std::byte* CpuCommunicator::staged_inputs(int rank, const CollectiveCall& call) const {
-  return staging_[static_cast<std::size_t>(rank)].bytes[call.sequence & 1];
+const std::byte* CpuCommunicator::staged_inputs(int rank, const CollectiveOp& op) const {
+  return staging_[static_cast<std::size_t>(rank)].bytes[op.sequence & 1];
 }
 
-void CpuCommunicator::stage(int rank, CollectiveCall& call) {
-  call.staged = false;
-  if (call.kind != CollectiveKind::kAllReduce && call.kind != CollectiveKind::kAllGather) return;
+void CpuCommunicator::stage(int rank, CollectiveOp& op) {
+  op.staged = false;
+  if (op.kind != CollectiveKind::kAllReduce && op.kind != CollectiveKind::kAllGather) return;
   // all_reduce: the data phase reads leaf k at its leaf_offsets entry (and the list's size needs
   // no pass over its leaves); all_gather: each reader lays the leaves out again from the sizes
   // after the header.
-  const bool reduce = call.kind == CollectiveKind::kAllReduce;
-  std::size_t total = staged_header_bytes(call);
+  const bool reduce = op.kind == CollectiveKind::kAllReduce;
+  std::size_t total = staged_header_bytes(op);
   if (reduce) {
-    total = call.leaf_offsets.back();
+    total = op.leaf_offsets.back();
   } else {
-    for (const BufferRef& leaf : call.inputs) total = align_leaf(total) + leaf.nbytes();
+    for (const BufferRef& leaf : op.inputs) total = align_leaf(total) + leaf.nbytes();
   }
   if (total > kStagingBytes) return;
-  std::byte* out = staging_[static_cast<std::size_t>(rank)].bytes[call.sequence & 1];
-  if (call.kind == CollectiveKind::kAllGather) {
-    for (std::size_t leaf = 0; leaf < call.inputs.size(); ++leaf) {
-      const Shape& shape = *call.inputs[leaf].shape;
-      const std::int64_t dim = shape[call.axis < 0 ? call.axis + shape.rank() : call.axis];
+  std::byte* out = staging_[static_cast<std::size_t>(rank)].bytes[op.sequence & 1];
+  if (op.kind == CollectiveKind::kAllGather) {
+    for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
+      const Shape& shape = *op.inputs[leaf].shape;
+      const std::int64_t dim = shape[op.axis < 0 ? op.axis + shape.rank() : op.axis];
       std::memcpy(out + leaf * sizeof(std::int64_t), &dim, sizeof(dim));
     }
   }
-  std::size_t offset = staged_header_bytes(call);
-  for (std::size_t leaf = 0; leaf < call.inputs.size(); ++leaf) {
-    const BufferRef& in = call.inputs[leaf];
-    offset = reduce ? call.leaf_offsets[leaf] : align_leaf(offset);
+  std::size_t offset = staged_header_bytes(op);
+  for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
+    const BufferRef& in = op.inputs[leaf];
+    offset = reduce ? op.leaf_offsets[leaf] : align_leaf(offset);
     if (in.nbytes() != 0) std::memcpy(out + offset, in.data, in.nbytes());
     offset += in.nbytes();
   }
-  call.staged = true;
+  op.staged = true;
 }
 
-void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> calls) {
-  const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
-  const std::size_t n = calls.size();
+void CpuCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) {
+  const CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
+  const std::size_t n = ops.size();
   // Staged (the group made the choice the same on every replica): the other replicas may have
-  // returned already, so only this replica's call and the staging areas may be read.
+  // returned already, so only this replica's op and the staging areas may be read.
   if (mine.staged) {
     absl::InlinedVector<const void*, 8> inputs(n);
     for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
@@ -163,7 +168,7 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
     const std::size_t size = share_begin(owner + 1) - begin;
     std::atomic<std::size_t>& cursor = cursors_[owner].next;
     if (const std::size_t next = cursor.load(std::memory_order_relaxed); next < size) {
-      prefetch_pointers(calls, leaf_at((begin + next) * chunk_bytes),
+      prefetch_pointers(ops, leaf_at((begin + next) * chunk_bytes),
                         leaf_at(std::min((begin + size) * chunk_bytes, total) - 1));
     }
     for (std::size_t i = cursor.fetch_add(1, std::memory_order_relaxed); i < size;
@@ -173,12 +178,12 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
       for (std::size_t leaf = leaf_at(lo); leaf < mine.inputs.size() && starts[leaf] < hi; ++leaf) {
         const std::size_t leaf_begin = std::max(lo, starts[leaf]) - starts[leaf];
         const std::size_t leaf_end = std::min(hi, starts[leaf] + mine.inputs[leaf].nbytes()) - starts[leaf];
-        if (leaf_begin < leaf_end) reduce_range(calls, rank, leaf, leaf_begin, leaf_end, scratch, one_block);
+        if (leaf_begin < leaf_end) reduce_range(ops, rank, leaf, leaf_begin, leaf_end, scratch, one_block);
       }
       if (one_block) {
         const auto* from = static_cast<const std::byte*>(mine.output_block) + lo;
         for (std::size_t r = 0; r < n; ++r) {
-          auto* to = static_cast<std::byte*>(calls[r]->output_block) + lo;
+          auto* to = static_cast<std::byte*>(ops[r]->output_block) + lo;
           if (r != static_cast<std::size_t>(rank)) std::memcpy(to, from, hi - lo);
         }
       }
@@ -192,12 +197,12 @@ void CpuCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> call
   cursors_[static_cast<std::size_t>(rank)].next.store(0, std::memory_order_relaxed);
 }
 
-void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> calls) {
-  CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
-  const std::size_t n = calls.size();
+void CpuCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
+  CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
+  const std::size_t n = ops.size();
   absl::InlinedVector<const void*, 8> inputs(n);
   absl::InlinedVector<std::int64_t, 8> dims(n);
-  // Staged: as in all_reduce, only this replica's call and the staging areas may be read, and no
+  // Staged: as in all_reduce, only this replica's op and the staging areas may be read, and no
   // closing barrier is needed.
   const bool staged = mine.staged;
   absl::InlinedVector<std::size_t, 8> offsets(n, staged_header_bytes(mine));
@@ -217,8 +222,8 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveCall* const> call
         inputs[r] = area + offsets[r];
         offsets[r] += static_cast<std::size_t>(dims[r]) * row_bytes;
       } else {
-        inputs[r] = calls[r]->inputs[leaf].data;
-        dims[r] = (*calls[r]->inputs[leaf].shape)[axis];
+        inputs[r] = ops[r]->inputs[leaf].data;
+        dims[r] = (*ops[r]->inputs[leaf].shape)[axis];
       }
       total += dims[r];
     }

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "collective/nccl/nccl_error.h"
 #include "device/cuda/cuda_error.h"
-#include "distribute/detail/storage.h"
+#include "device/storage.h"
 #include "distribute/errors.h"
 
 namespace distribute::collective::nccl {
@@ -105,56 +105,56 @@ void NcclCommunicator::abort(int rank) {
   aborted_[r] = 1;
 }
 
-void NcclCommunicator::fail(int rank, ncclResult_t result, const CollectiveCall& call) {
+void NcclCommunicator::fail(int rank, ncclResult_t result, const CollectiveOp& op) {
   const std::string message = nccl_error_message(result, comms_[static_cast<std::size_t>(rank)],
-                                                 absl::StrCat(call_name(call), " on replica ", rank));
+                                                 absl::StrCat(op_name(op), " on replica ", rank));
   abort(rank);
   throw_status(absl::Status(nccl_error_code(result), message));
 }
 
-void NcclCommunicator::wait(int rank, ncclResult_t started, const CollectiveCall& call) {
-  if (started != ncclSuccess && started != ncclInProgress) fail(rank, started, call);
+void NcclCommunicator::wait(int rank, ncclResult_t started, const CollectiveOp& op) {
+  if (started != ncclSuccess && started != ncclInProgress) fail(rank, started, op);
   ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
-  const detail::Deadline deadline = detail::deadline_after(call.options.timeout);
+  const detail::Deadline deadline = detail::deadline_after(op.options.timeout);
   for (int polls = 0;; ++polls) {
     ncclResult_t state = ncclInProgress;
     if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
     if (state == ncclSuccess) return;
-    if (state != ncclInProgress) fail(rank, state, call);
+    if (state != ncclInProgress) fail(rank, state, op);
     if (run_failed()) {
       abort(rank);
-      throw AbortedError(absl::StrCat("replica ", rank, " left ", call_name(call),
+      throw AbortedError(absl::StrCat("replica ", rank, " left ", op_name(op),
                                       ": another replica failed, so its NCCL communicator was aborted"));
     }
     if (detail::Clock::now() >= deadline) {
       abort(rank);
-      throw DeadlineExceededError(absl::StrCat("replica ", rank, ": NCCL did not take ", call_name(call), " within ",
-                                               call.options.timeout.count(), " s; its communicator was aborted"));
+      throw DeadlineExceededError(absl::StrCat("replica ", rank, ": NCCL did not take ", op_name(op), " within ",
+                                               op.options.timeout.count(), " s; its communicator was aborted"));
     }
     detail::poll_pause(polls);
   }
 }
 
-void NcclCommunicator::stage(int rank, CollectiveCall& call) {
-  if (call.kind != CollectiveKind::kMergeCall) return;
-  detail::wait_for_device_work(*devices_[static_cast<std::size_t>(rank)], rank, call.options.timeout,
-                               [this] { return run_failed(); }, call_name(call));
+void NcclCommunicator::stage(int rank, CollectiveOp& op) {
+  if (op.kind != CollectiveKind::kMergeCall) return;
+  detail::wait_for_device_work(*devices_[static_cast<std::size_t>(rank)], rank, op.options.timeout,
+                               [this] { return run_failed(); }, op_name(op));
 }
 
-void NcclCommunicator::prepare(std::span<CollectiveCall* const> calls) {
-  const CollectiveCall& first = *calls[0];
+void NcclCommunicator::prepare(std::span<CollectiveOp* const> ops) {
+  const CollectiveOp& first = *ops[0];
   if (first.kind != CollectiveKind::kAllGather) return;
-  const std::size_t n = calls.size();
+  const std::size_t n = ops.size();
   gather_dims_.resize(first.inputs.size() * n);
   for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
     const Shape& shape = *first.inputs[leaf].shape;
     const int axis = first.axis < 0 ? first.axis + shape.rank() : first.axis;
-    for (std::size_t r = 0; r < n; ++r) gather_dims_[leaf * n + r] = (*calls[r]->inputs[leaf].shape)[axis];
+    for (std::size_t r = 0; r < n; ++r) gather_dims_[leaf * n + r] = (*ops[r]->inputs[leaf].shape)[axis];
   }
 }
 
-void NcclCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> calls) {
-  const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+void NcclCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) {
+  const CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
   ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
   ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
   const auto stream = static_cast<cudaStream_t>(me.stream());
@@ -204,9 +204,9 @@ void NcclCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> cal
   wait(rank, result == ncclSuccess || result == ncclInProgress ? ended : result, mine);
 }
 
-void NcclCommunicator::all_gather(int rank, std::span<CollectiveCall* const> calls) {
-  const std::size_t n = calls.size();
-  CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+void NcclCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
+  const std::size_t n = ops.size();
+  CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
   ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
   ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
   const auto stream = static_cast<cudaStream_t>(me.stream());

@@ -3,7 +3,7 @@
 // One NCCL communicator per replica, all created together when the strategy is built (before any
 // replica can issue a collective, the init barrier that thread-per-GPU programs need), each used
 // only by its replica's thread and on its replica's stream. Communicators are non-blocking, so no
-// NCCL call can block a thread: every wait is a poll that gives up when the run fails or times out,
+// NCCL op can block a thread: every wait is a poll that gives up when the run fails or times out,
 // aborting the replica's communicator (ncclCommAbort); the next run rebuilds them all.
 //
 // all_reduce packs runs of same-dtype leaves into the output block itself (the outputs of a nest
@@ -19,7 +19,7 @@
 #include <nccl.h>
 
 #include "device/replica_device.h"
-#include "distribute/collective/communicator.h"
+#include "collective/communicator.h"
 
 namespace distribute::collective::nccl {
 
@@ -32,24 +32,24 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   std::string_view name() const override { return "NcclAllReduce"; }
-  void stage(int rank, CollectiveCall& call) override;
-  void prepare(std::span<CollectiveCall* const> calls) override;
-  void all_reduce(int rank, std::span<CollectiveCall* const> calls) override;
-  void all_gather(int rank, std::span<CollectiveCall* const> calls) override;
+  void stage(int rank, CollectiveOp& op) override;
+  void prepare(std::span<CollectiveOp* const> ops) override;
+  void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
+  void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
   void begin_run() override;
   void abort(int rank) override;
 
  private:
   void create_communicators();
   // Waits until rank's communicator has taken the operations started with `started`.
-  void wait(int rank, ncclResult_t started, const CollectiveCall& call);
-  [[noreturn]] void fail(int rank, ncclResult_t result, const CollectiveCall& call);
+  void wait(int rank, ncclResult_t started, const CollectiveOp& op);
+  [[noreturn]] void fail(int rank, ncclResult_t result, const CollectiveOp& op);
 
   std::vector<detail::ReplicaDevice*> devices_;
   std::vector<ncclComm_t> comms_;       // comms_[r] is used only by replica r's thread
   std::vector<unsigned char> aborted_;  // written by replica r's thread, read between runs
   // all_gather: each replica's size along the axis per leaf ([leaf * size + r]), copied from the
-  // calls by prepare() while every replica still waits, since a replica may read it after the
+  // ops by prepare() while every replica still waits, since a replica may read it after the
   // others have left.
   std::vector<std::int64_t> gather_dims_;
 };

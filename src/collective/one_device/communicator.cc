@@ -4,7 +4,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "distribute/detail/storage.h"
+#include "device/storage.h"
 #include "distribute/errors.h"
 
 namespace distribute::collective::one_device {
@@ -14,22 +14,22 @@ using detail::ReplicaDevice;
 OneDeviceCommunicator::OneDeviceCommunicator(std::vector<ReplicaDevice*> devices, detail::WaitPolicy policy)
     : devices_(std::move(devices)), phase_(static_cast<int>(devices_.size()), policy) {}
 
-void OneDeviceCommunicator::stage(int rank, CollectiveCall& call) {
+void OneDeviceCommunicator::stage(int rank, CollectiveOp& op) {
   ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
-  if (call.kind == CollectiveKind::kMergeCall) {
+  if (op.kind == CollectiveKind::kMergeCall) {
     // merge_fn reads every replica's values from one thread: they must be complete.
-    detail::wait_for_device_work(me, rank, call.options.timeout, [this] { return run_failed(); }, call_name(call));
+    detail::wait_for_device_work(me, rank, op.options.timeout, [this] { return run_failed(); }, op_name(op));
     return;
   }
   me.mark(ReplicaDevice::Mark::kReady);
 }
 
-void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveCall* const> calls) {
-  const std::size_t n = calls.size();
+void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) {
+  const std::size_t n = ops.size();
   ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
   ReplicaDevice& root = *devices_[0];
-  const CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
-  const CollectiveCall& root_call = *calls[0];
+  const CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
+  const CollectiveOp& root_op = *ops[0];
   if (rank == 0) {
     root_error_ = nullptr;
     try {
@@ -41,7 +41,7 @@ void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveCall* const
       for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
         const BufferRef& in = mine.inputs[leaf];
         for (std::size_t r = 0; r < n; ++r) {
-          inputs[r] = calls[r]->inputs[leaf].data;
+          inputs[r] = ops[r]->inputs[leaf].data;
           if (devices_[r]->memory_space() != me.memory_space() && in.nbytes() != 0) {
             scratch.push_back(detail::allocate_storage(me.device(), in.nbytes()));
             me.copy(scratch.back()->data(), inputs[r], in.nbytes());
@@ -61,7 +61,7 @@ void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveCall* const
     try {
       me.wait_for(ReplicaDevice::Mark::kDone, root);
       for (std::size_t leaf = 0; leaf < mine.output_data.size(); ++leaf) {
-        me.copy(mine.output_data[leaf], root_call.output_data[leaf], mine.inputs[leaf].nbytes());
+        me.copy(mine.output_data[leaf], root_op.output_data[leaf], mine.inputs[leaf].nbytes());
       }
       me.mark(ReplicaDevice::Mark::kDone);
     } catch (...) {
@@ -79,16 +79,16 @@ void OneDeviceCommunicator::all_reduce(int rank, std::span<CollectiveCall* const
   }
   if (!error) return;
   if (rank != 0 && error == root_error_) {
-    throw AbortedError(absl::StrCat("the reduction of ", call_name(mine), " on ", root.device().short_name(),
+    throw AbortedError(absl::StrCat("the reduction of ", op_name(mine), " on ", root.device().short_name(),
                                     " failed: ", detail::describe_exception(error)));
   }
   std::rethrow_exception(error);
 }
 
-void OneDeviceCommunicator::all_gather(int rank, std::span<CollectiveCall* const> calls) {
-  const std::size_t n = calls.size();
+void OneDeviceCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
+  const std::size_t n = ops.size();
   ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
-  CollectiveCall& mine = *calls[static_cast<std::size_t>(rank)];
+  CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
   // Every replica assembles its own output from every input; a failure must still reach the
   // barrier, or the others would wait forever.
   std::exception_ptr error;
@@ -100,14 +100,14 @@ void OneDeviceCommunicator::all_gather(int rank, std::span<CollectiveCall* const
       const Shape& shape = *mine.inputs[leaf].shape;
       const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
       std::int64_t total = 0;
-      for (std::size_t r = 0; r < n; ++r) total += (*calls[r]->inputs[leaf].shape)[axis];
+      for (std::size_t r = 0; r < n; ++r) total += (*ops[r]->inputs[leaf].shape)[axis];
       auto* out = static_cast<char*>(mine.allocate_output(mine.allocate_context, leaf, shape.with_dim(axis, total)));
       const std::size_t unit = static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(mine.inputs[leaf].dtype);
       const auto rows = static_cast<std::size_t>(shape.outer_size(axis));
       std::size_t column = 0;
       for (std::size_t r = 0; r < n; ++r) {
-        const auto width = static_cast<std::size_t>((*calls[r]->inputs[leaf].shape)[axis]) * unit;
-        me.copy_rows(out + column, static_cast<std::size_t>(total) * unit, calls[r]->inputs[leaf].data, width, width,
+        const auto width = static_cast<std::size_t>((*ops[r]->inputs[leaf].shape)[axis]) * unit;
+        me.copy_rows(out + column, static_cast<std::size_t>(total) * unit, ops[r]->inputs[leaf].data, width, width,
                      rows);
         column += width;
       }

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "device/replica_device.h"
-#include "distribute/collective/barrier.h"
-#include "distribute/collective/communicator.h"
+#include "collective/rendezvous.h"
+#include "collective/communicator.h"
 
 namespace distribute::collective::one_device {
 
@@ -21,9 +21,9 @@ class OneDeviceCommunicator final : public Communicator {
   // devices[r] is replica r's; they outlive the communicator.
   OneDeviceCommunicator(std::vector<detail::ReplicaDevice*> devices, detail::WaitPolicy policy);
   std::string_view name() const override { return "ReductionToOneDevice"; }
-  void stage(int rank, CollectiveCall& call) override;
-  void all_reduce(int rank, std::span<CollectiveCall* const> calls) override;
-  void all_gather(int rank, std::span<CollectiveCall* const> calls) override;
+  void stage(int rank, CollectiveOp& op) override;
+  void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
+  void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
 
  private:
   std::vector<detail::ReplicaDevice*> devices_;

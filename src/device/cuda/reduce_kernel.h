@@ -1,5 +1,5 @@
 // distribute::detail::gpu: the element-wise reduction of N device buffers into one, the GPU
-// counterpart of collective::reduce_buffers (same rounding: float accumulation for float16 and
+// counterpart of detail::reduce_buffers (same rounding: float accumulation for float16 and
 // bfloat16, MEAN divides once at the end). This header is shared with nvcc, so it includes no
 // library headers: the caller maps DType onto KernelDType and turns the result into an error.
 #pragma once

@@ -220,7 +220,7 @@ std::string unavailable_reason() { return device_count().reason; }
 
 StorageRef allocate(const Device& gpu, std::size_t nbytes) {
   const int physical = gpu_topology().physical_of(gpu);
-  if (nbytes == 0) return StorageRef::make(nullptr, 0, gpu, nullptr);
+  if (nbytes == 0) return make_storage(nullptr, 0, gpu, nullptr);
   const std::size_t limit = gpu_topology().memory_limit(gpu);
   std::atomic<std::size_t>& in_use = bytes_in_use(gpu);
   const std::size_t before = in_use.fetch_add(nbytes, std::memory_order_relaxed);
@@ -237,7 +237,7 @@ StorageRef allocate(const Device& gpu, std::size_t nbytes) {
     const cudaStream_t s = stream ? stream->stream : cudaStreamLegacy;
     void* data = nullptr;
     DISTRIBUTE_CUDA_CHECK(cudaMallocAsync(&data, nbytes, s), "allocating ", nbytes, " bytes on ", gpu.short_name());
-    return StorageRef::make(data, nbytes, gpu, [stream, s, physical, &in_use](void* p, std::size_t n) {
+    return make_storage(data, nbytes, gpu, [stream, s, physical, &in_use](void* p, std::size_t n) {
       int previous = -1;
       cudaGetDevice(&previous);
       if (previous != physical) cudaSetDevice(physical);

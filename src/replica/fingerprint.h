@@ -1,6 +1,7 @@
-// Collective fingerprints: before any data moves, the replicas' calls to one collective are
-// compared field by field (kind, reduce op, axis, nest structure, dtypes, shapes, options,
-// merge_fn type). A difference becomes an error naming the replicas and the differing field, e.g.
+// distribute::detail: collective fingerprints. Before any data moves, the replicas' calls to one
+// collective are compared field by field (kind, reduce op, axis, nest structure, dtypes, shapes,
+// options, merge_fn type). A difference becomes an error naming the replicas and the differing
+// field, e.g.
 //   all_reduce #3: replica 1 passed float32[10], replica 0 passed float32[12]
 //   replica 2 called all_gather where replicas 0, 1, 3 called all_reduce (collective #5)
 // It is always on. Leaves are compared through each call's leaf_digest (see LeafDigest), built on
@@ -13,19 +14,18 @@
 #include <string>
 #include <vector>
 
-#include "distribute/collective/collective_call.h"
+#include "distribute/replica/internal/collective_call.h"
 
-namespace distribute::collective {
+namespace distribute::detail {
 
 // Null when every replica's call matches; otherwise the error to raise on every replica
 // (InvalidArgumentError for differing values, FailedPreconditionError for differing calls).
 std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls);
 
-// Benchmarks only: turns the comparison off (true by default) to measure what it costs. With it
-// off, mismatched calls are undefined behaviour.
-void set_fingerprint_checks(bool enabled);
-
 // "replica 1" or "replicas 0, 2, 3".
 std::string replicas_text(const std::vector<int>& replicas);
 
-}  // namespace distribute::collective
+// "all_reduce #3".
+std::string call_name(const CollectiveCall& call);
+
+}  // namespace distribute::detail

@@ -23,34 +23,8 @@ Strategy& get_strategy();
 
 namespace detail {
 
-struct ThreadMode {
-  Strategy* strategy = nullptr;
-  ReplicaContext* replica_context = nullptr;  // null in cross-replica context
-  bool cross_replica = false;
-  // How many run()s this thread is nested in: 0 outside, 1 in a merge_fn of a run, ...
-  int run_depth = 0;
-};
-
-const ThreadMode& current_mode();
+// The default strategy: one object for the whole process, never destroyed.
 Strategy& default_strategy();
-
-// Pushes a mode for the lifetime of the object.
-class ScopedMode {
- public:
-  explicit ScopedMode(const ThreadMode& mode);
-  ~ScopedMode();
-  ScopedMode(const ScopedMode&) = delete;
-  ScopedMode& operator=(const ScopedMode&) = delete;
-};
-
-// For scopes that outlive a C++ scope (StrategyScope): push, and pop the entry pushed for `owner`.
-void push_mode(const ThreadMode& mode, const void* owner);
-void pop_mode(const void* owner) noexcept;
-// Removes this thread's entries of a strategy being destroyed, so a scope guard that outlives its
-// strategy leaves nothing dangling behind: get_strategy() falls back to the default strategy.
-void forget_strategy(const Strategy* strategy) noexcept;
-// The entry pushed for `from` now belongs to `to` (a scope guard was moved).
-void transfer_mode(const void* from, const void* to) noexcept;
 
 // Throws unless this thread may call `method` of `strategy`: in its cross-replica context, or in
 // the default context. FailedPreconditionError otherwise: "requires being in cross-replica

@@ -1,4 +1,4 @@
-#include "distribute/detail/wait.h"
+#include "base/wait.h"
 
 #include <linux/futex.h>
 #include <sched.h>

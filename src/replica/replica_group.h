@@ -1,27 +1,29 @@
-// CollectiveGroup: the replicas of one run, synchronised. Every collective and merge_call goes
-// through here: each replica publishes its CollectiveCall, the rendezvous's last arriver compares
-// the calls (signature.h) and, for merge_call, runs merge_fn once; then the backend Communicator
-// moves the data. The group also records the run's first failure and releases every waiting
-// replica when one fails, times out or leaves early, so no replica is left hanging.
+// distribute::detail: ReplicaGroup, the replicas of one run, synchronised. Every collective and
+// merge_call goes through here: each replica publishes its CollectiveCall, the rendezvous's last
+// arriver compares the calls (fingerprint.h) and, for merge_call, runs merge_fn once; then the
+// backend Communicator moves the data. The group also records the run's first failure and
+// releases every waiting replica when one fails, times out or leaves early, so no replica is left
+// hanging.
 #pragma once
 
 #include <atomic>
 #include <exception>
 #include <memory>
-#include <string>
+#include <mutex>
 #include <vector>
 
-#include <mutex>
-#include "distribute/collective/barrier.h"
-#include "distribute/collective/collective_call.h"
-#include "distribute/collective/communicator.h"
+#include "absl/base/thread_annotations.h"
+#include "base/mutex.h"
+#include "collective/communicator.h"
+#include "collective/rendezvous.h"
+#include "distribute/replica/internal/collective_call.h"
 
-namespace distribute::collective {
+namespace distribute::detail {
 
-class CollectiveGroup {
+class ReplicaGroup {
  public:
-  CollectiveGroup(int size, std::unique_ptr<Communicator> communicator, detail::WaitPolicy policy,
-                  CommunicationOptions defaults);
+  ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
+               CommunicationOptions defaults);
 
   int size() const { return size_; }
   const CommunicationOptions& default_options() const { return defaults_; }
@@ -48,12 +50,12 @@ class CollectiveGroup {
   std::exception_ptr first_error() const;
   // Whether the run has failed (cheap: for polling loops).
   bool failed() const { return failed_.load(std::memory_order_acquire); }
-  Communicator& communicator() { return *communicator_; }
+  collective::Communicator& communicator() { return *communicator_; }
 
  private:
   void rendezvous(int rank, CollectiveCall& call);
   // Publishes `call` as rank's part of the next phase and returns its deadline.
-  detail::Deadline publish(int rank, CollectiveCall& call);
+  Deadline publish(int rank, CollectiveCall& call);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
   void complete_phase();
 
@@ -65,14 +67,16 @@ class CollectiveGroup {
 
   const int size_;
   const CommunicationOptions defaults_;
-  std::unique_ptr<Communicator> communicator_;
-  Rendezvous rendezvous_;
+  std::unique_ptr<collective::Communicator> communicator_;
+  collective::Rendezvous rendezvous_;
   std::vector<Slot> slots_;
-  std::vector<CollectiveCall*> calls_;  // written only by the completer of a phase
-  std::shared_ptr<void> merge_result_;   // likewise
-  mutable std::mutex mu_;
-  std::exception_ptr first_error_;  // guarded by mu_
+  // Written only by the completer of a phase, read by every replica after its release.
+  std::vector<CollectiveCall*> calls_;
+  std::vector<collective::CollectiveOp*> ops_;  // the calls' buffers, for the backend
+  std::shared_ptr<void> merge_result_;
+  mutable Mutex mu_;
+  std::exception_ptr first_error_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> failed_{false};
 };
 
-}  // namespace distribute::collective
+}  // namespace distribute::detail

@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <span>
 
-#include "distribute/collective/reduce_op.h"
+#include "distribute/device/reduce_op.h"
 #include "distribute/device/dtype.h"
 
-namespace distribute::collective {
+namespace distribute::detail {
 
 // out[k] = inputs[0][k] + ... + inputs[n-1][k] for k < count, added left to right (float results
 // are the same bit for bit however the engine splits the work); with kMean divided by
@@ -34,4 +34,4 @@ void concat_buffers(std::span<const void* const> inputs, std::span<const std::in
 void sum_over_axis(DType dtype, const void* in, std::int64_t outer, std::int64_t dim,
                    std::int64_t inner, void* out);
 
-}  // namespace distribute::collective
+}  // namespace distribute::detail

@@ -18,8 +18,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "distribute/collective/barrier.h"
-#include "distribute/collective/communicator.h"
+#include "collective/rendezvous.h"
+#include "collective/communicator.h"
 
 namespace distribute::collective::cpu {
 
@@ -34,13 +34,13 @@ class CpuCommunicator final : public Communicator {
 
   CpuCommunicator(int size, detail::WaitPolicy policy);
   std::string_view name() const override { return "SharedMemoryAllReduce"; }
-  void stage(int rank, CollectiveCall& call) override;
-  void all_reduce(int rank, std::span<CollectiveCall* const> calls) override;
-  void all_gather(int rank, std::span<CollectiveCall* const> calls) override;
+  void stage(int rank, CollectiveOp& op) override;
+  void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
+  void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
 
  private:
-  // Where rank's inputs to `call` were staged (the buffer of call.sequence's parity).
-  const std::byte* staged_inputs(int rank, const CollectiveCall& call) const;
+  // Where rank's inputs to `op` were staged (the buffer of op.sequence's parity).
+  const std::byte* staged_inputs(int rank, const CollectiveOp& op) const;
 
   Rendezvous done_;
   // Replica r's next all_reduce chunk, counted from the start of its share; 0 between

@@ -1,4 +1,4 @@
-#include "distribute/collective/kernels.h"
+#include "device/kernels.h"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +11,7 @@
 #include <emmintrin.h>
 #endif
 
-namespace distribute::collective {
+namespace distribute::detail {
 namespace {
 
 template <class T>
@@ -200,4 +200,4 @@ void sum_over_axis(DType dtype, const void* in, std::int64_t outer, std::int64_t
   dispatch_dtype(dtype, [&]<class T>(TypeTag<T>) { sum_over_axis_typed<T>(in, outer, dim, inner, out); });
 }
 
-}  // namespace distribute::collective
+}  // namespace distribute::detail

@@ -1,4 +1,5 @@
-#include "distribute/collective/barrier.h"
+// Rendezvous: arrivals, releases, withdrawals on timeout, and aborts.
+#include "collective/rendezvous.h"
 
 #include "distribute/errors.h"
 
@@ -84,7 +85,7 @@ void Rendezvous::arrive_and_wait_uninterruptible() {
 
 void Rendezvous::abort(std::exception_ptr error) {
   {
-    std::lock_guard<std::mutex> lock(abort_mu_);
+    detail::MutexLock lock(abort_mu_);
     if (abort_error_) return;
     abort_error_ = std::move(error);
     abort_generation_.store(state_.load(std::memory_order_acquire) >> 32, std::memory_order_release);
@@ -108,7 +109,7 @@ void Rendezvous::reset() {
     arrivals_[static_cast<std::size_t>(r)].count.store(0, std::memory_order_relaxed);
     arrivals_[static_cast<std::size_t>(r)].withdrawn.store(false, std::memory_order_relaxed);
   }
-  std::lock_guard<std::mutex> lock(abort_mu_);
+  detail::MutexLock lock(abort_mu_);
   abort_error_ = nullptr;
   aborted_.store(false, std::memory_order_release);
 }
@@ -116,7 +117,7 @@ void Rendezvous::reset() {
 void Rendezvous::throw_abort_error() const {
   std::exception_ptr error;
   {
-    std::lock_guard<std::mutex> lock(abort_mu_);
+    detail::MutexLock lock(abort_mu_);
     error = abort_error_;
   }
   if (!error) throw InternalError("rendezvous aborted without an error");

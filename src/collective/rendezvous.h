@@ -1,4 +1,4 @@
-// Rendezvous: the reusable, generation-counted, abortable and timed barrier behind every collective
+// distribute::collective: Rendezvous, the reusable, generation-counted, abortable and timed barrier behind every collective
 // and merge_call. absl::Barrier is single-use and std::barrier can be neither aborted nor timed,
 // so neither fits.
 //
@@ -14,9 +14,10 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
-#include <mutex>
-#include "distribute/detail/wait.h"
+#include "base/mutex.h"
+#include "base/wait.h"
 
 namespace distribute::collective {
 
@@ -71,8 +72,8 @@ class Rendezvous {
   alignas(64) std::atomic<std::uint64_t> state_{0};
   alignas(64) detail::WaitWord released_;
   alignas(64) std::atomic<bool> aborted_{false};
-  mutable std::mutex abort_mu_;
-  std::exception_ptr abort_error_;  // guarded by abort_mu_
+  mutable detail::Mutex abort_mu_;
+  std::exception_ptr abort_error_ ABSL_GUARDED_BY(abort_mu_);
   // The generation that was current when abort() was called: waiters of an earlier phase that
   // had completed are not affected (they may have been slow to notice the release).
   std::atomic<std::uint64_t> abort_generation_{0};

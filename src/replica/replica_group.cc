@@ -1,121 +1,130 @@
+// ReplicaGroup: publishing calls, comparing them at the rendezvous, running merge_fn, failing a run.
+#include "replica/replica_group.h"
+
 #include <algorithm>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "distribute/collective/group.h"
 #include "device/gpu_runtime.h"
-#include "distribute/collective/signature.h"
 #include "distribute/errors.h"
+#include "replica/fingerprint.h"
 
-namespace distribute::collective {
-CollectiveGroup::CollectiveGroup(int size, std::unique_ptr<Communicator> communicator,
-                                 detail::WaitPolicy policy, CommunicationOptions defaults)
+namespace distribute::detail {
+
+using collective::CollectiveKind;
+
+ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
+                           CommunicationOptions defaults)
     : size_(size),
       defaults_(defaults),
       communicator_(std::move(communicator)),
       rendezvous_(size, policy),
       slots_(static_cast<std::size_t>(size)),
-      calls_(static_cast<std::size_t>(size)) {
+      calls_(static_cast<std::size_t>(size)),
+      ops_(static_cast<std::size_t>(size)) {
   communicator_->set_failure_flag(&failed_);
 }
 
-void CollectiveGroup::reset() {
+void ReplicaGroup::reset() {
   rendezvous_.reset();
   for (Slot& slot : slots_) slot = Slot{};
   merge_result_.reset();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     first_error_ = nullptr;
   }
   failed_.store(false, std::memory_order_release);
   communicator_->begin_run();
 }
 
-void CollectiveGroup::complete_phase() {
-  for (std::size_t r = 0; r < slots_.size(); ++r) calls_[r] = slots_[r].call;
+void ReplicaGroup::complete_phase() {
+  for (std::size_t r = 0; r < slots_.size(); ++r) {
+    calls_[r] = slots_[r].call;
+    ops_[r] = &calls_[r]->op;
+  }
   if (std::exception_ptr mismatch = compare_calls(calls_)) {
     record_failure(mismatch, mismatch);
     return;
   }
   // A backend's staged path is taken only if every replica staged; each replica then reads only
   // its own call's flag, since the others' calls may be gone once the phase is released.
-  const bool staged = std::all_of(calls_.begin(), calls_.end(), [](const CollectiveCall* c) { return c->staged; });
+  const bool staged = std::all_of(ops_.begin(), ops_.end(), [](const collective::CollectiveOp* op) { return op->staged; });
   // Written only where it changes: a store would take the line of the call (on its replica's
   // stack) away from the replica that reads it right after the release.
-  for (CollectiveCall* call : calls_) {
-    if (call->staged != staged) call->staged = staged;
+  for (collective::CollectiveOp* op : ops_) {
+    if (op->staged != staged) op->staged = staged;
   }
-  communicator_->prepare(calls_);
-  if (calls_[0]->kind == CollectiveKind::kMergeCall) {
+  communicator_->prepare(ops_);
+  if (calls_[0]->op.kind == CollectiveKind::kMergeCall) {
     try {
       merge_result_ = calls_[0]->run_merge(calls_);
       // merge_fn's device work is on this thread's stream; the replicas use it on theirs.
-      detail::gpu::synchronize_bound_stream();
+      gpu::synchronize_bound_stream();
     } catch (...) {
       std::exception_ptr error = std::current_exception();
       record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
-                                "merge_fn of ", call_name(*calls_[0]), " raised: ", detail::describe_exception(error)))));
+                                "merge_fn of ", call_name(*calls_[0]), " raised: ", describe_exception(error)))));
     }
   }
 }
 
-detail::Deadline CollectiveGroup::publish(int rank, CollectiveCall& call) {
+Deadline ReplicaGroup::publish(int rank, CollectiveCall& call) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
-  call.sequence = ++slot.sequence;
-  call.options = call.options.merged_with(defaults_);
+  call.op.sequence = ++slot.sequence;
+  call.op.options = call.op.options.merged_with(defaults_);
   slot.call = &call;
-  communicator_->stage(rank, call);
-  return detail::deadline_after(call.options.timeout);
+  communicator_->stage(rank, call.op);
+  return deadline_after(call.op.options.timeout);
 }
 
-void CollectiveGroup::rendezvous(int rank, CollectiveCall& call) {
-  const detail::Deadline deadline = publish(rank, call);
+void ReplicaGroup::rendezvous(int rank, CollectiveCall& call) {
+  const Deadline deadline = publish(rank, call);
   const auto meanwhile = [&call] {
     if (call.while_waiting != nullptr) call.while_waiting(call.while_waiting_context);
   };
   if (rendezvous_.arrive_and_wait(rank, deadline, [this] { complete_phase(); }, meanwhile) ==
-      Rendezvous::Outcome::kCompleted) {
+      collective::Rendezvous::Outcome::kCompleted) {
     return;
   }
   auto error = std::make_exception_ptr(DeadlineExceededError(absl::StrCat(
-      "timed out after ", call.options.timeout.count(), " s: ", replicas_text(rendezvous_.behind(rank)),
+      "timed out after ", call.op.options.timeout.count(), " s: ", replicas_text(rendezvous_.behind(rank)),
       " did not arrive while replica ", rank, " waits in ", call_name(call),
       "; a replica is stuck or skipped the collective (raise CommunicationOptions::timeout if it is slow)")));
   record_failure(error, error);
   std::rethrow_exception(error);
 }
 
-void CollectiveGroup::all_reduce(int rank, CollectiveCall& call) {
-  call.kind = CollectiveKind::kAllReduce;
+void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
+  call.op.kind = CollectiveKind::kAllReduce;
   rendezvous(rank, call);
-  communicator_->all_reduce(rank, calls_);
+  communicator_->all_reduce(rank, ops_);
 }
 
-void CollectiveGroup::all_gather(int rank, CollectiveCall& call) {
-  call.kind = CollectiveKind::kAllGather;
+void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
+  call.op.kind = CollectiveKind::kAllGather;
   rendezvous(rank, call);
-  communicator_->all_gather(rank, calls_);
+  communicator_->all_gather(rank, ops_);
 }
 
-std::shared_ptr<void> CollectiveGroup::merge_call(int rank, CollectiveCall& call) {
-  call.kind = CollectiveKind::kMergeCall;
+std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
+  call.op.kind = CollectiveKind::kMergeCall;
   rendezvous(rank, call);
   return merge_result_;
 }
 
-void CollectiveGroup::replica_returned(int rank) {
+void ReplicaGroup::replica_returned(int rank) {
   CollectiveCall& call = slots_[static_cast<std::size_t>(rank)].returned;
   call = CollectiveCall{};
-  call.kind = CollectiveKind::kReturn;
+  call.op.kind = CollectiveKind::kReturn;
   publish(rank, call);
   rendezvous_.arrive(rank, [this] { complete_phase(); });
 }
 
-void CollectiveGroup::fail(int rank, std::exception_ptr error) {
+void ReplicaGroup::fail(int rank, std::exception_ptr error) {
   {
     // Tag a library error with the replica that raised it, unless it is a release caused by an
     // earlier failure (which is never recorded as the run's error).
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!first_error_) {
       try {
         std::rethrow_exception(error);
@@ -126,24 +135,24 @@ void CollectiveGroup::fail(int rank, std::exception_ptr error) {
     }
   }
   record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
-                            "replica ", rank, " raised: ", detail::describe_exception(error),
+                            "replica ", rank, " raised: ", describe_exception(error),
                             "; the other replicas were released from their collectives"))));
 }
 
-void CollectiveGroup::record_failure(std::exception_ptr root, std::exception_ptr release) {
+void ReplicaGroup::record_failure(std::exception_ptr root, std::exception_ptr release) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!first_error_) first_error_ = root;
   }
   failed_.store(true, std::memory_order_release);
   rendezvous_.abort(std::move(release));
 }
 
-std::exception_ptr CollectiveGroup::first_error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+std::exception_ptr ReplicaGroup::first_error() const {
+  MutexLock lock(mu_);
   return first_error_;
 }
 
-}  // namespace distribute::collective
+}  // namespace distribute::detail
 
 

@@ -1,14 +1,18 @@
-#include "distribute/collective/signature.h"
+// The comparison of the replicas' calls to one collective, and the errors that name who differed.
+#include "replica/fingerprint.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "distribute/errors.h"
 
-namespace distribute::collective {
+namespace distribute::detail {
 namespace {
+
+using collective::BufferRef;
+using collective::CollectiveKind;
+using collective::kind_name;
 
 // Splits the replicas into classes of equal calls (by `same`) and returns them with the
 // reference class first: the largest, preferring one that `preferred` accepts, then the one
@@ -45,7 +49,7 @@ int normalized_axis(int axis, const Shape& shape) { return axis < 0 ? axis + sha
 
 // all_gather's axis as it applies to the call's first leaf (-1 and rank-1 are the same axis).
 int gather_axis(const CollectiveCall& call) {
-  return call.inputs.empty() ? call.axis : normalized_axis(call.axis, *call.inputs[0].shape);
+  return call.op.inputs.empty() ? call.op.axis : normalized_axis(call.op.axis, *call.op.inputs[0].shape);
 }
 
 std::string leaf_text(const BufferRef& leaf) { return absl::StrCat(dtype_name(leaf.dtype), leaf.shape->compact()); }
@@ -71,55 +75,50 @@ std::exception_ptr invalid(std::string message) {
 // For all_gather, the axes are compared as normalised for the leaf's rank, so -1 and rank-1 agree.
 bool same_leaf(const CollectiveCall& ca, const BufferRef& a, const CollectiveCall& cb, const BufferRef& b) {
   if (a.dtype != b.dtype) return false;
-  if (ca.kind != CollectiveKind::kAllGather) return *a.shape == *b.shape;
+  if (ca.op.kind != CollectiveKind::kAllGather) return *a.shape == *b.shape;
   if (a.shape->rank() != b.shape->rank()) return false;
-  const int axis = normalized_axis(ca.axis, *a.shape);
-  if (axis != normalized_axis(cb.axis, *b.shape)) return false;
+  const int axis = normalized_axis(ca.op.axis, *a.shape);
+  if (axis != normalized_axis(cb.op.axis, *b.shape)) return false;
   for (int d = 0; d < a.shape->rank(); ++d) {
     if (d != axis && (*a.shape)[d] != (*b.shape)[d]) return false;
   }
   return true;
 }
 
-std::atomic<bool> g_fingerprint_checks{true};
-
 }  // namespace
-
-void set_fingerprint_checks(bool enabled) { g_fingerprint_checks.store(enabled, std::memory_order_relaxed); }
 
 std::string replicas_text(const std::vector<int>& replicas) {
   return absl::StrCat(replicas.size() == 1 ? "replica " : "replicas ", absl::StrJoin(replicas, ", "));
 }
 
 std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
-  if (!g_fingerprint_checks.load(std::memory_order_relaxed)) return nullptr;
   const CollectiveCall& first = *calls[0];
   bool all_same_kind = true;
-  for (CollectiveCall* call : calls) all_same_kind &= call->kind == first.kind;
+  for (CollectiveCall* call : calls) all_same_kind &= call->op.kind == first.op.kind;
 
   if (!all_same_kind) {
     auto classes = classes_of(
-        calls, [](const CollectiveCall& a, const CollectiveCall& b) { return a.kind == b.kind; },
-        [](const CollectiveCall& c) { return c.kind != CollectiveKind::kReturn; });
+        calls, [](const CollectiveCall& a, const CollectiveCall& b) { return a.op.kind == b.op.kind; },
+        [](const CollectiveCall& c) { return c.op.kind != CollectiveKind::kReturn; });
     const CollectiveCall& ref = *calls[static_cast<std::size_t>(classes[0][0])];
     std::vector<std::string> parts;
     for (std::size_t c = 1; c < classes.size(); ++c) {
       const CollectiveCall& other = *calls[static_cast<std::size_t>(classes[c][0])];
-      if (other.kind == CollectiveKind::kReturn) {
+      if (other.op.kind == CollectiveKind::kReturn) {
         parts.push_back(absl::StrCat(replicas_text(classes[c]), " returned from the replica function while ",
-                                     replicas_text(classes[0]), (classes[0].size() == 1 ? " waits in " : " wait in "), kind_name(ref.kind),
-                                     " (collective #", ref.sequence, ")"));
+                                     replicas_text(classes[0]), (classes[0].size() == 1 ? " waits in " : " wait in "), kind_name(ref.op.kind),
+                                     " (collective #", ref.op.sequence, ")"));
       } else {
-        parts.push_back(absl::StrCat(replicas_text(classes[c]), " called ", kind_name(other.kind),
-                                     " where ", replicas_text(classes[0]), " called ", kind_name(ref.kind),
-                                     " (collective #", ref.sequence, ")"));
+        parts.push_back(absl::StrCat(replicas_text(classes[c]), " called ", kind_name(other.op.kind),
+                                     " where ", replicas_text(classes[0]), " called ", kind_name(ref.op.kind),
+                                     " (collective #", ref.op.sequence, ")"));
       }
     }
     return std::make_exception_ptr(FailedPreconditionError(absl::StrCat(
         absl::StrJoin(parts, "; "),
         ". Every replica must make the same collective calls in the same order.")));
   }
-  if (first.kind == CollectiveKind::kReturn) return nullptr;
+  if (first.op.kind == CollectiveKind::kReturn) return nullptr;
 
   // Built only on a mismatch: the matching path allocates nothing.
   auto prefix = [&] { return call_name(first); };
@@ -130,7 +129,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
     return false;
   };
 
-  if (first.kind == CollectiveKind::kMergeCall) {
+  if (first.op.kind == CollectiveKind::kMergeCall) {
     auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.merge_type == b.merge_type; };
     if (differs(same)) {
       auto classes = classes_of(calls, same);
@@ -141,11 +140,11 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
     return nullptr;
   }
 
-  if (first.kind == CollectiveKind::kAllReduce) {
-    auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.op == b.op; };
+  if (first.op.kind == CollectiveKind::kAllReduce) {
+    auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.op.op == b.op.op; };
     if (differs(same)) {
       return invalid(value_mismatch(prefix(), calls, classes_of(calls, same), [](const CollectiveCall& c) {
-        return absl::StrCat("reduce op ", reduce_op_name(c.op));
+        return absl::StrCat("reduce op ", reduce_op_name(c.op.op));
       }));
     }
   } else {
@@ -157,7 +156,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
   }
 
   auto same_structure = [](const CollectiveCall& a, const CollectiveCall& b) {
-    return a.structure_hash == b.structure_hash && a.inputs.size() == b.inputs.size();
+    return a.structure_hash == b.structure_hash && a.op.inputs.size() == b.op.inputs.size();
   };
   if (differs(same_structure)) {
     return invalid(value_mismatch(prefix(), calls, classes_of(calls, same_structure), [](const CollectiveCall& c) {
@@ -168,47 +167,35 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
   auto same_digest = [](const CollectiveCall& a, const CollectiveCall& b) { return a.leaf_digest == b.leaf_digest; };
   // Leaf by leaf only to name the first leaf that differs.
   const bool leaves_differ = differs(same_digest);
-  for (std::size_t leaf = 0; leaves_differ && leaf < first.inputs.size(); ++leaf) {
+  for (std::size_t leaf = 0; leaves_differ && leaf < first.op.inputs.size(); ++leaf) {
     auto same = [&](const CollectiveCall& a, const CollectiveCall& b) {
-      return same_leaf(a, a.inputs[leaf], b, b.inputs[leaf]);
+      return same_leaf(a, a.op.inputs[leaf], b, b.op.inputs[leaf]);
     };
     if (differs(same)) {
-      std::string where = first.inputs.size() > 1 ? absl::StrCat(" (leaf ", leaf, ")") : "";
-      std::string hint = first.kind == CollectiveKind::kAllGather
+      std::string where = first.op.inputs.size() > 1 ? absl::StrCat(" (leaf ", leaf, ")") : "";
+      std::string hint = first.op.kind == CollectiveKind::kAllGather
                              ? absl::StrCat("; all_gather needs the same dtype, rank and dimensions except axis ",
-                                            normalized_axis(first.axis, *first.inputs[leaf].shape))
+                                            normalized_axis(first.op.axis, *first.op.inputs[leaf].shape))
                              : "; all_reduce needs the same dtype and shape on every replica";
       return invalid(value_mismatch(prefix() + where, calls, classes_of(calls, same), [&](const CollectiveCall& c) {
-        return leaf_text(c.inputs[leaf]);
+        return leaf_text(c.op.inputs[leaf]);
       }) + hint);
     }
   }
 
   auto same_options = [](const CollectiveCall& a, const CollectiveCall& b) {
-    return a.options.implementation == b.options.implementation &&
-           a.options.bytes_per_pack == b.options.bytes_per_pack;
+    return a.op.options.implementation == b.op.options.implementation &&
+           a.op.options.bytes_per_pack == b.op.options.bytes_per_pack;
   };
   if (differs(same_options)) {
     return invalid(value_mismatch(prefix(), calls, classes_of(calls, same_options), [](const CollectiveCall& c) {
-      return absl::StrCat("options {implementation=", implementation_name(c.options.implementation),
-                          ", bytes_per_pack=", c.options.bytes_per_pack, "}");
+      return absl::StrCat("options {implementation=", implementation_name(c.op.options.implementation),
+                          ", bytes_per_pack=", c.op.options.bytes_per_pack, "}");
     }));
   }
   return nullptr;
 }
 
-const char* kind_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce: return "all_reduce";
-    case CollectiveKind::kAllGather: return "all_gather";
-    case CollectiveKind::kMergeCall: return "merge_call";
-    case CollectiveKind::kReturn: return "return";
-  }
-  return "?";
-}
+std::string call_name(const CollectiveCall& call) { return collective::op_name(call.op); }
 
-std::string call_name(const CollectiveCall& call) {
-  return absl::StrCat(kind_name(call.kind), " #", call.sequence);
-}
-
-}  // namespace distribute::collective
+}  // namespace distribute::detail

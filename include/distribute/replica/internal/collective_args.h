@@ -1,4 +1,4 @@
-// distribute::detail: the bridge from a nest to a CollectiveCall. Flattens the leaves of a value
+// distribute::detail, not API: the bridge from a nest to a CollectiveCall. Flattens the leaves of a value
 // into input BufferRefs (scalars point at the caller's value, tensors at their storage), makes
 // the outputs (tensors from the replica device's pool, scalars in an inline slot), and rebuilds a
 // nest of the same structure from the outputs. On a GPU replica every leaf is device memory:
@@ -13,15 +13,16 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "distribute/collective/collective_call.h"
+#include "distribute/device/internal/tensor_views.h"
 #include "distribute/device/tensor.h"
 #include "distribute/nest/nest.h"
+#include "distribute/replica/internal/collective_call.h"
 
 namespace distribute::detail {
 
 // Shape of every scalar leaf. A namespace-scope constant rather than a function's static: asked
 // for once per leaf, and a function's static is guarded by a flag checked on every call.
-inline constinit const Shape kScalarShape;
+inline const Shape kScalarShape;
 inline const Shape& scalar_shape() { return kScalarShape; }
 
 // The per-leaf arrays of one collective. A thread keeps those of its last collective for the
@@ -57,11 +58,13 @@ class CollectiveArgs {
   CollectiveArgs(const CollectiveArgs&) = delete;
   CollectiveArgs& operator=(const CollectiveArgs&) = delete;
 
-  collective::CollectiveCall& call() { return call_; }
+  CollectiveCall& call() { return call_; }
   std::size_t size() const { return inputs_.size(); }
 
   // all_reduce: outputs shaped like the inputs, allocated before the rendezvous.
   void allocate_outputs_like_inputs();
+  // all_reduce in place: the outputs are the inputs (every leaf must be a tensor).
+  void use_inputs_as_outputs();
   // all_reduce: every leaf is a tensor, so every output is a view of the output block and
   // rebuild() reads no output data: it may run before the data phase.
   bool outputs_are_views() const { return tensor_leaves_ == inputs_.size(); }
@@ -91,7 +94,7 @@ class CollectiveArgs {
 
   const char* method_;
   Device device_;
-  collective::CollectiveCall call_;
+  CollectiveCall call_;
   LeafArraysLease arrays_;
   std::vector<collective::BufferRef>& inputs_ = (*arrays_).inputs;
   // Counted while flattening: the tensors, the host scalars, and the bytes of the all_reduce
@@ -113,7 +116,7 @@ class CollectiveArgs {
 template <class V>
 CollectiveArgs::CollectiveArgs(const V& value, collective::CollectiveKind kind, const Device& device)
     : method_(collective::kind_name(kind)), device_(device) {
-  call_.kind = kind;
+  call_.op.kind = kind;
   const std::size_t n = nest::num_leaves(value);
   inputs_.resize(n);
   data_pointers_.resize(2 * n);
@@ -123,13 +126,13 @@ CollectiveArgs::CollectiveArgs(const V& value, collective::CollectiveKind kind, 
   void** input_data = data_pointers_.data();
   std::size_t* offsets = leaf_offsets_.data();
   const bool digest = kind == collective::CollectiveKind::kAllReduce;  // all_gather's: prepare_gather
-  collective::LeafDigest leaves;
+  LeafDigest leaves;
   std::size_t index = 0;
   std::size_t bytes = 0;
   nest::for_each_leaf(value, [&](const auto& leaf) {
     collective::BufferRef& in = inputs[index];
     fill_input(leaf, index, in);
-    input_data[index] = in.data;
+    input_data[index] = const_cast<void*>(in.data);  // one array for inputs and outputs
     offsets[index] = bytes = collective::align_leaf(bytes);
     bytes += in.nbytes();
     if (digest) leaves.add(in.dtype, in.shape->span(), -1);
@@ -137,16 +140,16 @@ CollectiveArgs::CollectiveArgs(const V& value, collective::CollectiveKind kind, 
   });
   offsets[n] = block_bytes_ = bytes;
   call_.leaf_digest = leaves.value();
-  call_.inputs = inputs_;
-  call_.input_data = {data_pointers_.data(), n};
-  call_.leaf_offsets = leaf_offsets_;
+  call_.op.inputs = inputs_;
+  call_.op.input_data = {data_pointers_.data(), n};
+  call_.op.leaf_offsets = leaf_offsets_;
   call_.structure_hash = nest::structure_hash(value);
   call_.describe_structure = [](const void* v) { return nest::describe_structure(*static_cast<const V*>(v)); };
   call_.value = &value;
-  call_.allocate_output = [](void* self, std::size_t leaf, const Shape& shape) {
+  call_.op.allocate_output = [](void* self, std::size_t leaf, const Shape& shape) {
     return static_cast<CollectiveArgs*>(self)->allocate_output(leaf, shape);
   };
-  call_.allocate_context = this;
+  call_.op.allocate_context = this;
 }
 
 template <class L>
@@ -161,7 +164,7 @@ void CollectiveArgs::fill_input(const L& leaf, std::size_t index, collective::Bu
     in.dtype = leaf.dtype();
     ++tensor_leaves_;
   } else {
-    in.data = device_.is_cpu() ? const_cast<L*>(&leaf) : const_cast<void*>(scalar_on_device(&leaf, dtype_v<L>));
+    in.data = device_.is_cpu() ? static_cast<const void*>(&leaf) : scalar_on_device(&leaf, dtype_v<L>);
     in.shape = &scalar_shape();
     in.dtype = dtype_v<L>;
     if (device_.is_cpu()) ++host_scalars_;

@@ -1,0 +1,86 @@
+// distribute::detail, not API: one replica's part in one collective or merge_call, as the replica
+// layer synchronises it. The buffers (collective::CollectiveOp) go to the backend; the rest is
+// the call's fingerprint, which the replicas compare before any data moves (kind, sequence, op,
+// nest structure, dtypes and shapes as one digest, options, merge_fn's type), and what merge_call
+// needs to run merge_fn once for every replica.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "distribute/collective/internal/collective_op.h"
+
+namespace distribute::detail {
+
+// Builds CollectiveCall::leaf_digest from the leaves in order. Each leaf is a word holding its
+// dtype, its rank and, for all_gather, the gather axis (so that no leaf's dimensions can read as
+// the start of another leaf), then its dimensions (all_gather: the gather axis's size left out,
+// as the replicas may differ there). Leaf k goes into lane k % 4, so that a hundred leaves make
+// four short chains of dependent multiplications rather than one long one; the lanes, mixed to
+// full avalanche, make the digest. Equal leaves give equal digests; different leaves give equal
+// digests only by a collision of 64-bit hashes, as for a nest's structure_hash.
+class LeafDigest {
+ public:
+  void add(DType dtype, std::span<const std::int64_t> dims, int gather_axis) {
+    std::uint64_t& lane = lanes_[leaves_++ % kLanes];
+    lane = mix(lane, static_cast<std::uint64_t>(dtype) | std::uint64_t{dims.size()} << 8 |
+                         static_cast<std::uint64_t>(gather_axis + 1) << 40);
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+      lane = mix(lane, static_cast<int>(d) == gather_axis ? 0 : static_cast<std::uint64_t>(dims[d]));
+    }
+  }
+  std::uint64_t value() const {
+    std::uint64_t h = leaves_;
+    for (std::uint64_t lane : lanes_) h = avalanche(h ^ avalanche(lane));
+    return h;
+  }
+
+ private:
+  static constexpr std::size_t kLanes = 4;
+  static constexpr std::uint64_t kMultiplier = 0x9e3779b97f4a7c15;  // odd: a bijection mod 2^64
+  // One word into a lane: the multiplication spreads each bit upwards, the shift brings the high
+  // half back down, so a difference anywhere in a word reaches every later bit.
+  static std::uint64_t mix(std::uint64_t lane, std::uint64_t word) {
+    const std::uint64_t h = (lane ^ word) * kMultiplier;
+    return h ^ (h >> 32);
+  }
+  // SplitMix64's finaliser: every input bit flips each output bit with probability about 1/2.
+  static std::uint64_t avalanche(std::uint64_t h) {
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111eb;
+    return h ^ (h >> 31);
+  }
+  std::uint64_t lanes_[kLanes] = {0x243f6a8885a308d3, 0x13198a2e03707344, 0xa4093822299f31d0, 0x082efa98ec4e6c89};
+  std::uint64_t leaves_ = 0;
+};
+
+struct CollectiveCall;
+
+// Runs a merge_fn once for all replicas (calls[r] is replica r's call) and returns its result.
+using MergeRunner = std::shared_ptr<void> (*)(std::span<CollectiveCall* const> calls);
+
+struct CollectiveCall {
+  collective::CollectiveOp op;
+  // Every input leaf's dtype and shape in one LeafDigest, made on the replica's own thread while
+  // it visits the leaves: the replica that completes the rendezvous compares one word per peer,
+  // and no per-leaf array is written on one core to be read on another.
+  std::uint64_t leaf_digest = 0;
+  // The nest's structure: its hash is compared; describe_structure(value) renders it for messages.
+  std::uint64_t structure_hash = 0;
+  std::string (*describe_structure)(const void* value) = nullptr;
+  const void* value = nullptr;
+  // merge_call: identifies merge_fn's type and arguments' types; `frame` is read by `run_merge`.
+  const void* merge_type = nullptr;
+  const void* frame = nullptr;
+  MergeRunner run_merge = nullptr;
+  // When set: work of this replica's own that needs neither the other replicas nor the data
+  // (making an all_reduce's result, tensors viewing the output block), run once with
+  // `while_waiting_context` as soon as the replica has arrived at the rendezvous, so that it
+  // fills the wait for the others. Must not throw.
+  void (*while_waiting)(void* context) = nullptr;
+  void* while_waiting_context = nullptr;
+};
+
+}  // namespace distribute::detail

@@ -1,0 +1,20 @@
+// Names of collectives, for the messages of every layer above.
+#include "distribute/collective/internal/collective_op.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace distribute::collective {
+
+const char* kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kMergeCall: return "merge_call";
+    case CollectiveKind::kReturn: return "return";
+  }
+  return "?";
+}
+
+std::string op_name(const CollectiveOp& op) { return absl::StrCat(kind_name(op.kind), " #", op.sequence); }
+
+}  // namespace distribute::collective

@@ -1,0 +1,67 @@
+// distribute::collective: Communicator, the data-moving half of a collective, implemented once per
+// backend in src/collective/<backend>/communicator.{h,cc} (cpu: shared memory between threads;
+// one_device: reduction on one device; nccl: NCCL between GPUs). The replica layer's group calls
+// it only after the rendezvous has matched every replica's call, so a backend never sees
+// mismatched shapes and never has to detect misuse itself.
+//
+// The unit is the process: a Communicator moves data between the replicas of one process, which
+// are threads, and `rank` is the replica's index in the process. Several processes (workers) are
+// joined hierarchically rather than by making every replica a peer of every other: a worker's
+// replicas first combine locally through this process's Communicator, then one thread per process
+// exchanges the local result with the other workers through a process-level engine (MPI, or NCCL
+// across processes), and the result is shared locally again. Only that one thread per process
+// talks to the other processes, so the engine needs no thread support, the number of messages
+// grows with workers rather than replicas, and a backend written here is reused unchanged under
+// the multi-worker strategy.
+#pragma once
+
+#include <atomic>
+#include <span>
+#include <string_view>
+
+#include "distribute/collective/internal/collective_op.h"
+
+namespace distribute::collective {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string_view name() const = 0;
+
+  // Called by replica `rank` before it arrives at the rendezvous (op.sequence is set): a backend
+  // may copy what the data phase needs so that no replica has to wait for the others to finish
+  // reading its inputs. Sets op.staged when it did.
+  virtual void stage(int /*rank*/, CollectiveOp& /*op*/) {}
+
+  // Called once per collective by the rendezvous's last arriver, after the ops matched and
+  // before any replica is released: a backend may copy what every replica will need from the
+  // others' ops here, while all of them still wait.
+  virtual void prepare(std::span<CollectiveOp* const> /*ops*/) {}
+
+  // Each is called by every replica `rank` with the same `ops` (ops[r] is replica r's).
+  // Returns when rank's outputs hold the result and no replica will read rank's inputs or write
+  // rank's outputs again.
+  virtual void all_reduce(int rank, std::span<CollectiveOp* const> ops) = 0;
+  // Output buffers are allocated here through ops[rank]->allocate_output, once the gathered
+  // shapes are known.
+  virtual void all_gather(int rank, std::span<CollectiveOp* const> ops) = 0;
+
+  // Before each run, while no replica runs: a backend whose connections a failure broke (NCCL
+  // communicators after an abort) builds new ones here.
+  virtual void begin_run() {}
+  // On replica `rank`'s thread, after its run failed or timed out: stop waiting for device work
+  // that depends on peers (NCCL: abort the replica's communicator).
+  virtual void abort(int /*rank*/) {}
+
+  // Set by the group: true once the current run has failed. Backends that poll a device check it
+  // so that no replica keeps waiting for a peer that will not come.
+  void set_failure_flag(const std::atomic<bool>* failed) { failed_ = failed; }
+
+ protected:
+  bool run_failed() const { return failed_ != nullptr && failed_->load(std::memory_order_acquire); }
+
+ private:
+  const std::atomic<bool>* failed_ = nullptr;
+};
+
+}  // namespace distribute::collective

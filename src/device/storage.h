@@ -1,0 +1,67 @@
+// distribute::detail: the memory behind a Tensor. A Storage owns (or borrows) one block on one
+// device and gives it back through its release function; device backends make them (the host
+// pool in host_allocator.cc, the CUDA runtime). The reference count lives in the Storage (as in
+// TF's TensorBuffer), so a handle (StorageRef, tensor.h) is one pointer, and the outputs of a
+// collective, many views of one block, take all their references with one atomic add.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <utility>
+
+#include "distribute/device/tensor.h"
+
+namespace distribute::detail {
+
+class Storage {
+ public:
+  using Release = std::function<void(void* data, std::size_t nbytes)>;
+
+  Storage(void* data, std::size_t nbytes, Device device, Release release)
+      : data_(data), nbytes_(nbytes), device_(std::move(device)), release_(std::move(release)) {}
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (release_) release_(data_, nbytes_);
+  }
+
+  void* data() const { return data_; }
+  std::size_t nbytes() const { return nbytes_; }
+  const Device& device() const { return device_; }
+
+ private:
+  friend class StorageRef;
+  std::atomic<std::int64_t> refs_{1};  // the StorageRef made with it holds the first
+  void* data_;
+  std::size_t nbytes_;
+  Device device_;
+  Release release_;
+};
+
+// A new Storage of `nbytes` at `data` on `device`, given back through `release` (none: borrowed).
+StorageRef make_storage(void* data, std::size_t nbytes, Device device, Storage::Release release);
+
+// Allocates nbytes on `device` (64-byte aligned on the host). Throws UnimplementedError for a
+// device type whose backend is not built, InternalError when memory runs out.
+StorageRef allocate_storage(const Device& device, std::size_t nbytes);
+
+// While one lives, the references this thread drops are counted on the thread and given back to
+// their Storage together: when the thread drops a reference to another Storage, when the batch
+// ends, or at once when they are the Storage's last. A replica's thread runs each step in one,
+// so a gradient list's output handles (views of one block, dropped one after the other) cost one
+// atomic update, not one each. Memory whose last holder is another thread may then wait for the
+// end of the step to be freed.
+class ReleaseBatch {
+ public:
+  ReleaseBatch();
+  ReleaseBatch(const ReleaseBatch&) = delete;
+  ReleaseBatch& operator=(const ReleaseBatch&) = delete;
+  ~ReleaseBatch();
+
+ private:
+  bool outer_;
+};
+
+}  // namespace distribute::detail
