@@ -53,7 +53,9 @@ void ReplicaContext::run_all_reduce(detail::CollectiveArgs& args) {
   // One replica: SUM and MEAN are the input itself.
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
     const collective::BufferRef& in = call.op.inputs[leaf];
-    detail::copy_bytes(call.op.output_data[leaf], device_, in.data, device_, in.nbytes());
+    if (call.op.output_data[leaf] != in.data) {
+      detail::copy_bytes(call.op.output_data[leaf], device_, in.data, device_, in.nbytes());
+    }
   }
 }
 
@@ -129,6 +131,10 @@ void CollectiveArgs::allocate_outputs_like_inputs() {
 
 void CollectiveArgs::use_inputs_as_outputs() {
   const std::size_t n = inputs_.size();
+  for (std::size_t leaf = 0; leaf < n; ++leaf) {
+    DISTRIBUTE_CHECK(inputs_[leaf].shape != &scalar_shape(), InvalidArgumentError, "all_reduce_in_place: leaf ", leaf,
+                     " is a scalar, which has no memory to reduce into; pass Tensors (Tensor::scalar for one value)");
+  }
   void** output_data = data_pointers_.data() + n;
   for (std::size_t leaf = 0; leaf < n; ++leaf) output_data[leaf] = data_pointers_[leaf];
   call_.op.output_data = {output_data, n};

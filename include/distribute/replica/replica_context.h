@@ -116,6 +116,20 @@ class ReplicaContext {
     return all_reduce(parse_reduce_op(op), value, options);
   }
 
+  // Reduces in place: afterwards every replica's `tensors` (a Tensor or a nest of Tensors, which
+  // may view memory of the user's, such as Eigen objects through Tensor::view) hold the result.
+  // Nothing is allocated for the result. InvalidArgumentError for a scalar leaf.
+  template <nest::Nest V>
+  void all_reduce_in_place(ReduceOp op, V& tensors, const CommunicationOptions& options = {});
+  // The same for Eigen matrices or arrays (and tensors) given one by one, in one collective:
+  //   ctx->all_reduce_in_place(ReduceOp::kMean, grad_w1, grad_b1, grad_w2, grad_b2);
+  template <class... Ts>
+    requires((EigenDense<Ts> || std::same_as<Ts, Tensor>) && ...) && (sizeof...(Ts) > 1 || (EigenDense<Ts> && ...))
+  void all_reduce_in_place(ReduceOp op, Ts&... values) {
+    std::vector<Tensor> tensors{as_tensor(values)...};
+    all_reduce_in_place(op, tensors);
+  }
+
   // Concatenates every replica's `value` along `axis` (per-replica sizes along axis may differ).
   // Every leaf needs rank >= 1; negative axes count from the end.
   template <class V>
@@ -129,6 +143,11 @@ class ReplicaContext {
 
  private:
   void require_current(const char* method) const;
+  static const Tensor& as_tensor(const Tensor& t) { return t; }
+  template <EigenDense E>
+  static Tensor as_tensor(E& eigen) {
+    return Tensor::view(eigen);
+  }
   void run_all_reduce(detail::CollectiveArgs& args);
   void run_all_gather(detail::CollectiveArgs& args);
   std::shared_ptr<void> run_merge_call(detail::CollectiveCall& call);
@@ -184,6 +203,16 @@ V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOpt
   if (!result && !error) make_result();  // one replica: no rendezvous
   if (error) std::rethrow_exception(error);
   return std::move(*result);
+}
+
+template <nest::Nest V>
+void ReplicaContext::all_reduce_in_place(ReduceOp op, V& tensors, const CommunicationOptions& options) {
+  require_current("all_reduce_in_place");
+  detail::CollectiveArgs args(tensors, collective::CollectiveKind::kAllReduce, device_);
+  args.call().op.op = op;
+  args.call().op.options = options;
+  args.use_inputs_as_outputs();
+  run_all_reduce(args);
 }
 
 template <class V>

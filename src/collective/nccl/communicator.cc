@@ -190,7 +190,10 @@ void NcclCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) 
   for (const Pack& p : packs) {
     if (p.first == p.last) continue;
     for (std::size_t leaf = p.first; leaf <= p.last; ++leaf) {
-      me.copy(mine.output_data[leaf], mine.inputs[leaf].data, mine.inputs[leaf].nbytes());
+      // In place, the leaf is already where the pack reduces it.
+      if (mine.output_data[leaf] != mine.inputs[leaf].data) {
+        me.copy(mine.output_data[leaf], mine.inputs[leaf].data, mine.inputs[leaf].nbytes());
+      }
     }
   }
   const ncclRedOp_t op = mine.op == ReduceOp::kMean ? ncclAvg : ncclSum;
