@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "distribute/config.h"
@@ -228,6 +229,18 @@ const std::vector<Row>& expected_rows() {
       {"E88", "InvalidArgumentError", {"is on CPU:0 but the replica runs on GPU:0", "move it with to()"}},
       {"E89", "InvalidArgumentError", {"Tensor::from_blob: null data for shape (2,)"}},
       {"E90", "ResourceExhaustedError", {"would exceed its memory_limit of 1048576 bytes"}},
+      {"E91",
+       "InvalidArgumentError",
+       {"Tensor::view: the Eigen object's elements are not contiguous", "copy it into a Matrix or Array first"}},
+      {"E92", "InvalidArgumentError", {"all_reduce_in_place: leaf 1 is a scalar", "pass Tensors"}},
+      {"E93",
+       "InvalidArgumentError",
+       {"all_reduce #1: CommunicationOptions::implementation is NCCL but this strategy's collectives go through "
+        "SharedMemoryAllReduce",
+        "pass kAuto"}},
+      {"E94",
+       "InvalidArgumentError",
+       {"MirroredStrategy: communication.implementation is RING but cross_device_ops is not kAuto"}},
   };
   return rows;
 }
@@ -991,6 +1004,42 @@ TEST(Errors, E88_CollectiveOnATensorOfAnotherDevice) {
 
 TEST(Errors, E89_FromBlobWithNullData) {
   expect_row<InvalidArgumentError>("E89", [] { Tensor::from_blob(nullptr, DType::kFloat32, Shape{2}, Device::cpu()); });
+}
+
+TEST(Errors, E91_ViewOfAStridedEigenMap) {
+  std::vector<float> memory(16);
+  Eigen::Map<Eigen::MatrixXf, 0, Eigen::OuterStride<>> corner(memory.data(), 2, 2, Eigen::OuterStride<>(4));
+  expect_row<InvalidArgumentError>("E91", [&] { (void)Tensor::view(corner); });
+}
+
+TEST(Errors, E92_InPlaceAllReduceOfAScalar) {
+  MirroredStrategy strategy(cpu_devices(2));
+  expect_row<InvalidArgumentError>("E92", [&] {
+    strategy.run([] {
+      std::tuple<Tensor, double> value{Tensor::scalar(1.0f), 2.0};
+      get_replica_context()->all_reduce_in_place(ReduceOp::kSum, value);
+    });
+  });
+}
+
+TEST(Errors, E93_ImplementationThatIsNotTheStrategys) {
+  MirroredStrategy strategy(cpu_devices(2));
+  CommunicationOptions nccl;
+  nccl.implementation = CommunicationImplementation::kNccl;
+  expect_row<InvalidArgumentError>(
+      "E93", [&] { strategy.run([&] { (void)get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, nccl); }); });
+  // The strategy stays usable, and RING is the shared-memory backend's own.
+  CommunicationOptions ring;
+  ring.implementation = CommunicationImplementation::kRing;
+  auto sums = strategy.run([&] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, ring); });
+  EXPECT_EQ(sums[1], 2.0f);
+}
+
+TEST(Errors, E94_ImplementationThatContradictsCrossDeviceOps) {
+  MirroredStrategyOptions options;
+  options.communication.implementation = CommunicationImplementation::kRing;
+  options.cross_device_ops = CrossDeviceOps::kReductionToOneDevice;
+  expect_row<InvalidArgumentError>("E94", [&] { MirroredStrategy strategy(cpu_devices(2), options); });
 }
 
 TEST(Errors, E90_LogicalGpuMemoryLimit) {

@@ -79,40 +79,66 @@ TEST(GpuTopology, BadConfigurationsAndMissingGpus) {
                                 {"GPU:1 does not exist: 1 logical GPU(s) are visible", "list_logical_gpus()"});
 }
 
+constexpr CommunicationImplementation kAutoImpl = CommunicationImplementation::kAuto;
+
 TEST(CrossDeviceOpsChoice, CpuDevices) {
   const std::vector<Device> cpus = {Device::cpu(0), Device::cpu(1)};
   const std::vector<int> none = {-1, -1};
-  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, cpus, none, true), detail::Backend::kSharedMemory);
-  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kReductionToOneDevice, cpus, none, true),
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, kAutoImpl, cpus, none, true), detail::Backend::kSharedMemory);
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kReductionToOneDevice, kAutoImpl, cpus, none, true),
             detail::Backend::kReductionToOneDevice);
   expect_error<InvalidArgumentError>(
-      [&] { detail::choose_backend(CrossDeviceOps::kNcclAllReduce, cpus, none, true); },
+      [&] { detail::choose_backend(CrossDeviceOps::kNcclAllReduce, kAutoImpl, cpus, none, true); },
       {"CrossDeviceOps::kNcclAllReduce needs GPU devices and CPU:0 is a CPU"});
 }
 
 TEST(CrossDeviceOpsChoice, DistinctPhysicalGpus) {
   const std::vector<Device> gpus = {Device::gpu(0), Device::gpu(1)};
   const std::vector<int> physical = {0, 1};
-  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, gpus, physical, true), detail::Backend::kNccl);
-  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kNcclAllReduce, gpus, physical, true), detail::Backend::kNccl);
-  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kReductionToOneDevice, gpus, physical, true),
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, kAutoImpl, gpus, physical, true), detail::Backend::kNccl);
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kNcclAllReduce, kAutoImpl, gpus, physical, true), detail::Backend::kNccl);
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kReductionToOneDevice, kAutoImpl, gpus, physical, true),
             detail::Backend::kReductionToOneDevice);
   // Without NCCL in the build, kAuto falls back and an explicit request says why it cannot.
-  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, gpus, physical, false),
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, kAutoImpl, gpus, physical, false),
             detail::Backend::kReductionToOneDevice);
-  expect_error<UnimplementedError>([&] { detail::choose_backend(CrossDeviceOps::kNcclAllReduce, gpus, physical, false); },
+  expect_error<UnimplementedError>([&] { detail::choose_backend(CrossDeviceOps::kNcclAllReduce, kAutoImpl, gpus, physical, false); },
                                    {"kNcclAllReduce needs NCCL", "-DDISTRIBUTE_WITH_NCCL=ON"});
 }
 
 TEST(CrossDeviceOpsChoice, LogicalGpusOfOnePhysicalGpu) {
   const std::vector<Device> gpus = {Device::gpu(0), Device::gpu(1), Device::gpu(2)};
   const std::vector<int> physical = {0, 1, 1};
-  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, gpus, physical, true),
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, kAutoImpl, gpus, physical, true),
             detail::Backend::kReductionToOneDevice);
   expect_error<InvalidArgumentError>(
-      [&] { detail::choose_backend(CrossDeviceOps::kNcclAllReduce, gpus, physical, true); },
+      [&] { detail::choose_backend(CrossDeviceOps::kNcclAllReduce, kAutoImpl, gpus, physical, true); },
       {"kNcclAllReduce cannot run GPU:1 and GPU:2", "both are logical GPUs of physical GPU 1",
        "use kReductionToOneDevice or kAuto"});
+}
+
+// A strategy's default CommunicationOptions::implementation picks its backend, or contradicts
+// cross_device_ops.
+TEST(CrossDeviceOpsChoice, ImplementationPicksTheBackend) {
+  const std::vector<Device> cpus = {Device::cpu(0), Device::cpu(1)};
+  const std::vector<int> none = {-1, -1};
+  const std::vector<Device> gpus = {Device::gpu(0), Device::gpu(1)};
+  const std::vector<int> physical = {0, 1};
+  using enum CommunicationImplementation;
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, kRing, cpus, none, true), detail::Backend::kSharedMemory);
+  EXPECT_EQ(detail::choose_backend(CrossDeviceOps::kAuto, kNccl, gpus, physical, true), detail::Backend::kNccl);
+  expect_error<InvalidArgumentError>([&] { detail::choose_backend(CrossDeviceOps::kAuto, kNccl, cpus, none, true); },
+                                     {"kNcclAllReduce needs GPU devices and CPU:0 is a CPU"});
+  expect_error<InvalidArgumentError>([&] { detail::choose_backend(CrossDeviceOps::kAuto, kRing, gpus, physical, true); },
+                                     {"implementation is RING (through host memory) but the replicas run on GPU:0"});
+  expect_error<InvalidArgumentError>(
+      [&] { detail::choose_backend(CrossDeviceOps::kReductionToOneDevice, kNccl, gpus, physical, true); },
+      {"implementation is NCCL but cross_device_ops is kReductionToOneDevice"});
+  expect_error<InvalidArgumentError>(
+      [&] { detail::choose_backend(CrossDeviceOps::kReductionToOneDevice, kRing, cpus, none, true); },
+      {"implementation is RING but cross_device_ops is not kAuto"});
+  expect_error<UnimplementedError>([&] { detail::choose_backend(CrossDeviceOps::kAuto, kNccl, gpus, physical, false); },
+                                   {"kNcclAllReduce needs NCCL"});
 }
 
 TEST(CrossDeviceOpsChoice, StrategiesReportTheirBackend) {

@@ -27,6 +27,9 @@ class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual std::string_view name() const = 0;
+  // The CommunicationOptions::implementation this backend is; kAuto for one that is neither RING
+  // nor NCCL (reduction to one device), which then serves only calls asking for kAuto.
+  virtual CommunicationImplementation implementation() const = 0;
 
   // Called by replica `rank` before it arrives at the rendezvous (op.sequence is set): a backend
   // may copy what the data phase needs so that no replica has to wait for the others to finish

@@ -72,6 +72,13 @@ Deadline ReplicaGroup::publish(int rank, CollectiveCall& call) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   call.op.sequence = ++slot.sequence;
   call.op.options = call.op.options.merged_with(defaults_);
+  const CommunicationImplementation wanted = call.op.options.implementation;
+  if (wanted != CommunicationImplementation::kAuto && wanted != communicator_->implementation()) [[unlikely]] {
+    throw InvalidArgumentError(absl::StrCat(
+        call_name(call), ": CommunicationOptions::implementation is ", implementation_name(wanted),
+        " but this strategy's collectives go through ", std::string(communicator_->name()),
+        "; pass kAuto, or choose the backend when building the strategy"));
+  }
   slot.call = &call;
   communicator_->stage(rank, call.op);
   return deadline_after(call.op.options.timeout);

@@ -11,11 +11,12 @@ namespace distribute::detail {
 
 enum class Backend { kSharedMemory, kReductionToOneDevice, kNccl };
 
-// Applies `requested` to `devices`, where physical[r] is device r's physical GPU (ignored for CPU
-// devices). Throws InvalidArgumentError for NCCL on CPU devices or on a physical GPU shared by two
-// replicas, UnimplementedError for NCCL in a build without it.
-Backend choose_backend(CrossDeviceOps requested, std::span<const Device> devices, std::span<const int> physical,
-                       bool nccl_built);
+// Applies `requested` and the strategy's default `implementation` to `devices`, where physical[r]
+// is device r's physical GPU (ignored for CPU devices). Throws InvalidArgumentError for NCCL on
+// CPU devices or on a physical GPU shared by two replicas, RING on GPU devices, or an
+// implementation that contradicts `requested`; UnimplementedError for NCCL in a build without it.
+Backend choose_backend(CrossDeviceOps requested, CommunicationImplementation implementation,
+                       std::span<const Device> devices, std::span<const int> physical, bool nccl_built);
 
 // "SharedMemoryAllReduce", "ReductionToOneDevice", "NcclAllReduce".
 const char* backend_name(Backend backend);

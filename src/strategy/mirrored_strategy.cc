@@ -49,10 +49,11 @@ std::vector<Device> parse_devices(const std::vector<std::string>& specs) {
   return devices;
 }
 
-detail::Backend choose_backend(const std::vector<Device>& devices, CrossDeviceOps requested) {
+detail::Backend choose_backend(const std::vector<Device>& devices, const MirroredStrategyOptions& options) {
   std::vector<int> physical;
   for (const Device& d : devices) physical.push_back(d.is_gpu() ? physical_gpu_of(d) : -1);
-  return detail::choose_backend(requested, devices, physical, DISTRIBUTE_HAS_NCCL != 0);
+  return detail::choose_backend(options.cross_device_ops, options.communication.implementation, devices, physical,
+                                DISTRIBUTE_HAS_NCCL != 0);
 }
 
 std::unique_ptr<collective::Communicator> make_communicator(detail::Backend backend,
@@ -139,7 +140,7 @@ class MirroredExtended final : public StrategyExtended {
   MirroredExtended(Strategy& container, std::vector<Device> devices, MirroredStrategyOptions options)
       : StrategyExtended(container, std::move(devices), options.communication),
         options_(options),
-        backend_(choose_backend(worker_devices(), options.cross_device_ops)) {
+        backend_(choose_backend(worker_devices(), options)) {
     levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_);
   }
 

@@ -10,6 +10,11 @@
 
 namespace distribute {
 
+// Which backend moves a collective's data. A strategy has one backend, chosen when it is built:
+// kRing through host memory (shared memory between CPU replicas), kNccl through NCCL (GPU
+// replicas), kAuto the strategy's choice. Given in a strategy's options, it chooses the backend;
+// given to one collective, it must be kAuto or the strategy's own (InvalidArgumentError otherwise),
+// since a collective cannot change backend. Strategies with one replica move no data and ignore it.
 enum class CommunicationImplementation { kAuto, kRing, kNccl };
 
 struct CommunicationOptions {

@@ -32,6 +32,7 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   std::string_view name() const override { return "NcclAllReduce"; }
+  CommunicationImplementation implementation() const override { return CommunicationImplementation::kNccl; }
   void stage(int rank, CollectiveOp& op) override;
   void prepare(std::span<CollectiveOp* const> ops) override;
   void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;

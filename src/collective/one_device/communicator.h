@@ -21,6 +21,7 @@ class OneDeviceCommunicator final : public Communicator {
   // devices[r] is replica r's; they outlive the communicator.
   OneDeviceCommunicator(std::vector<detail::ReplicaDevice*> devices, detail::WaitPolicy policy);
   std::string_view name() const override { return "ReductionToOneDevice"; }
+  CommunicationImplementation implementation() const override { return CommunicationImplementation::kAuto; }
   void stage(int rank, CollectiveOp& op) override;
   void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
   void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
