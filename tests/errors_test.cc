@@ -235,8 +235,7 @@ const std::vector<Row>& expected_rows() {
       {"E92", "InvalidArgumentError", {"all_reduce_in_place: leaf 1 is a scalar", "pass Tensors"}},
       {"E93",
        "InvalidArgumentError",
-       {"all_reduce #1: CommunicationOptions::implementation is NCCL but this strategy's collectives go through "
-        "SharedMemoryAllReduce",
+       {"CommunicationOptions::implementation is NCCL but this strategy's collectives go through SharedMemoryAllReduce",
         "pass kAuto"}},
       {"E94",
        "InvalidArgumentError",
@@ -1027,7 +1026,12 @@ TEST(Errors, E93_ImplementationThatIsNotTheStrategys) {
   CommunicationOptions nccl;
   nccl.implementation = CommunicationImplementation::kNccl;
   expect_row<InvalidArgumentError>(
-      "E93", [&] { strategy.run([&] { (void)get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, nccl); }); });
+      "E93", [&] { strategy.run([&] { (void)get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, nccl); }); },
+      {"all_reduce #1: "});
+  const PerReplica<Tensor> values{Tensor::scalar(1.0f), Tensor::scalar(2.0f)};
+  expect_row<InvalidArgumentError>(
+      "E93", [&] { (void)strategy.extended().reduce_to(ReduceOp::kSum, values, Device::cpu(), nccl); },
+      {"extended().reduce_to: "});
   // The strategy stays usable, and RING is the shared-memory backend's own.
   CommunicationOptions ring;
   ring.implementation = CommunicationImplementation::kRing;

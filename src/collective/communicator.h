@@ -49,6 +49,21 @@ class Communicator {
   // shapes are known.
   virtual void all_gather(int rank, std::span<CollectiveOp* const> ops) = 0;
 
+  // Cross-replica operations (Strategy::reduce and gather, extended().reduce_to and gather_to),
+  // called on one thread while no collective of these replicas is in flight: a merge_fn's thread
+  // while the replicas wait, or the caller outside run. values[r] is replica r's, on any device.
+  // The defaults work where the result goes: host kernels for a host destination, the GPU's own
+  // kernel and copies for a GPU one, copying only values from other memory spaces there, so that
+  // GPU values never round-trip through the host.
+  //
+  // out = op over the values' `count` elements of `dtype` (MEAN divides by mean_denominator).
+  virtual void reduce_to(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values, std::int64_t count,
+                         std::int64_t mean_denominator, void* out, const Device& destination);
+  // Value r is [outer, dims[r] * inner_bytes] bytes; out gets their concatenation along the middle
+  // dimension, [outer, sum(dims) * inner_bytes].
+  virtual void gather_to(std::span<const DeviceBuffer> values, std::span<const std::int64_t> dims, std::int64_t outer,
+                         std::size_t inner_bytes, void* out, const Device& destination);
+
   // Before each run, while no replica runs: a backend whose connections a failure broke (NCCL
   // communicators after an abort) builds new ones here.
   virtual void begin_run() {}
@@ -66,5 +81,12 @@ class Communicator {
  private:
   const std::atomic<bool>* failed_ = nullptr;
 };
+
+// What Communicator::reduce_to and gather_to do by default, for strategies without a backend
+// (one replica) too.
+void reduce_at_destination(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values, std::int64_t count,
+                           std::int64_t mean_denominator, void* out, const Device& destination);
+void gather_at_destination(std::span<const DeviceBuffer> values, std::span<const std::int64_t> dims,
+                           std::int64_t outer, std::size_t inner_bytes, void* out, const Device& destination);
 
 }  // namespace distribute::collective

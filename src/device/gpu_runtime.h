@@ -5,10 +5,14 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "device/storage.h"
+#include "distribute/device/dtype.h"
+#include "distribute/device/reduce_op.h"
 
 namespace distribute::detail::gpu {
 
@@ -27,6 +31,10 @@ StorageRef allocate(const Device& gpu, std::size_t nbytes);
 // the data is readable by the host when the destination is host memory.
 void copy(void* dst, const Device& dst_device, const void* src, const Device& src_device, std::size_t nbytes);
 void fill_zero(void* data, const Device& gpu, std::size_t nbytes);
+// out = op over inputs (all readable on `gpu`'s physical GPU), as reduce_buffers, with the device's
+// kernel; ordered like copy(), and complete on return unless issued on the calling replica's stream.
+void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
+            std::int64_t mean_denominator, const Device& gpu);
 // Waits for the calling replica thread's stream to drain; nothing on other threads.
 void synchronize_bound_stream();
 

@@ -30,6 +30,10 @@ void copy(void*, const Device& dst_device, const void*, const Device& src_device
 
 void fill_zero(void*, const Device& gpu, std::size_t) { no_backend(absl::StrCat("cannot fill ", gpu.short_name())); }
 
+void reduce(DType, ReduceOp, std::span<const void* const>, void*, std::int64_t, std::int64_t, const Device& gpu) {
+  no_backend(absl::StrCat("cannot reduce on ", gpu.short_name()));
+}
+
 void synchronize_bound_stream() {}
 
 std::unique_ptr<ReplicaDevice> create_replica_device(const Device& gpu) {

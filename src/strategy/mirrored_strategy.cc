@@ -146,6 +146,11 @@ class MirroredExtended final : public StrategyExtended {
 
   detail::Backend backend() const { return backend_; }
 
+ protected:
+  collective::Communicator* communicator() override { return &levels_[0]->group.communicator(); }
+
+ public:
+
   void call_for_each_replica(absl::FunctionRef<void(ReplicaContext&)> fn) override {
     require_cross_replica_or_default("extended().call_for_each_replica");
     const detail::ThreadMode& mode = detail::current_mode();

@@ -34,7 +34,7 @@ Tensor Strategy::gather(const DistributedValues<Tensor>& value, int axis) {
   detail::require_cross_replica_or_default(
       *this, "Strategy::gather", "inside a replica use get_replica_context()->all_gather() instead");
   check_replica_count(value.num_replicas(), "Strategy::gather");
-  return extended_->gather_to(value, Device::cpu(), axis);
+  return extended_->concat_components(value.values(), axis, Device::cpu(), {}, "Strategy::gather");
 }
 
 void Strategy::check_replica_count(int num_values, const char* method) const {
@@ -49,7 +49,7 @@ Tensor Strategy::reduce_non_distributed(ReduceOp op, const Tensor& value, std::o
                    num_replicas_in_sync(), " replicas of ", name(),
                    " (it would count it once per replica); pass a PerReplica or use MEAN");
   const Tensor components[] = {value};
-  return detail::reduce_components(op, components, axis, Device::cpu(), "Strategy::reduce");
+  return extended_->reduce_components(op, components, axis, Device::cpu(), {}, "Strategy::reduce");
 }
 
 }  // namespace distribute

@@ -1,9 +1,11 @@
+// StrategyExtended: the cross-replica operations, checked here and carried out by the backend.
 #include "distribute/strategy/strategy_extended.h"
 
 #include <algorithm>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "collective/communicator.h"
 #include "device/kernels.h"
 #include "distribute/strategy/strategy.h"
 
@@ -37,85 +39,87 @@ void check_same_except(std::span<const Tensor> components, std::optional<int> ax
   }
 }
 
-// Cross-replica operations run on one thread with the host kernels: values on a GPU are copied to
-// the host first and the result is moved to a GPU destination. (Replicas' collectives, which is
-// where a training step spends its time, go through the GPU backends instead.)
-bool involves_gpu(std::span<const Tensor> components, const Device& destination) {
-  return destination.is_gpu() ||
-         std::any_of(components.begin(), components.end(), [](const Tensor& t) { return t.device().is_gpu(); });
-}
-
-std::vector<Tensor> host_copies(std::span<const Tensor> components) {
-  std::vector<Tensor> out;
-  out.reserve(components.size());
-  for (const Tensor& t : components) out.push_back(t.device().is_cpu() ? t : t.to(Device::cpu()));
-  return out;
-}
-
 }  // namespace
+}  // namespace detail
 
-Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
-                         const Device& destination, const char* what) {
-  check_components(components, what);
-  if (involves_gpu(components, destination)) {
-    return reduce_components(op, host_copies(components), axis, Device::cpu(), what).to(destination);
-  }
+Tensor StrategyExtended::reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
+                                           const Device& destination, const CommunicationOptions& options,
+                                           const char* what) {
+  detail::check_components(components, what);
+  collective::Communicator* backend = checked_backend(options, what);
   const DType dtype = components[0].dtype();
-  absl::InlinedVector<const void*, 8> inputs;
-  if (!axis) {
-    check_same_except(components, std::nullopt, what,
-                      "with axis=None the shapes must be equal (pass an axis to also reduce along it)");
-    for (const Tensor& t : components) inputs.push_back(t.raw_data());
-    Tensor out = Tensor::empty(dtype, components[0].shape(), destination);
-    detail::reduce_buffers(dtype, op, inputs, out.raw_data(), out.num_elements(),
-                               static_cast<std::int64_t>(components.size()));
-    return out;
-  }
-  const int a = normalize_axis(*axis, components[0].rank(), what);
-  check_same_except(components, a, what, "the shapes may differ only along axis");
-  const Shape reduced = components[0].shape().without_dim(a);
+  absl::InlinedVector<collective::DeviceBuffer, 8> values;
+  std::int64_t denominator = static_cast<std::int64_t>(components.size());
+  Shape shape = components[0].shape();
+  // Along an axis, each value is first summed over it on the host (the one kernel that exists
+  // only there); MEAN then divides by the number of elements reduced, not the number of replicas,
+  // so uneven per-replica batches weigh correctly.
   std::vector<Tensor> partial;
-  std::int64_t count = 0;
-  for (const Tensor& t : components) {
-    partial.push_back(Tensor::empty(dtype, reduced, destination));
-    detail::sum_over_axis(dtype, t.raw_data(), t.shape().outer_size(a), t.shape()[a], t.shape().inner_size(a),
-                              partial.back().raw_data());
-    inputs.push_back(partial.back().raw_data());
-    count += t.shape()[a];
+  if (!axis) {
+    detail::check_same_except(components, std::nullopt, what,
+                              "with axis=None the shapes must be equal (pass an axis to also reduce along it)");
+    for (const Tensor& t : components) values.push_back({t.raw_data(), t.device()});
+  } else {
+    const int a = normalize_axis(*axis, components[0].rank(), what);
+    detail::check_same_except(components, a, what, "the shapes may differ only along axis");
+    shape = components[0].shape().without_dim(a);
+    denominator = 0;
+    for (const Tensor& t : components) {
+      const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
+      partial.push_back(Tensor::empty(dtype, shape, Device::cpu()));
+      detail::sum_over_axis(dtype, host.raw_data(), host.shape().outer_size(a), host.shape()[a],
+                            host.shape().inner_size(a), partial.back().raw_data());
+      values.push_back({partial.back().raw_data(), Device::cpu()});
+      denominator += t.shape()[a];
+    }
+    denominator = std::max<std::int64_t>(denominator, 1);
   }
-  Tensor out = Tensor::empty(dtype, reduced, destination);
-  // MEAN divides by the number of elements reduced, not the number of replicas, so uneven
-  // per-replica batches weigh correctly.
-  detail::reduce_buffers(dtype, op, inputs, out.raw_data(), out.num_elements(), std::max<std::int64_t>(count, 1));
+  Tensor out = Tensor::empty(dtype, shape, destination);
+  if (backend != nullptr) {
+    backend->reduce_to(op, dtype, values, out.num_elements(), denominator, out.raw_data(), destination);
+  } else {
+    collective::reduce_at_destination(op, dtype, values, out.num_elements(), denominator, out.raw_data(), destination);
+  }
   return out;
 }
 
-Tensor concat_components(std::span<const Tensor> components, int axis, const Device& destination, const char* what) {
-  check_components(components, what);
-  if (involves_gpu(components, destination)) {
-    return concat_components(host_copies(components), axis, Device::cpu(), what).to(destination);
-  }
+Tensor StrategyExtended::concat_components(std::span<const Tensor> components, int axis, const Device& destination,
+                                           const CommunicationOptions& options, const char* what) {
+  detail::check_components(components, what);
+  collective::Communicator* backend = checked_backend(options, what);
   DISTRIBUTE_CHECK(components[0].rank() > 0, InvalidArgumentError, what,
                    ": the values have rank 0 (scalars); gathering needs rank >= 1, reshape them to shape (1,) first");
   const int a = normalize_axis(axis, components[0].rank(), what);
-  check_same_except(components, a, what, "the shapes may differ only along axis");
-  absl::InlinedVector<const void*, 8> inputs;
+  detail::check_same_except(components, a, what, "the shapes may differ only along axis");
+  absl::InlinedVector<collective::DeviceBuffer, 8> values;
   absl::InlinedVector<std::int64_t, 8> dims;
   std::int64_t total = 0;
   for (const Tensor& t : components) {
-    inputs.push_back(t.raw_data());
+    values.push_back({t.raw_data(), t.device()});
     dims.push_back(t.shape()[a]);
     total += t.shape()[a];
   }
   const Shape& shape = components[0].shape();
   Tensor out = Tensor::empty(components[0].dtype(), shape.with_dim(a, total), destination);
-  detail::concat_buffers(inputs, dims, shape.outer_size(a),
-                             static_cast<std::size_t>(shape.inner_size(a)) * dtype_size(components[0].dtype()),
-                             out.raw_data());
+  const std::size_t inner_bytes = static_cast<std::size_t>(shape.inner_size(a)) * dtype_size(components[0].dtype());
+  if (backend != nullptr) {
+    backend->gather_to(values, dims, shape.outer_size(a), inner_bytes, out.raw_data(), destination);
+  } else {
+    collective::gather_at_destination(values, dims, shape.outer_size(a), inner_bytes, out.raw_data(), destination);
+  }
   return out;
 }
 
-}  // namespace detail
+collective::Communicator* StrategyExtended::checked_backend(const CommunicationOptions& options, const char* what) {
+  collective::Communicator* backend = communicator();
+  const CommunicationImplementation wanted = options.merged_with(default_options_).implementation;
+  DISTRIBUTE_CHECK(backend == nullptr || wanted == CommunicationImplementation::kAuto ||
+                       wanted == backend->implementation(),
+                   InvalidArgumentError, what, ": CommunicationOptions::implementation is ", implementation_name(wanted),
+                   " but this strategy's collectives go through ", std::string(backend->name()),
+                   "; pass kAuto, or choose the backend when building the strategy");
+  return backend;
+}
 
 StrategyExtended::StrategyExtended(Strategy& container, std::vector<Device> devices,
                                    CommunicationOptions default_options)
@@ -126,9 +130,9 @@ void StrategyExtended::require_cross_replica_or_default(const char* method, cons
 }
 
 Tensor StrategyExtended::reduce_to(ReduceOp op, const DistributedValues<Tensor>& value, const Device& destination,
-                                   const CommunicationOptions&) {
+                                   const CommunicationOptions& options) {
   require_cross_replica_or_default("extended().reduce_to");
-  return detail::reduce_components(op, value.values(), std::nullopt, destination, "extended().reduce_to");
+  return reduce_components(op, value.values(), std::nullopt, destination, options, "extended().reduce_to");
 }
 
 Mirrored<Tensor> StrategyExtended::reduce_to(ReduceOp op, const DistributedValues<Tensor>& value,
@@ -154,10 +158,10 @@ std::vector<Tensor> StrategyExtended::batch_reduce_to(
 }
 
 Tensor StrategyExtended::gather_to(const DistributedValues<Tensor>& value, const Device& destination, int axis,
-                                   const CommunicationOptions&) {
+                                   const CommunicationOptions& options) {
   require_cross_replica_or_default("extended().gather_to",
                                    "inside a replica use get_replica_context()->all_gather() instead");
-  return detail::concat_components(value.values(), axis, destination, "Strategy::gather");
+  return concat_components(value.values(), axis, destination, options, "extended().gather_to");
 }
 
 }  // namespace distribute

@@ -169,13 +169,13 @@ auto Strategy::reduce(ReduceOp op, const V& value, std::optional<int> axis) {
     check_replica_count(value.num_replicas(), "Strategy::reduce");
     using T = typename V::value_type;
     if constexpr (std::same_as<T, Tensor>) {
-      return detail::reduce_components(op, value.values(), axis, Device::cpu(), "Strategy::reduce");
+      return extended_->reduce_components(op, value.values(), axis, Device::cpu(), {}, "Strategy::reduce");
     } else {
       static_assert(nest::ScalarLeaf<T>, "Strategy::reduce takes distributed Tensors or arithmetic scalars");
       std::vector<Tensor> tensors;
       tensors.reserve(value.values().size());
       for (const T& v : value.values()) tensors.push_back(Tensor::scalar<T>(v));
-      return detail::reduce_components(op, tensors, axis, Device::cpu(), "Strategy::reduce").template item<T>();
+      return extended_->reduce_components(op, tensors, axis, Device::cpu(), {}, "Strategy::reduce").template item<T>();
     }
   } else if constexpr (std::same_as<V, Tensor>) {
     return reduce_non_distributed(op, value, axis);

@@ -25,6 +25,9 @@ namespace distribute {
 
 class ReplicaContext;
 class Strategy;
+namespace collective {
+class Communicator;  // src/collective/communicator.h
+}  // namespace collective
 
 class StrategyExtended {
  public:
@@ -43,7 +46,8 @@ class StrategyExtended {
   // The first exception raised by a replica (or a merge_fn) is rethrown here, with its type.
   virtual void call_for_each_replica(absl::FunctionRef<void(ReplicaContext&)> fn) = 0;
 
-  // Reduces value across replicas onto `destination`.
+  // Reduces value across replicas onto `destination`, through the strategy's backend: where the
+  // values are on GPUs, the reduction runs on a GPU, not through host memory.
   virtual Tensor reduce_to(ReduceOp op, const DistributedValues<Tensor>& value, const Device& destination,
                            const CommunicationOptions& options = {});
   // All-reduce flavour: the result is copied to each destination's device.
@@ -68,23 +72,25 @@ class StrategyExtended {
  protected:
   StrategyExtended(Strategy& container, std::vector<Device> devices, CommunicationOptions default_options);
   void require_cross_replica_or_default(const char* method, const char* hint = nullptr) const;
+  // The backend of the cross-replica operations; null for a strategy of one replica, whose values
+  // are only copied.
+  virtual collective::Communicator* communicator() { return nullptr; }
 
  private:
+  friend class Strategy;
+  // The cross-replica operations behind Strategy::reduce / gather and reduce_to / gather_to:
+  // checks, then the backend. `what` names the public method in error messages.
+  Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
+                           const Device& destination, const CommunicationOptions& options, const char* what);
+  Tensor concat_components(std::span<const Tensor> components, int axis, const Device& destination,
+                           const CommunicationOptions& options, const char* what);
+  // communicator(), once `options` are known to ask for no other implementation.
+  collective::Communicator* checked_backend(const CommunicationOptions& options, const char* what);
+
   Strategy& container_;
   std::vector<Device> worker_devices_;
   CommunicationOptions default_options_;
 };
-
-namespace detail {
-
-// Host implementations of the cross-replica operations, shared by Strategy and StrategyExtended.
-// `what` names the public method in error messages.
-Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
-                         const Device& destination, const char* what);
-Tensor concat_components(std::span<const Tensor> components, int axis, const Device& destination,
-                         const char* what);
-
-}  // namespace detail
 
 template <class Fn>
 auto StrategyExtended::update(const Mirrored<Tensor>& var, Fn&& fn) {

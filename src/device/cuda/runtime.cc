@@ -279,6 +279,22 @@ void fill_zero(void* data, const Device& gpu, std::size_t nbytes) {
                         nbytes, " bytes on ", gpu.short_name());
 }
 
+void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
+            std::int64_t mean_denominator, const Device& gpu) {
+  const int physical = gpu_topology().physical_of(gpu);
+  if (count == 0) return;
+  const bool on_replica = bound_replica != nullptr && bound_replica->memory_space() == physical;
+  DeviceGuard guard(physical);
+  const cudaStream_t s = on_replica ? bound_replica->stream() : cudaStreamLegacy;
+  DISTRIBUTE_CUDA_CHECK(launch_reduce(static_cast<KernelDType>(dtype), op == ReduceOp::kMean, inputs.data(),
+                                      inputs.size(), out, count, mean_denominator, s),
+                        "reducing ", inputs.size(), " buffers of ", count, " ", dtype_name(dtype), " on ",
+                        gpu.short_name());
+  if (!on_replica) {
+    DISTRIBUTE_CUDA_CHECK(cudaStreamSynchronize(s), "reducing ", inputs.size(), " buffers on ", gpu.short_name());
+  }
+}
+
 void synchronize_bound_stream() {
   if (bound_replica == nullptr) return;
   DISTRIBUTE_CUDA_CHECK(cudaStreamSynchronize(bound_replica->stream()), "waiting for the work of the replica on ",

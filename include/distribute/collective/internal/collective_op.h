@@ -11,6 +11,7 @@
 #include <string>
 
 #include "distribute/collective/communication_options.h"
+#include "distribute/device/device.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/reduce_op.h"
 #include "distribute/device/shape.h"
@@ -34,6 +35,12 @@ struct BufferRef {
 
   std::int64_t num_elements() const { return shape->num_elements(); }
   std::size_t nbytes() const { return static_cast<std::size_t>(num_elements()) * dtype_size(dtype); }
+};
+
+// A replica's value in a cross-replica operation: `data` on `device`.
+struct DeviceBuffer {
+  const void* data = nullptr;
+  Device device;
 };
 
 // Where a leaf laid after `offset` bytes of others starts: the next cache-line multiple, so that
