@@ -1,7 +1,6 @@
 #include "distribute/device/device.h"
 
 #include <charconv>
-#include <mutex>
 #include <vector>
 
 #include "absl/container/node_hash_set.h"
@@ -10,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "base/mutex.h"
 #include "distribute/check.h"
 
 namespace distribute {
@@ -39,13 +39,19 @@ const std::string& localhost() {
   return *name;
 }
 
+// Job names other than "localhost", each stored once for the whole program (never freed: devices
+// hold pointers to them).
+struct JobNames {
+  detail::Mutex mu;
+  absl::node_hash_set<std::string> names ABSL_GUARDED_BY(mu);
+};
+
 // The one copy of `job` for the whole program (null for "localhost").
 const std::string* intern_job(absl::string_view job) {
   if (job == localhost()) return nullptr;
-  static std::mutex mu;
-  static auto* jobs = new absl::node_hash_set<std::string>();
-  std::lock_guard<std::mutex> lock(mu);
-  return &*jobs->emplace(job).first;
+  static JobNames* jobs = new JobNames();
+  detail::MutexLock lock(jobs->mu);
+  return &*jobs->names.emplace(job).first;
 }
 
 }  // namespace

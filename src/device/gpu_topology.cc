@@ -18,7 +18,7 @@ void GpuTopology::configure(int physical_gpu, std::vector<LogicalDeviceConfigura
   DISTRIBUTE_CHECK(!configs.empty(), InvalidArgumentError,
                    "set_logical_device_configuration: the list of logical devices for physical GPU ", physical_gpu,
                    " is empty; pass one LogicalDeviceConfiguration per logical GPU wanted");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   DISTRIBUTE_CHECK(!frozen_.load(std::memory_order_relaxed), FailedPreconditionError,
                    "set_logical_device_configuration: GPUs are already in use, so their logical devices can no "
                    "longer change; configure them at the start of the program, before any strategy or tensor "
@@ -28,7 +28,7 @@ void GpuTopology::configure(int physical_gpu, std::vector<LogicalDeviceConfigura
 
 const std::vector<GpuTopology::Logical>& GpuTopology::frozen() {
   if (frozen_.load(std::memory_order_acquire)) return logical_;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!frozen_.load(std::memory_order_relaxed)) {
     for (int p = 0; p < num_physical_; ++p) {
       const auto& configs = configs_[static_cast<std::size_t>(p)];

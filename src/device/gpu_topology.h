@@ -5,9 +5,10 @@
 
 #include <atomic>
 #include <cstddef>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "base/mutex.h"
 #include "distribute/device/gpu.h"
 
 namespace distribute::detail {
@@ -35,8 +36,8 @@ class GpuTopology {
   const Logical& logical(const Device& gpu);
 
   const int num_physical_;
-  std::mutex mu_;
-  std::vector<std::vector<LogicalDeviceConfiguration>> configs_;  // per physical GPU; guarded by mu_
+  Mutex mu_;
+  std::vector<std::vector<LogicalDeviceConfiguration>> configs_ ABSL_GUARDED_BY(mu_);  // per physical GPU
   std::atomic<bool> frozen_{false};
   std::vector<Logical> logical_;  // written once, before frozen_ is set
 };

@@ -4,13 +4,13 @@
 // blocks go back to the system.
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
 #include <sys/mman.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 #include "device/gpu_runtime.h"
 #include "device/storage.h"
 #include "distribute/errors.h"
@@ -26,7 +26,7 @@ class HostPool {
  public:
   void* allocate(std::size_t nbytes) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = free_.find(nbytes);
       if (it != free_.end() && !it->second.empty()) {
         void* block = it->second.back();
@@ -51,7 +51,7 @@ class HostPool {
 
   void release(void* block, std::size_t nbytes) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (cached_bytes_ + nbytes <= kMaxCachedBytesPerPool) {
         free_[nbytes].push_back(block);
         cached_bytes_ += nbytes;
@@ -62,10 +62,9 @@ class HostPool {
   }
 
  private:
-  std::mutex mu_;
-  // Guarded by mu_ (std::mutex rather than absl::Mutex: ThreadSanitizer sees std::mutex).
-  absl::flat_hash_map<std::size_t, std::vector<void*>> free_;
-  std::size_t cached_bytes_ = 0;
+  Mutex mu_;
+  absl::flat_hash_map<std::size_t, std::vector<void*>> free_ ABSL_GUARDED_BY(mu_);
+  std::size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Pools live for the whole program (never destroyed), so a tensor released during static
@@ -75,10 +74,13 @@ HostPool& host_pool(int device_index) {
   thread_local int cached_index = -1;
   thread_local HostPool* cached_pool = nullptr;
   if (device_index == cached_index) return *cached_pool;
-  static std::mutex mu;
-  static auto* pools = new absl::flat_hash_map<int, HostPool*>();
-  std::lock_guard<std::mutex> lock(mu);
-  HostPool*& pool = (*pools)[device_index];
+  struct Registry {
+    Mutex mu;
+    absl::flat_hash_map<int, HostPool*> pools ABSL_GUARDED_BY(mu);
+  };
+  static Registry* registry = new Registry();
+  MutexLock lock(registry->mu);
+  HostPool*& pool = registry->pools[device_index];
   if (pool == nullptr) pool = new HostPool();
   cached_index = device_index;
   cached_pool = pool;

@@ -1,11 +1,11 @@
 // MirroredStrategy: devices, backend choice, the levels of replica threads, and run.
 #include "distribute/strategy/mirrored_strategy.h"
 
-#include <mutex>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/mutex.h"
 #include "collective/one_device/communicator.h"
 #include "device/gpu_runtime.h"
 #include "device/replica_device.h"
@@ -129,7 +129,7 @@ struct RunLevel {
 
   std::vector<std::unique_ptr<detail::ReplicaDevice>> replica_devices;
   std::vector<unsigned char> bound;  // bound[r]: replica r's thread has bound its device
-  std::mutex run_mu;  // one run at a time per level
+  detail::Mutex run_mu;  // one run at a time per level: held for the whole run
   detail::ReplicaRunner runner;
   detail::ReplicaGroup group;
   std::vector<std::unique_ptr<ReplicaContext>> contexts;
@@ -147,7 +147,10 @@ class MirroredExtended final : public StrategyExtended {
   detail::Backend backend() const { return backend_; }
 
  protected:
-  collective::Communicator* communicator() override { return &levels_[0]->group.communicator(); }
+  collective::Communicator* communicator() override {
+    detail::MutexLock lock(levels_mu_);
+    return &levels_[0]->group.communicator();
+  }
 
  public:
 
@@ -156,7 +159,7 @@ class MirroredExtended final : public StrategyExtended {
     const detail::ThreadMode& mode = detail::current_mode();
     const int depth = mode.cross_replica && mode.strategy == &container_strategy() ? mode.run_depth : 0;
     RunLevel& level = level_at(depth);
-    std::lock_guard<std::mutex> run_lock(level.run_mu);
+    detail::MutexLock run_lock(level.run_mu);
     level.group.reset();
     level.runner.run([&](int r) {
       ReplicaContext& context = *level.contexts[static_cast<std::size_t>(r)];
@@ -180,7 +183,7 @@ class MirroredExtended final : public StrategyExtended {
   RunLevel& level_at(int depth) {
     DISTRIBUTE_CHECK(depth < kMaxRunDepth, FailedPreconditionError, "run nested ", depth,
                      " levels deep through merge_fn; at most ", kMaxRunDepth, " levels are supported");
-    std::lock_guard<std::mutex> lock(levels_mu_);
+    detail::MutexLock lock(levels_mu_);
     auto& level = levels_[static_cast<std::size_t>(depth)];
     if (!level) level = std::make_unique<RunLevel>(container_strategy(), worker_devices(), depth, options_, backend_);
     return *level;
@@ -188,8 +191,8 @@ class MirroredExtended final : public StrategyExtended {
 
   const MirroredStrategyOptions options_;
   const detail::Backend backend_;
-  std::mutex levels_mu_;
-  std::array<std::unique_ptr<RunLevel>, kMaxRunDepth> levels_;
+  detail::Mutex levels_mu_;
+  std::array<std::unique_ptr<RunLevel>, kMaxRunDepth> levels_ ABSL_GUARDED_BY(levels_mu_);
 };
 
 }  // namespace

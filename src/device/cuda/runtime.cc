@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 #include "device/cuda/cuda_error.h"
 #include "device/cuda/reduce_kernel.h"
 #include "device/gpu_runtime.h"
@@ -79,9 +80,13 @@ const DeviceCount& device_count() {
 
 // Keeps freed blocks in each device's pool instead of returning them to the driver.
 void configure_pool(int physical) {
-  static std::mutex mu;
-  static std::vector<bool> done;
-  std::lock_guard<std::mutex> lock(mu);
+  struct Configured {
+    Mutex mu;
+    std::vector<bool> done ABSL_GUARDED_BY(mu);
+  };
+  static Configured* configured = new Configured();
+  MutexLock lock(configured->mu);
+  std::vector<bool>& done = configured->done;
   if (done.size() <= static_cast<std::size_t>(physical)) done.resize(static_cast<std::size_t>(physical) + 1);
   if (done[static_cast<std::size_t>(physical)]) return;
   cudaMemPool_t pool;
