@@ -1,5 +1,5 @@
 # Warnings for distribute's own code (library, tests, examples, benchmarks). The library links it
-# privately, so it is exported only as a link-only dependency: consumers keep their own flags.
+# privately and only in the build tree, so it is not exported: consumers keep their own flags.
 add_library(distribute_warnings INTERFACE)
 # C++ only: nvcc compiles the CUDA kernels with its own flags.
 set(distribute_warning_flags
@@ -10,4 +10,3 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   list(APPEND distribute_warning_flags -Wthread-safety)
 endif()
 target_compile_options(distribute_warnings INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:${distribute_warning_flags}>")
-install(TARGETS distribute_warnings EXPORT distributeTargets)
