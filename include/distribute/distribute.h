@@ -14,6 +14,7 @@
 #include "distribute/device/shape.h"
 #include "distribute/device/tensor.h"
 #include "distribute/errors.h"
+#include "distribute/fwd.h"
 #include "distribute/nest/nest.h"
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/context.h"

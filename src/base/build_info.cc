@@ -1,3 +1,4 @@
+// build_info(): the version and the backends compiled in.
 #include "distribute/version.h"
 
 namespace distribute {

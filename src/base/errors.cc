@@ -1,3 +1,4 @@
+// The error taxonomy: statuses to exceptions, and exceptions described in messages.
 #include "distribute/errors.h"
 
 namespace distribute {

@@ -1,3 +1,4 @@
+// Waiting between threads: spin, yield, then a futex; deadlines.
 #include "base/wait.h"
 
 #include <linux/futex.h>

@@ -1,3 +1,4 @@
+// Device: parsing TF device strings, names, and the thread's default device.
 #include "distribute/device/device.h"
 
 #include <charconv>

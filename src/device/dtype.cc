@@ -1,3 +1,4 @@
+// DType names and properties.
 #include "distribute/device/dtype.h"
 
 namespace distribute {

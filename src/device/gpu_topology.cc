@@ -1,3 +1,4 @@
+// Logical GPUs: configuring them before first use, numbering, memory limits.
 #include "device/gpu_topology.h"
 
 #include "absl/strings/str_cat.h"

@@ -1,3 +1,4 @@
+// Host kernels: reductions (Eigen, left to right), streaming copies, concatenation, sums over an axis.
 #include "device/kernels.h"
 
 #include <algorithm>

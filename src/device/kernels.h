@@ -1,6 +1,6 @@
 // The arithmetic of host collectives, one function per job, shared by the CPU communicator
 // (all_reduce, all_gather) and the cross-replica operations (reduce_to, Strategy::reduce, gather).
-// Explicitly instantiated per dtype in src/collective/kernels.cc; vectorised through Eigen, with
+// Explicitly instantiated per dtype in src/device/kernels.cc; vectorised through Eigen, with
 // float accumulation for float16 and bfloat16 so each result is rounded once.
 #pragma once
 

@@ -1,3 +1,4 @@
+// ReplicaDevice for host replicas, and waiting for a replica's device work.
 #include "device/replica_device.h"
 
 #include <cstring>

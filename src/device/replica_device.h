@@ -79,7 +79,7 @@ void wait_for_device_work(ReplicaDevice& device, int rank, std::chrono::duration
                           const std::function<bool()>& cancelled, const std::string& what);
 
 namespace gpu {
-// The CUDA ReplicaDevice (cuda/replica_device.cc, or a throwing stub without CUDA).
+// The CUDA ReplicaDevice (cuda/runtime.cc, or a throwing stub without CUDA: no_gpu_runtime.cc).
 std::unique_ptr<ReplicaDevice> create_replica_device(const Device& gpu);
 }  // namespace gpu
 

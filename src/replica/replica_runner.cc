@@ -1,3 +1,4 @@
+// ReplicaRunner: the persistent replica threads, started and joined through one futex word each.
 #include "replica/replica_runner.h"
 
 #include <pthread.h>

@@ -1,3 +1,4 @@
+// The default strategy and single-replica run on the calling thread (also OneDeviceStrategy's).
 #include "distribute/strategy/default_strategy.h"
 
 #include "strategy/inline_extended.h"

@@ -1,3 +1,4 @@
+// OneDeviceStrategy: one replica on one device, on the calling thread.
 #include "distribute/strategy/one_device_strategy.h"
 
 #include "absl/strings/str_cat.h"

@@ -1,3 +1,4 @@
+// Strategy: scopes, and the cross-replica methods that need no template.
 #include "distribute/strategy/strategy.h"
 
 #include "absl/strings/str_cat.h"

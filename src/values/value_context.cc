@@ -1,3 +1,4 @@
+// ValueContext and InputContext: checked construction, batch splitting, printing.
 #include "distribute/check.h"
 #include "distribute/values/value_context.h"
 

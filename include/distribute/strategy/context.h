@@ -5,10 +5,9 @@
 //   - replica: inside the fn passed to run, on that replica's thread.
 #pragma once
 
-namespace distribute {
+#include "distribute/fwd.h"
 
-class Strategy;
-class ReplicaContext;
+namespace distribute {
 
 // The replica context of this thread: the replica's inside run, the default one outside any
 // scope, nullptr in cross-replica context.

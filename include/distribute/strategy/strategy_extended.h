@@ -18,13 +18,12 @@
 #include "distribute/device/reduce_op.h"
 #include "distribute/device/device.h"
 #include "distribute/device/tensor.h"
+#include "distribute/fwd.h"
 #include "distribute/strategy/context.h"
 #include "distribute/values/distributed_values.h"
 
 namespace distribute {
 
-class ReplicaContext;
-class Strategy;
 namespace collective {
 class Communicator;  // src/collective/communicator.h
 }  // namespace collective

@@ -1,3 +1,4 @@
+// The NCCL backend: per-replica communicators, packed all_reduce, broadcast-based all_gather, aborts.
 #include "collective/nccl/communicator.h"
 
 #include <chrono>

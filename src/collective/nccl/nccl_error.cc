@@ -1,3 +1,4 @@
+// NCCL results to typed errors, with NCCL's own account of the failure.
 #include "collective/nccl/nccl_error.h"
 
 #include "absl/strings/str_cat.h"

@@ -1,3 +1,4 @@
+// The reduction-to-one-device backend: reduce on replica 0's device, copy the result back.
 #include "collective/one_device/communicator.h"
 
 #include <memory>

@@ -1,3 +1,4 @@
+// CUDA errors to typed errors.
 #include "device/cuda/cuda_error.h"
 
 #include "distribute/errors.h"

@@ -1,3 +1,4 @@
+// The GPU reduction kernel over N input buffers, one launch per dtype.
 #include "device/cuda/reduce_kernel.h"
 
 #include <cuda_bf16.h>

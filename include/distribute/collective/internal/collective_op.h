@@ -52,7 +52,7 @@ inline std::size_t align_leaf(std::size_t offset) { return (offset + 63) / 64 * 
 struct CollectiveOp {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   ReduceOp op = ReduceOp::kSum;  // all_reduce
-  int axis = 0;                  // all_gather, already normalised
+  int axis = 0;                  // all_gather, as the caller gave it (negative counts from the end)
   std::span<const BufferRef> inputs;
   // all_reduce: the inputs' data pointers again, end to end (a backend that reads other replicas'
   // pointers leaf by leaf then touches a cache line per 8 leaves, not per 3), and the outputs'

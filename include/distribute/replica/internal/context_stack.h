@@ -5,12 +5,9 @@
 // context) belongs to the strategy layer (strategy/context.h), which reads this stack.
 #pragma once
 
-namespace distribute {
+#include "distribute/fwd.h"
 
-class Strategy;
-class ReplicaContext;
-
-namespace detail {
+namespace distribute::detail {
 
 struct ThreadMode {
   Strategy* strategy = nullptr;                // null: the default context
@@ -41,5 +38,4 @@ void forget_strategy(const Strategy* strategy) noexcept;
 // The entry pushed for `from` now belongs to `to` (a scope guard was moved).
 void transfer_mode(const void* from, const void* to) noexcept;
 
-}  // namespace detail
-}  // namespace distribute
+}  // namespace distribute::detail
