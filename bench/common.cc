@@ -1,7 +1,11 @@
 // Options, timing, the memcpy baseline and the output format shared by the benchmarks.
 #include "common.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 
 namespace distribute::bench {
 namespace {
@@ -324,6 +329,48 @@ void Summary::print(const std::string& what) const {
     }
   }
   std::fflush(stdout);
+}
+
+double core_round_trip_seconds(int samples, int trips) {
+  struct alignas(64) Line {
+    std::atomic<std::uint64_t> value{0};
+  };
+  Line ping;
+  Line pong;
+  const auto pin = [](int core) {
+    if (std::thread::hardware_concurrency() < 2) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(core, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  };
+  const std::uint64_t total = static_cast<std::uint64_t>(samples) * static_cast<std::uint64_t>(trips);
+  std::thread echo([&] {
+    pin(1);
+    for (std::uint64_t i = 1; i <= total; ++i) {
+      while (ping.value.load(std::memory_order_acquire) != i) {
+      }
+      pong.value.store(i, std::memory_order_release);
+    }
+  });
+  cpu_set_t before;
+  CPU_ZERO(&before);
+  pthread_getaffinity_np(pthread_self(), sizeof(before), &before);
+  pin(0);
+  std::vector<double> per_trip;
+  std::uint64_t i = 0;
+  for (int s = 0; s < samples; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int t = 0; t < trips; ++t) {
+      ping.value.store(++i, std::memory_order_release);
+      while (pong.value.load(std::memory_order_acquire) != i) {
+      }
+    }
+    per_trip.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / trips);
+  }
+  echo.join();
+  pthread_setaffinity_np(pthread_self(), sizeof(before), &before);
+  return median(per_trip);
 }
 
 std::string format_bytes(std::size_t bytes) {

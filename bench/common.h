@@ -149,6 +149,12 @@ class Summary {
   std::vector<Row> rows_;
 };
 
+// The machine's floor for any exchange between two cores: the median seconds of one round trip
+// of a cache line between two spinning threads (one writes its line, the other sees it and writes
+// its own, the first sees that), on cores 0 and 1 when there are two. Each sample times `trips`
+// round trips.
+double core_round_trip_seconds(int samples = 200, int trips = 2000);
+
 // "4 B", "64 KiB", "256 MiB".
 std::string format_bytes(std::size_t bytes);
 

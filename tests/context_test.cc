@@ -249,10 +249,23 @@ TEST_P(RunContext, ReplicaThreadsArePersistent) {
   }
 }
 
-TEST(Run, MirroredReplicasDoNotRunOnTheCallersThread) {
-  MirroredStrategy strategy(cpu_devices(2));
+// Replica 0 runs on the caller's thread (which would only wait otherwise); every other replica on
+// a thread of its own, the same one from run to run.
+TEST(Run, MirroredReplicaZeroRunsOnTheCallersThread) {
+  MirroredStrategy strategy(cpu_devices(3));
   PerReplica<std::thread::id> ids = strategy.run([] { return std::this_thread::get_id(); });
-  for (const std::thread::id& id : ids.values()) EXPECT_NE(id, std::this_thread::get_id());
+  EXPECT_EQ(ids[0], std::this_thread::get_id());
+  EXPECT_NE(ids[1], std::this_thread::get_id());
+  EXPECT_NE(ids[2], std::this_thread::get_id());
+  EXPECT_NE(ids[1], ids[2]);
+  PerReplica<std::thread::id> again = strategy.run([] { return std::this_thread::get_id(); });
+  EXPECT_EQ(again.values(), ids.values());
+  std::thread([&] {
+    PerReplica<std::thread::id> elsewhere = strategy.run([] { return std::this_thread::get_id(); });
+    EXPECT_EQ(elsewhere[0], std::this_thread::get_id());
+    EXPECT_EQ(elsewhere[1], ids[1]);
+  }).join();
+  expect_default_context();
 }
 
 TEST(Run, OneDeviceStrategyRunsOnTheCallingThread) {

@@ -12,9 +12,9 @@
 namespace distribute::detail {
 
 ReplicaRunner::ReplicaRunner(int num_replicas, const std::string& name, bool pin_threads)
-    : num_replicas_(num_replicas), policy_(WaitPolicy::for_threads(num_replicas + 1)) {
+    : num_replicas_(num_replicas), policy_(WaitPolicy::for_threads(num_replicas)) {
   threads_.reserve(static_cast<std::size_t>(num_replicas));
-  for (int r = 0; r < num_replicas; ++r) {
+  for (int r = 1; r < num_replicas; ++r) {
     threads_.emplace_back([this, r, pin_threads] { worker(r, pin_threads); });
     // Thread names are limited to 15 characters.
     pthread_setname_np(threads_.back().native_handle(), absl::StrCat(name.substr(0, 10), "/r", r).c_str());
@@ -29,10 +29,14 @@ ReplicaRunner::~ReplicaRunner() {
 
 void ReplicaRunner::run(absl::FunctionRef<void(int)> job) {
   job_ = &job;
-  remaining_.store(num_replicas_, std::memory_order_relaxed);
+  remaining_.store(num_replicas_ - 1, std::memory_order_relaxed);
   const std::uint32_t done = done_.value.load(std::memory_order_acquire);
-  start_.bump_and_wake_all();
-  done_.wait_while_equal(done, kNoDeadline, policy_, [] { return false; });
+  if (num_replicas_ > 1) start_.bump_and_wake_all();
+  {
+    ReleaseBatch batch;
+    job(0);
+  }
+  if (num_replicas_ > 1) done_.wait_while_equal(done, kNoDeadline, policy_, [] { return false; });
   job_ = nullptr;
 }
 

@@ -146,14 +146,6 @@ class MirroredExtended final : public StrategyExtended {
 
   detail::Backend backend() const { return backend_; }
 
- protected:
-  collective::Communicator* communicator() override {
-    detail::MutexLock lock(levels_mu_);
-    return &levels_[0]->group.communicator();
-  }
-
- public:
-
   void call_for_each_replica(absl::FunctionRef<void(ReplicaContext&)> fn) override {
     require_cross_replica_or_default("extended().call_for_each_replica");
     const detail::ThreadMode& mode = detail::current_mode();
@@ -163,11 +155,15 @@ class MirroredExtended final : public StrategyExtended {
     level.group.reset();
     level.runner.run([&](int r) {
       ReplicaContext& context = *level.contexts[static_cast<std::size_t>(r)];
+      detail::ReplicaDevice& device = *level.replica_devices[static_cast<std::size_t>(r)];
       detail::ScopedMode replica_mode(detail::ThreadMode{&container_strategy(), &context, false, depth});
+      // Replica 0 runs on the caller's thread, which it binds for this run only; the others'
+      // threads are bound once, for good.
+      const bool borrowed_thread = r == 0;
       try {
-        if (!level.bound[static_cast<std::size_t>(r)]) {
-          level.replica_devices[static_cast<std::size_t>(r)]->bind_thread();
-          level.bound[static_cast<std::size_t>(r)] = 1;
+        if (borrowed_thread || !level.bound[static_cast<std::size_t>(r)]) {
+          device.bind_thread();
+          if (!borrowed_thread) level.bound[static_cast<std::size_t>(r)] = 1;
         }
         fn(context);
         level.group.replica_returned(r);
@@ -175,8 +171,15 @@ class MirroredExtended final : public StrategyExtended {
         level.group.fail(r, std::current_exception());
       }
       level.finish_device_work(r, options_.communication.timeout);
+      if (borrowed_thread) device.unbind_thread();
     });
     if (std::exception_ptr error = level.group.first_error()) std::rethrow_exception(error);
+  }
+
+ protected:
+  collective::Communicator* communicator() override {
+    detail::MutexLock lock(levels_mu_);
+    return &levels_[0]->group.communicator();
   }
 
  private:
