@@ -30,6 +30,9 @@ class Communicator {
   // The CommunicationOptions::implementation this backend is; kAuto for one that is neither RING
   // nor NCCL (reduction to one device), which then serves only calls asking for kAuto.
   virtual CommunicationImplementation implementation() const = 0;
+  // Whether the replicas are threads of this process reading each other's host memory, all of
+  // them: then the replica layer may move a few bytes itself, without the data phase.
+  virtual bool shares_host_memory() const { return false; }
 
   // Called by replica `rank` before it arrives at the rendezvous (op.sequence is set): a backend
   // may copy what the data phase needs so that no replica has to wait for the others to finish

@@ -17,8 +17,10 @@ ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> c
                            CommunicationOptions defaults)
     : size_(size),
       defaults_(defaults),
+      policy_(policy),
       communicator_(std::move(communicator)),
       rendezvous_(size, policy),
+      small_(communicator_->shares_host_memory() && size > 1 ? std::make_unique<SmallAllReduce>(size) : nullptr),
       slots_(static_cast<std::size_t>(size)),
       calls_(static_cast<std::size_t>(size)),
       ops_(static_cast<std::size_t>(size)) {
@@ -27,6 +29,7 @@ ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> c
 
 void ReplicaGroup::reset() {
   rendezvous_.reset();
+  if (small_) small_->reset();
   for (Slot& slot : slots_) slot = Slot{};
   merge_result_.reset();
   {
@@ -68,7 +71,7 @@ void ReplicaGroup::complete_phase() {
   }
 }
 
-Deadline ReplicaGroup::publish(int rank, CollectiveCall& call) {
+Deadline ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   call.op.sequence = ++slot.sequence;
   call.op.options = call.op.options.merged_with(defaults_);
@@ -80,21 +83,37 @@ Deadline ReplicaGroup::publish(int rank, CollectiveCall& call) {
         "; pass kAuto, or choose the backend when building the strategy"));
   }
   slot.call = &call;
-  communicator_->stage(rank, call.op);
+  small = small_ && small_->post(rank, call);
+  if (!small) communicator_->stage(rank, call.op);
   return deadline_after(call.op.options.timeout);
 }
 
-void ReplicaGroup::rendezvous(int rank, CollectiveCall& call) {
-  const Deadline deadline = publish(rank, call);
+bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
+  bool small = false;
+  const Deadline deadline = publish(rank, call, small);
+  if (small) {
+    switch (small_->complete(rank, call, deadline, policy_, [this] { return failed(); })) {
+      case SmallAllReduce::Outcome::kDone: return false;
+      case SmallAllReduce::Outcome::kTimedOut: time_out(rank, call, small_->behind(call.op.sequence));
+      // A mismatch is named by the rendezvous's comparison; after a failure the rendezvous throws
+      // the run's release error.
+      case SmallAllReduce::Outcome::kMismatch:
+      case SmallAllReduce::Outcome::kCancelled: break;
+    }
+  }
   const auto meanwhile = [&call] {
     if (call.while_waiting != nullptr) call.while_waiting(call.while_waiting_context);
   };
-  if (rendezvous_.arrive_and_wait(rank, deadline, [this] { complete_phase(); }, meanwhile) ==
+  if (rendezvous_.arrive_and_wait(rank, deadline, [this] { complete_phase(); }, meanwhile) !=
       collective::Rendezvous::Outcome::kCompleted) {
-    return;
+    time_out(rank, call, rendezvous_.behind(rank));
   }
+  return true;
+}
+
+void ReplicaGroup::time_out(int rank, const CollectiveCall& call, const std::vector<int>& behind) {
   auto error = std::make_exception_ptr(DeadlineExceededError(absl::StrCat(
-      "timed out after ", call.op.options.timeout.count(), " s: ", replicas_text(rendezvous_.behind(rank)),
+      "timed out after ", call.op.options.timeout.count(), " s: ", replicas_text(behind),
       " did not arrive while replica ", rank, " waits in ", call_name(call),
       "; a replica is stuck or skipped the collective (raise CommunicationOptions::timeout if it is slow)")));
   record_failure(error, error);
@@ -103,19 +122,18 @@ void ReplicaGroup::rendezvous(int rank, CollectiveCall& call) {
 
 void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllReduce;
-  rendezvous(rank, call);
-  communicator_->all_reduce(rank, ops_);
+  if (synchronise(rank, call)) communicator_->all_reduce(rank, ops_);
 }
 
 void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllGather;
-  rendezvous(rank, call);
+  synchronise(rank, call);
   communicator_->all_gather(rank, ops_);
 }
 
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kMergeCall;
-  rendezvous(rank, call);
+  synchronise(rank, call);
   return merge_result_;
 }
 
@@ -123,7 +141,8 @@ void ReplicaGroup::replica_returned(int rank) {
   CollectiveCall& call = slots_[static_cast<std::size_t>(rank)].returned;
   call = CollectiveCall{};
   call.op.kind = CollectiveKind::kReturn;
-  publish(rank, call);
+  bool small = false;
+  publish(rank, call, small);
   rendezvous_.arrive(rank, [this] { complete_phase(); });
 }
 
@@ -153,6 +172,7 @@ void ReplicaGroup::record_failure(std::exception_ptr root, std::exception_ptr re
   }
   failed_.store(true, std::memory_order_release);
   rendezvous_.abort(std::move(release));
+  if (small_) small_->wake_all();
 }
 
 std::exception_ptr ReplicaGroup::first_error() const {

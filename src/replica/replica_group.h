@@ -1,7 +1,9 @@
 // distribute::detail: ReplicaGroup, the replicas of one run, synchronised. Every collective and
 // merge_call goes through here: each replica publishes its CollectiveCall, the rendezvous's last
 // arriver compares the calls (fingerprint.h) and, for merge_call, runs merge_fn once; then the
-// backend Communicator moves the data. The group also records the run's first failure and
+// backend Communicator moves the data. Where the backend's replicas share host memory, an
+// all_reduce of a few bytes skips the rendezvous: it is done in one cache-line transfer per peer
+// (small_all_reduce.h), and only a mismatch takes the rendezvous, to name what differed. The group also records the run's first failure and
 // releases every waiting replica when one fails, times out or leaves early, so no replica is left
 // hanging.
 #pragma once
@@ -17,6 +19,7 @@
 #include "collective/communicator.h"
 #include "collective/rendezvous.h"
 #include "distribute/replica/internal/collective_call.h"
+#include "replica/small_all_reduce.h"
 
 namespace distribute::detail {
 
@@ -53,9 +56,13 @@ class ReplicaGroup {
   collective::Communicator& communicator() { return *communicator_; }
 
  private:
-  void rendezvous(int rank, CollectiveCall& call);
-  // Publishes `call` as rank's part of the next phase and returns its deadline.
-  Deadline publish(int rank, CollectiveCall& call);
+  // Publishes `call`, then meets the other replicas at the rendezvous (unless the small path
+  // completed it); returns whether the data phase is still to do.
+  bool synchronise(int rank, CollectiveCall& call);
+  // Publishes `call` as rank's part of the next phase; `small` says whether it went on the small
+  // path.
+  Deadline publish(int rank, CollectiveCall& call, bool& small);
+  [[noreturn]] void time_out(int rank, const CollectiveCall& call, const std::vector<int>& behind);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
   void complete_phase();
 
@@ -67,8 +74,10 @@ class ReplicaGroup {
 
   const int size_;
   const CommunicationOptions defaults_;
+  const WaitPolicy policy_;
   std::unique_ptr<collective::Communicator> communicator_;
   collective::Rendezvous rendezvous_;
+  std::unique_ptr<SmallAllReduce> small_;  // null where the backend's replicas do not share memory
   std::vector<Slot> slots_;
   // Written only by the completer of a phase, read by every replica after its release.
   std::vector<CollectiveCall*> calls_;

@@ -35,6 +35,7 @@ class CpuCommunicator final : public Communicator {
   CpuCommunicator(int size, detail::WaitPolicy policy);
   std::string_view name() const override { return "SharedMemoryAllReduce"; }
   CommunicationImplementation implementation() const override { return CommunicationImplementation::kRing; }
+  bool shares_host_memory() const override { return true; }
   void stage(int rank, CollectiveOp& op) override;
   void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
   void all_gather(int rank, std::span<CollectiveOp* const> ops) override;

@@ -1,0 +1,92 @@
+// SmallAllReduce: posting a line, waiting for the peers', reducing the payloads.
+#include "replica/small_all_reduce.h"
+
+#include <cstring>
+
+#include "absl/container/inlined_vector.h"
+#include "device/kernels.h"
+
+namespace distribute::detail {
+namespace {
+
+constexpr std::size_t kLeafAlignment = 8;
+
+std::size_t align_leaf(std::size_t offset) { return (offset + kLeafAlignment - 1) / kLeafAlignment * kLeafAlignment; }
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t word) {
+  h = (h ^ word) * 0x9e3779b97f4a7c15;
+  return h ^ (h >> 32);
+}
+
+// Every field of the call's fingerprint that the rendezvous would compare for an all_reduce.
+std::uint64_t digest_of(const CollectiveCall& call) {
+  std::uint64_t h = mix(0x6a09e667f3bcc908, static_cast<std::uint64_t>(call.op.kind));
+  h = mix(h, static_cast<std::uint64_t>(call.op.op));
+  h = mix(h, call.structure_hash);
+  h = mix(h, call.leaf_digest);
+  h = mix(h, static_cast<std::uint64_t>(call.op.options.implementation));
+  return mix(h, call.op.options.bytes_per_pack);
+}
+
+}  // namespace
+
+SmallAllReduce::SmallAllReduce(int size) : size_(size), lines_(std::make_unique<Lines[]>(static_cast<std::size_t>(size))) {}
+
+void SmallAllReduce::reset() { ++epoch_; }
+
+bool SmallAllReduce::post(int rank, const CollectiveCall& call) {
+  Line& mine = lines_[static_cast<std::size_t>(rank)].line[call.op.sequence & 1];
+  bool eligible = call.op.kind == collective::CollectiveKind::kAllReduce;
+  std::size_t offset = 0;
+  for (const collective::BufferRef& in : call.op.inputs) {
+    if (!eligible) break;
+    offset = align_leaf(offset);
+    const std::size_t nbytes = in.nbytes();
+    eligible = offset + nbytes <= kPayloadBytes;
+    if (eligible && nbytes != 0) std::memcpy(mine.payload + offset, in.data, nbytes);
+    offset += nbytes;
+  }
+  mine.digest = digest_of(call);
+  // seq_cst, with the load of sleepers after it: either a sleeping peer sees this line when it
+  // checks again, or this post sees the sleeper and wakes it.
+  mine.tag.store(tag_of(call.op.sequence, eligible), std::memory_order_seq_cst);
+  if (mail_.sleepers.load(std::memory_order_seq_cst) != 0) mail_.bump_and_wake_all();
+  return eligible;
+}
+
+bool SmallAllReduce::all_posted(int rank, std::int64_t sequence) const {
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank && !has_posted(r, sequence)) return false;
+  }
+  return true;
+}
+
+std::vector<int> SmallAllReduce::behind(std::int64_t sequence) const {
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!has_posted(r, sequence)) missing.push_back(r);
+  }
+  return missing;
+}
+
+SmallAllReduce::Outcome SmallAllReduce::reduce(int rank, const CollectiveCall& call) const {
+  const std::int64_t sequence = call.op.sequence;
+  const std::uint64_t eligible = tag_of(sequence, true);
+  const std::uint64_t digest = line(rank, sequence).digest;
+  for (int r = 0; r < size_; ++r) {
+    const Line& peer = line(r, sequence);
+    if (peer.tag.load(std::memory_order_acquire) != eligible || peer.digest != digest) return Outcome::kMismatch;
+  }
+  absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
+  std::size_t offset = 0;
+  for (std::size_t leaf = 0; leaf < call.op.inputs.size(); ++leaf) {
+    const collective::BufferRef& in = call.op.inputs[leaf];
+    offset = align_leaf(offset);
+    for (int r = 0; r < size_; ++r) inputs[static_cast<std::size_t>(r)] = line(r, sequence).payload + offset;
+    reduce_buffers(in.dtype, call.op.op, inputs, call.op.output_data[leaf], in.num_elements(), size_);
+    offset += in.nbytes();
+  }
+  return Outcome::kDone;
+}
+
+}  // namespace distribute::detail
