@@ -22,7 +22,11 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
   Arrivals& mine = arrivals_[static_cast<std::size_t>(rank)];
   // A rank that timed out and withdrew still counts as arrived at that phase (so behind() keeps
   // naming the others); its next arrival is at the same phase, not a new one.
-  if (!mine.withdrawn.exchange(false, std::memory_order_relaxed)) mine.count.fetch_add(1, std::memory_order_relaxed);
+  if (mine.withdrawn_epoch.load(std::memory_order_relaxed) == epoch_) {
+    mine.withdrawn_epoch.store(0, std::memory_order_relaxed);
+  } else {
+    count_arrival(mine);
+  }
   const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
   if ((before & kCountMask) + 1 == static_cast<std::uint64_t>(size_)) {
     complete();
@@ -38,7 +42,7 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
     std::uint64_t s = state_.load(std::memory_order_acquire);
     while ((s >> 32) == (before >> 32) && (s & kCountMask) < static_cast<std::uint64_t>(size_)) {
       if (state_.compare_exchange_weak(s, s - 1, std::memory_order_acq_rel)) {
-        mine.withdrawn.store(true, std::memory_order_relaxed);
+        mine.withdrawn_epoch.store(epoch_, std::memory_order_relaxed);
         if (aborted()) throw_abort_error();
         return Outcome::kTimedOut;
       }
@@ -58,7 +62,7 @@ Rendezvous::Outcome Rendezvous::released_outcome(std::uint64_t generation) const
 
 void Rendezvous::arrive(int rank, absl::FunctionRef<void()> complete) {
   if (aborted()) return;
-  arrivals_[static_cast<std::size_t>(rank)].count.fetch_add(1, std::memory_order_relaxed);
+  count_arrival(arrivals_[static_cast<std::size_t>(rank)]);
   const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
   if ((before & kCountMask) + 1 == static_cast<std::uint64_t>(size_)) {
     complete();
@@ -96,19 +100,27 @@ void Rendezvous::abort(std::exception_ptr error) {
 
 std::vector<int> Rendezvous::behind(int rank) const {
   std::vector<int> ranks;
-  const std::uint64_t mine = arrivals_[static_cast<std::size_t>(rank)].count.load(std::memory_order_relaxed);
+  const std::uint64_t mine = arrivals_of(arrivals_[static_cast<std::size_t>(rank)]);
   for (int r = 0; r < size_; ++r) {
-    if (arrivals_[static_cast<std::size_t>(r)].count.load(std::memory_order_relaxed) < mine) ranks.push_back(r);
+    if (arrivals_of(arrivals_[static_cast<std::size_t>(r)]) < mine) ranks.push_back(r);
   }
   return ranks;
 }
 
+void Rendezvous::count_arrival(Arrivals& arrivals) const {
+  const std::uint64_t count = arrivals.count.load(std::memory_order_relaxed);
+  arrivals.count.store(((count >> 32) == epoch_ ? count : epoch_ << 32) + 1, std::memory_order_relaxed);
+}
+
+std::uint64_t Rendezvous::arrivals_of(const Arrivals& arrivals) const {
+  const std::uint64_t count = arrivals.count.load(std::memory_order_relaxed);
+  return (count >> 32) == epoch_ ? (count & kCountMask) : 0;
+}
+
 void Rendezvous::reset() {
   state_.store(state_.load(std::memory_order_relaxed) & ~kCountMask, std::memory_order_relaxed);
-  for (int r = 0; r < size_; ++r) {
-    arrivals_[static_cast<std::size_t>(r)].count.store(0, std::memory_order_relaxed);
-    arrivals_[static_cast<std::size_t>(r)].withdrawn.store(false, std::memory_order_relaxed);
-  }
+  ++epoch_;
+  if (!aborted()) return;
   detail::MutexLock lock(abort_mu_);
   abort_error_ = nullptr;
   aborted_.store(false, std::memory_order_release);

@@ -77,10 +77,16 @@ class Rendezvous {
   // The generation that was current when abort() was called: waiters of an earlier phase that
   // had completed are not affected (they may have been slow to notice the release).
   std::atomic<std::uint64_t> abort_generation_{0};
+  // Each rank's own record, written only by that rank, and tagged with the epoch (one per
+  // reset()) it belongs to: reset() starts a new epoch instead of writing every rank's line, and a
+  // record of an earlier epoch reads as no arrivals, no withdrawal.
   struct alignas(64) Arrivals {
-    std::atomic<std::uint64_t> count{0};
-    std::atomic<bool> withdrawn{false};
+    std::atomic<std::uint64_t> count{0};            // (epoch << 32) | arrivals
+    std::atomic<std::uint64_t> withdrawn_epoch{0};  // the epoch of an unanswered withdrawal
   };
+  void count_arrival(Arrivals& arrivals) const;
+  std::uint64_t arrivals_of(const Arrivals& arrivals) const;
+  std::uint64_t epoch_ = 1;  // written by reset() only, while no rank is inside
   std::unique_ptr<Arrivals[]> arrivals_;
 };
 

@@ -30,14 +30,19 @@ ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> c
 void ReplicaGroup::reset() {
   rendezvous_.reset();
   if (small_) small_->reset();
-  for (Slot& slot : slots_) slot = Slot{};
   merge_result_.reset();
-  {
+  if (failed()) {
     MutexLock lock(mu_);
     first_error_ = nullptr;
+    failed_.store(false, std::memory_order_release);
   }
-  failed_.store(false, std::memory_order_release);
   communicator_->begin_run();
+}
+
+void ReplicaGroup::begin(int rank) {
+  Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  slot.call = nullptr;
+  slot.sequence = 0;
 }
 
 void ReplicaGroup::complete_phase() {
@@ -176,6 +181,7 @@ void ReplicaGroup::record_failure(std::exception_ptr root, std::exception_ptr re
 }
 
 std::exception_ptr ReplicaGroup::first_error() const {
+  if (!failed()) return nullptr;
   MutexLock lock(mu_);
   return first_error_;
 }

@@ -31,9 +31,12 @@ class ReplicaGroup {
   int size() const { return size_; }
   const CommunicationOptions& default_options() const { return defaults_; }
 
-  // Before a run, with no replica inside: clears sequence numbers and the previous run's failure,
-  // and lets the backend rebuild what a failure broke.
+  // Before a run, with no replica inside: clears the previous run's failure and lets the backend
+  // rebuild what a failure broke.
   void reset();
+  // On replica `rank`'s thread as its part of a run begins: clears its sequence numbers. (Its own
+  // lines, so the caller's reset() does not pull them away from the replicas' cores every run.)
+  void begin(int rank);
 
   // Called by replica `rank` with its part of a collective; see Communicator for the outputs.
   // Throws the mismatch error when the replicas' calls differ, DeadlineExceededError when the

@@ -165,6 +165,7 @@ class MirroredExtended final : public StrategyExtended {
           device.bind_thread();
           if (!borrowed_thread) level.bound[static_cast<std::size_t>(r)] = 1;
         }
+        level.group.begin(r);
         fn(context);
         level.group.replica_returned(r);
       } catch (...) {
