@@ -51,6 +51,8 @@ DISTRIBUTE_DEFINE_ERROR(InternalError, kInternal);
 DISTRIBUTE_DEFINE_ERROR(ResourceExhaustedError, kResourceExhausted);
 // A device or its driver is not usable now (no driver, GPU lost, peer unreachable).
 DISTRIBUTE_DEFINE_ERROR(UnavailableError, kUnavailable);
+// Stored data is unreadable: a truncated or corrupt checkpoint file.
+DISTRIBUTE_DEFINE_ERROR(DataLossError, kDataLoss);
 
 #undef DISTRIBUTE_DEFINE_ERROR
 

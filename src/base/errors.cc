@@ -17,6 +17,7 @@ void throw_status(const absl::Status& status) {
     case absl::StatusCode::kOutOfRange: throw OutOfRangeError(message);
     case absl::StatusCode::kResourceExhausted: throw ResourceExhaustedError(message);
     case absl::StatusCode::kUnavailable: throw UnavailableError(message);
+    case absl::StatusCode::kDataLoss: throw DataLossError(message);
     case absl::StatusCode::kOk: throw InternalError("throw_status called with an OK status");
     default: throw InternalError(message);
   }
