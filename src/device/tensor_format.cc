@@ -95,6 +95,11 @@ std::string format_number(double value, DType dtype) {
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor) {
   if (!tensor.defined()) return os << "<Tensor: undefined>";
   os << "<Tensor: shape=" << tensor.shape() << ", dtype=" << tensor.dtype() << ", numpy=";
+  print_numpy(os, tensor);
+  return os << '>';
+}
+
+void print_numpy(std::ostream& os, const Tensor& tensor) {
   // Device tensors print their values as TF's do: copied to the host first.
   const Tensor host = tensor.device().is_cpu() ? tensor : tensor.to(Device::cpu());
   dispatch_dtype(tensor.dtype(), [&]<class T>(TypeTag<T>) {
@@ -106,7 +111,6 @@ std::ostream& operator<<(std::ostream& os, const Tensor& tensor) {
       print_array(os, data, tensor.shape().dims(), 0, tensor.num_elements() > kSummariseAbove, 0);
     }
   });
-  return os << '>';
 }
 
 }  // namespace distribute

@@ -207,6 +207,8 @@ class Tensor {
 // TF-style: "<Tensor: shape=(2,), dtype=float32, numpy=[1.0, 2.0]>"; from rank 2 on the array starts
 // on its own line, one row per line, as numpy prints it.
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
+// The values alone, as they follow "numpy=" above (other printers embed them, e.g. Variable's).
+void print_numpy(std::ostream& os, const Tensor& tensor);
 
 // ---------------------------------------------------------------------------------------------
 // Implementation of the templates and of the accessors every collective calls per leaf.
