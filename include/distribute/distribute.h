@@ -1,7 +1,7 @@
 // The umbrella header of distribute: tf.distribute's programming model for C++.
 // Layers, bottom up: device (dtypes, shapes, devices, tensors, ReduceOp) -> nest -> values, and
 // device -> collective (moving buffers between replicas) -> replica (synchronising replicas:
-// contexts, calls, fingerprints, merge_call) -> strategy.
+// contexts, calls, fingerprints, merge_call) -> strategy -> variables.
 // Nothing reachable from here includes CUDA, NCCL or MPI headers.
 #pragma once
 
@@ -25,4 +25,5 @@
 #include "distribute/strategy/strategy_extended.h"
 #include "distribute/values/distributed_values.h"
 #include "distribute/values/value_context.h"
+#include "distribute/variables/variable.h"
 #include "distribute/version.h"

@@ -40,4 +40,10 @@ class MirroredStrategy;
 struct MirroredStrategyOptions;
 enum class CrossDeviceOps;
 
+// variables/
+class Variable;
+struct VariableOptions;
+enum class VariableSynchronization;
+enum class VariableAggregation;
+
 }  // namespace distribute

@@ -65,6 +65,16 @@ class StrategyExtended {
   // returns the results as a Mirrored value (tf's extended.update).
   template <class Fn>
   auto update(const Mirrored<Tensor>& var, Fn&& fn);
+  // For a Variable: calls fn(component_i, args_i...) for each of its components, where args_i is
+  // component i of a PerReplica / Mirrored argument and any other argument as it is; fn may
+  // write to the component (a Tensor handle sharing its storage). Returns Mirrored<R>, or nothing
+  // when fn returns void. InvalidArgumentError for a variable of another strategy. Defined in
+  // distribute/variables/variable.h, which a caller holding a Variable includes.
+  template <class Fn, class... Args>
+  auto update(const Variable& var, Fn&& fn, Args&&... args);
+  // True when v was created for this strategy: under its scope (or, for the default strategy,
+  // outside any scope).
+  bool variable_created_in_scope(const Variable& v) const;
 
   Strategy& container_strategy() const { return container_; }
 

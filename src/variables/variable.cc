@@ -1,0 +1,340 @@
+// Variables: creation for the strategy in scope, reads and updates in each context, printing.
+#include "distribute/variables/variable.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "distribute/device/number_format.h"
+#include "distribute/replica/replica_context.h"
+#include "distribute/strategy/context.h"
+
+namespace distribute {
+
+namespace detail {
+
+struct VariableState {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  bool trainable;
+  VariableSynchronization synchronization;
+  VariableAggregation aggregation;
+  Strategy* strategy;
+  std::vector<Tensor> components;  // one per worker device of `strategy`, in replica order
+
+  bool on_read() const { return synchronization == VariableSynchronization::kOnRead; }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::VariableState;
+using detail::VariableUpdate;
+
+const char* update_name(VariableUpdate op) {
+  switch (op) {
+    case VariableUpdate::kAssign: return "assign";
+    case VariableUpdate::kAdd: return "assign_add";
+    case VariableUpdate::kSub: return "assign_sub";
+  }
+  return "update";
+}
+
+ReduceOp reduce_op_of(VariableAggregation aggregation) {
+  return aggregation == VariableAggregation::kMean ? ReduceOp::kMean : ReduceOp::kSum;
+}
+
+// The replica context `method` runs in, or nullptr in cross-replica context (a scope, a merge_fn,
+// or no strategy in scope: the default context, where a variable has its cross-replica meaning).
+ReplicaContext* replica_context_for(const VariableState& s, const char* method) {
+  ReplicaContext* ctx = get_replica_context();
+  if (ctx == nullptr || !has_strategy()) return nullptr;
+  DISTRIBUTE_CHECK(&ctx->strategy() == s.strategy, FailedPreconditionError, "Variable '", s.name, "': ", method,
+                   " called in a replica of ", ctx->strategy().name(), " but the variable was created for ",
+                   s.strategy->name(), "; use a variable created under the scope of the strategy that runs the step");
+  return ctx;
+}
+
+void check_value(const VariableState& s, const Tensor& value, const char* method) {
+  DISTRIBUTE_CHECK(value.defined(), InvalidArgumentError, "Variable '", s.name, "': ", method,
+                   " got an undefined Tensor");
+  DISTRIBUTE_CHECK(value.dtype() == s.dtype, InvalidArgumentError, "Variable '", s.name, "': ", method,
+                   " got a value of dtype ", dtype_name(value.dtype()), " but the variable has dtype ",
+                   dtype_name(s.dtype));
+  DISTRIBUTE_CHECK(value.shape() == s.shape, InvalidArgumentError, "Variable '", s.name, "': ", method,
+                   " got a value of shape ", value.shape().to_string(), " but the variable has shape ",
+                   s.shape.to_string());
+}
+
+// dst op= src on the host; both of the variable's dtype and shape.
+void apply(Tensor dst, VariableUpdate op, const Tensor& src) {
+  dispatch_dtype(dst.dtype(), [&]<class T>(TypeTag<T>) {
+    auto out = dst.flat<T>();
+    const auto in = src.flat<T>();
+    switch (op) {
+      case VariableUpdate::kAssign: out = in; break;
+      case VariableUpdate::kAdd: out += in; break;
+      case VariableUpdate::kSub: out -= in; break;
+    }
+  });
+}
+
+Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
+
+// Every component, in cross-replica context (one thread, no replica running or all of them
+// waiting in a merge_call).
+void update_cross_replica(const VariableState& s, VariableUpdate op, const Tensor& value, const char* method) {
+  const auto n = static_cast<std::int64_t>(s.components.size());
+  if (!s.on_read() || s.aggregation != VariableAggregation::kSum || n == 1) {
+    for (const Tensor& c : s.components) apply(c, op, value);
+    return;
+  }
+  DISTRIBUTE_CHECK(op == VariableUpdate::kAssign, FailedPreconditionError, "Variable '", s.name, "': ", method,
+                   " of an ON_READ variable with aggregation SUM is not supported in cross-replica context (what "
+                   "each of its ", n, " components should get is not defined); call it inside the fn passed to "
+                   "Strategy::run, or use assign");
+  // The read sums the components, so each gets a share of the value.
+  if (!is_floating(s.dtype)) {
+    const Tensor zeros = Tensor::zeros(s.dtype, s.shape, Device::cpu());
+    for (const Tensor& c : s.components) apply(c, VariableUpdate::kAssign, c.same_storage(s.components[0]) ? value : zeros);
+    return;
+  }
+  Tensor share = Tensor::empty(s.dtype, s.shape, Device::cpu());
+  dispatch_dtype(s.dtype, [&]<class T>(TypeTag<T>) { share.flat<T>() = value.flat<T>() / static_cast<T>(n); });
+  for (const Tensor& c : s.components) apply(c, VariableUpdate::kAssign, share);
+}
+
+// An on-write update with aggregation NONE or ONLY_FIRST_REPLICA in replica context: one
+// merge_call, whose merge_fn checks that the replicas agree and writes every component.
+void update_in_merge_call(ReplicaContext& ctx, const VariableState& s, VariableUpdate op, const Tensor& value) {
+  ctx.merge_call(
+      [](Strategy&, const PerReplica<Tensor>& values, const PerReplica<const VariableState*>& states,
+         const PerReplica<VariableUpdate>& ops) {
+        const VariableState& var = *states[0];
+        for (int r = 1; r < states.num_replicas(); ++r) {
+          DISTRIBUTE_CHECK(states[r] == states[0] && ops[r] == ops[0], InvalidArgumentError, "Variable '", var.name,
+                           "': replica 0 called ", update_name(ops[0]), " of '", var.name, "' where replica ", r,
+                           " called ", update_name(ops[r]), " of '", states[r]->name,
+                           "'; every replica must make the same updates in the same order");
+        }
+        if (var.aggregation == VariableAggregation::kNone) {
+          std::vector<int> differing;
+          for (int r = 1; r < values.num_replicas(); ++r) {
+            if (std::memcmp(values[r].raw_data(), values[0].raw_data(), values[0].nbytes()) != 0) differing.push_back(r);
+          }
+          DISTRIBUTE_CHECK(differing.empty(), InvalidArgumentError, "Variable '", var.name, "': ",
+                           update_name(ops[0]), " with aggregation NONE in replica context needs the same value on "
+                           "every replica, but ", differing.size() == 1 ? "replica " : "replicas ",
+                           absl::StrJoin(differing, ", "), " passed another value than replica 0; give the variable "
+                           "an aggregation (SUM, MEAN, ONLY_FIRST_REPLICA) or pass equal values");
+        }
+        for (const Tensor& c : var.components) apply(c, ops[0], values[0]);
+      },
+      value, &s, op);
+}
+
+std::string component_name(const std::string& name, int i) {
+  return i == 0 ? absl::StrCat(name, ":0") : absl::StrCat(name, "/replica_", i, ":0");
+}
+
+}  // namespace
+
+const char* synchronization_name(VariableSynchronization synchronization) {
+  switch (synchronization) {
+    case VariableSynchronization::kAuto: return "AUTO";
+    case VariableSynchronization::kNone: return "NONE";
+    case VariableSynchronization::kOnWrite: return "ON_WRITE";
+    case VariableSynchronization::kOnRead: return "ON_READ";
+  }
+  return "UNKNOWN";
+}
+
+const char* aggregation_name(VariableAggregation aggregation) {
+  switch (aggregation) {
+    case VariableAggregation::kNone: return "NONE";
+    case VariableAggregation::kSum: return "SUM";
+    case VariableAggregation::kMean: return "MEAN";
+    case VariableAggregation::kOnlyFirstReplica: return "ONLY_FIRST_REPLICA";
+  }
+  return "UNKNOWN";
+}
+
+std::ostream& operator<<(std::ostream& os, VariableSynchronization synchronization) {
+  return os << synchronization_name(synchronization);
+}
+
+std::ostream& operator<<(std::ostream& os, VariableAggregation aggregation) {
+  return os << aggregation_name(aggregation);
+}
+
+Variable::Variable(const Tensor& initial_value, VariableOptions options) {
+  std::string name = options.name.empty() ? "Variable" : std::move(options.name);
+  Strategy& strategy = get_strategy();
+  if (const ReplicaContext* ctx = get_replica_context(); ctx != nullptr && has_strategy()) {
+    throw FailedPreconditionError(absl::StrCat("Variable '", name, "': created inside the fn of replica ",
+                                               ctx->replica_id_in_sync_group(), " of ", strategy.name(),
+                                               "; create variables under strategy.scope(), outside Strategy::run"));
+  }
+  DISTRIBUTE_CHECK(initial_value.defined(), InvalidArgumentError, "Variable '", name,
+                   "': the initial value is an undefined Tensor");
+  const std::vector<Device>& devices = strategy.extended().worker_devices();
+  const VariableSynchronization synchronization = options.synchronization == VariableSynchronization::kAuto
+                                                      ? VariableSynchronization::kOnWrite
+                                                      : options.synchronization;
+  DISTRIBUTE_CHECK(synchronization != VariableSynchronization::kNone || devices.size() == 1, InvalidArgumentError,
+                   "Variable '", name, "': synchronization NONE is not supported by ", strategy.name(), ", which has ",
+                   devices.size(), " replicas; use ON_WRITE (AUTO) or ON_READ");
+  DISTRIBUTE_CHECK(synchronization != VariableSynchronization::kOnRead || options.aggregation != VariableAggregation::kNone,
+                   InvalidArgumentError, "Variable '", name,
+                   "': synchronization ON_READ needs an aggregation (SUM, MEAN or ONLY_FIRST_REPLICA) to combine "
+                   "the replicas' components when it is read");
+  DISTRIBUTE_CHECK(options.aggregation != VariableAggregation::kMean || is_floating(initial_value.dtype()),
+                   InvalidArgumentError, "Variable '", name, "': aggregation MEAN needs a floating-point dtype and the "
+                   "initial value is ", dtype_name(initial_value.dtype()), "; use SUM or ONLY_FIRST_REPLICA");
+  std::vector<Tensor> components;
+  components.reserve(devices.size());
+  for (const Device& device : devices) {
+    DISTRIBUTE_CHECK(device.is_cpu(), UnimplementedError, "Variable '", name, "': ", strategy.name(), " places it on ",
+                     device.short_name(), ", and variables on GPU devices are not supported yet (their updates are "
+                     "computed on the host)");
+    components.push_back(initial_value.to(device));
+  }
+  state_ = std::make_shared<VariableState>(VariableState{std::move(name), initial_value.dtype(), initial_value.shape(),
+                                                         options.trainable, synchronization, options.aggregation,
+                                                         &strategy, std::move(components)});
+}
+
+const VariableState& Variable::state(const char* method) const {
+  DISTRIBUTE_CHECK(state_, FailedPreconditionError, "Variable::", method,
+                   ": the variable is undefined (default-constructed); create it with Variable(initial_value)");
+  return *state_;
+}
+
+const std::string& Variable::name() const { return state("name").name; }
+DType Variable::dtype() const { return state("dtype").dtype; }
+const Shape& Variable::shape() const { return state("shape").shape; }
+bool Variable::trainable() const { return state("trainable").trainable; }
+VariableSynchronization Variable::synchronization() const { return state("synchronization").synchronization; }
+VariableAggregation Variable::aggregation() const { return state("aggregation").aggregation; }
+Strategy& Variable::distribute_strategy() const { return *state("distribute_strategy").strategy; }
+int Variable::num_components() const { return static_cast<int>(state("num_components").components.size()); }
+
+const Tensor& Variable::component(int i) const {
+  const VariableState& s = state("component");
+  DISTRIBUTE_CHECK(i >= 0 && i < static_cast<int>(s.components.size()), OutOfRangeError, "Variable '", s.name,
+                   "': component ", i, " does not exist; the variable has ", s.components.size(), " components");
+  return s.components[static_cast<std::size_t>(i)];
+}
+
+Tensor Variable::value() const {
+  const VariableState& s = state("value");
+  if (const ReplicaContext* ctx = replica_context_for(s, "value")) {
+    return s.components[static_cast<std::size_t>(ctx->replica_id_in_sync_group())];
+  }
+  if (!s.on_read() || s.aggregation == VariableAggregation::kOnlyFirstReplica || s.components.size() == 1) {
+    return s.components[0];
+  }
+  return s.strategy->extended().reduce_to(reduce_op_of(s.aggregation), DistributedValues<Tensor>(s.components),
+                                          Device::cpu());
+}
+
+Tensor Variable::read_value() const {
+  const Tensor v = value();
+  // An aggregate is already a tensor of its own.
+  for (const Tensor& c : state("read_value").components) {
+    if (v.same_storage(c)) return v.clone();
+  }
+  return v;
+}
+
+void Variable::assign(const Tensor& value) { update(VariableUpdate::kAssign, value, "assign"); }
+void Variable::assign_add(const Tensor& delta) { update(VariableUpdate::kAdd, delta, "assign_add"); }
+void Variable::assign_sub(const Tensor& delta) { update(VariableUpdate::kSub, delta, "assign_sub"); }
+
+void Variable::update(VariableUpdate op, const Tensor& value, const char* method) const {
+  const VariableState& s = state(method);
+  check_value(s, value, method);
+  ReplicaContext* ctx = replica_context_for(s, method);
+  if (ctx == nullptr) {
+    update_cross_replica(s, op, on_host(value), method);
+    return;
+  }
+  const Tensor local = value.device() == ctx->device() ? value : value.to(ctx->device());
+  const Tensor& mine = s.components[static_cast<std::size_t>(ctx->replica_id_in_sync_group())];
+  if (s.on_read()) {
+    apply(mine, op, local);
+    return;
+  }
+  switch (s.aggregation) {
+    case VariableAggregation::kSum:
+    case VariableAggregation::kMean:
+      apply(mine, op, ctx->all_reduce(reduce_op_of(s.aggregation), local));
+      return;
+    case VariableAggregation::kNone:
+    case VariableAggregation::kOnlyFirstReplica:
+      update_in_merge_call(*ctx, s, op, local);
+      return;
+  }
+}
+
+Tensor Variable::convert_scalar(const char* method, double value, DType given) const {
+  const VariableState& s = state(method);
+  return dispatch_dtype(s.dtype, [&]<class U>(TypeTag<U>) {
+    // In range first: converting an out-of-range double to an integer is undefined.
+    bool exact = true;
+    if constexpr (std::is_integral_v<U>) {
+      exact = value >= static_cast<double>(std::numeric_limits<U>::min()) &&
+              value <= static_cast<double>(std::numeric_limits<U>::max());
+    }
+    U converted{};
+    if (exact) {
+      converted = static_cast<U>(value);
+      using Wide = std::conditional_t<std::is_arithmetic_v<U>, U, float>;  // 16-bit floats widen through float
+      const double back = static_cast<double>(static_cast<Wide>(converted));
+      exact = back == value || (std::isnan(back) && std::isnan(value));
+    }
+    DISTRIBUTE_CHECK(exact, InvalidArgumentError, "Variable '", s.name, "': ", method, " got the ", dtype_name(given),
+                     " value ", format_number(value, given), ", which the variable's dtype ", dtype_name(s.dtype),
+                     " cannot hold exactly; pass a ", dtype_name(s.dtype), " value");
+    return Tensor::scalar<U>(converted);
+  });
+}
+
+std::ostream& operator<<(std::ostream& os, const Variable& variable) {
+  if (!variable.defined()) return os << "<Variable: undefined>";
+  const auto print_component = [&](int i) {
+    os << "<Variable '" << component_name(variable.name(), i) << "' shape=" << variable.shape()
+       << " dtype=" << variable.dtype() << ", numpy=";
+    print_numpy(os, variable.component(i));
+    os << '>';
+  };
+  const int n = variable.num_components();
+  if (n == 1) {
+    print_component(0);
+    return os;
+  }
+  os << (variable.synchronization() == VariableSynchronization::kOnRead ? "SyncOnReadVariable" : "MirroredVariable")
+     << ":{\n";
+  for (int i = 0; i < n; ++i) {
+    os << "  " << i << ": ";
+    print_component(i);
+    os << (i + 1 < n ? ",\n" : "\n");
+  }
+  return os << '}';
+}
+
+std::vector<Tensor> Strategy::experimental_local_results(const Variable& variable) const {
+  std::vector<Tensor> components;
+  for (int i = 0; i < variable.num_components(); ++i) components.push_back(variable.component(i));
+  return components;
+}
+
+bool StrategyExtended::variable_created_in_scope(const Variable& v) const {
+  return &v.distribute_strategy() == &container_strategy();
+}
+
+}  // namespace distribute
