@@ -1,7 +1,8 @@
 // The umbrella header of distribute: tf.distribute's programming model for C++.
 // Layers, bottom up: device (dtypes, shapes, devices, tensors, ReduceOp) -> nest -> values, and
 // device -> collective (moving buffers between replicas) -> replica (synchronising replicas:
-// contexts, calls, fingerprints, merge_call) -> strategy -> variables.
+// contexts, calls, fingerprints, merge_call) -> strategy -> variables (variables, optimizers,
+// losses).
 // Nothing reachable from here includes CUDA, NCCL or MPI headers.
 #pragma once
 
@@ -16,6 +17,10 @@
 #include "distribute/errors.h"
 #include "distribute/fwd.h"
 #include "distribute/nest/nest.h"
+#include "distribute/nn/losses.h"
+#include "distribute/optimizers/adam.h"
+#include "distribute/optimizers/optimizer.h"
+#include "distribute/optimizers/sgd.h"
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/context.h"
 #include "distribute/strategy/default_strategy.h"

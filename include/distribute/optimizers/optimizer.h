@@ -1,0 +1,112 @@
+// Optimizer: applies gradients to distributed variables (tf.keras.optimizers.Optimizer under
+// tf.distribute). Create it where the variables were created (under the same strategy.scope(), or
+// with no scope for the default strategy): its step counter and slot variables (momentum, Adam's
+// moments) are variables of that strategy, mirrored like the variables they serve.
+//
+//   SGD optimizer(0.1, 0.9);                        // under strategy.scope(), beside the variables
+//   strategy.run([&](const Tensor& batch) {
+//     Tensor grad = ...;                            // of nn::compute_average_loss(...)
+//     optimizer.apply_gradients({{grad, w}});
+//   }, batches);
+//
+// apply_gradients in replica context (inside the fn passed to run) is collective: every replica
+// calls it, with the same variables in the same order. It sums the replicas' gradients (the loss is
+// already divided by the global batch: nn::compute_average_loss) in ONE all_reduce of the whole
+// gradient list, then each replica updates its own component of every variable and slot in place,
+// with the same arithmetic on the same inputs, so the components stay equal without a second
+// collective. Slot variables missing on that call are first created in one merge_call (the first
+// step only; build() creates them up front instead). In cross-replica context (in scope, in a
+// merge_fn, or with no strategy in scope) it applies the given gradients to every component.
+//
+// Checks (InvalidArgumentError naming the variable, before any collective so that a bad call ends
+// in an error on every replica, never a hang): every variable defined, trainable, ON_WRITE,
+// float32 or float64, created for the optimizer's strategy and listed once; every gradient defined
+// and of its variable's dtype and shape. Using the optimizer in a replica of another strategy is a
+// FailedPreconditionError.
+//
+// Threading: apply_gradients may run on every replica thread at once; update_step then runs
+// concurrently on different components. build, set_learning_rate and the constructors belong to
+// cross-replica context (no replica running).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "distribute/device/tensor.h"
+#include "distribute/variables/variable.h"
+
+namespace distribute::optimizers {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Applies one step: see above.
+  virtual void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) = 0;
+
+  // Creates the slot variables of `variables` that do not exist yet, in cross-replica context.
+  void build(const std::vector<Variable>& variables);
+
+  // "SGD", "Adam": the prefix of the names of the optimizer's variables.
+  const std::string& name() const { return name_; }
+  double learning_rate() const { return learning_rate_; }
+  // FailedPreconditionError inside a replica's fn: the replicas read it while they run.
+  void set_learning_rate(double learning_rate);
+  // The number of steps applied: an int64 scalar variable named "<name>/iterations".
+  const Variable& iterations() const { return iterations_; }
+  // The names of the slots each variable gets, e.g. {"momentum"} or {"m", "v"}.
+  const std::vector<std::string>& slot_names() const { return slot_names_; }
+  // The slot `slot_name` of `variable`, named "<name>/<variable name>/<slot_name>".
+  // InvalidArgumentError when the optimizer has no such slot for it (yet).
+  Variable get_slot(const Variable& variable, std::string_view slot_name) const;
+  // iterations(), then the slots in the order they were created: the state to checkpoint.
+  std::vector<Variable> variables() const;
+
+ protected:
+  // Binds the optimizer to get_strategy() and creates iterations() there.
+  Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names);
+
+  // What apply_gradients does for every optimizer: the checks, the all_reduce, the slots; then
+  // update_step for each variable's components.
+  void apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars);
+
+  // Updates one component of a variable in place, given the summed gradient, the variable's
+  // component and its slots' components (slot_names() order), all host tensors of one dtype
+  // (float32 or float64) and shape; `step` counts from 1. Runs concurrently for different
+  // components, so it may only read the optimizer's settings.
+  virtual void update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots,
+                           std::int64_t step) const = 0;
+
+ private:
+  struct Slots {
+    Variable variable;
+    std::vector<Variable> slots;  // slot_names_ order
+  };
+
+  void check_variable(const Variable& var, std::size_t index, const char* method) const;
+  void check(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) const;
+  bool has_slots_for(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) const;
+  void create_slots(const std::vector<Variable>& variables);
+  // Updates component `component` of every variable and its slots, and counts the step there.
+  void update_component(const std::vector<Tensor>& gradients,
+                        const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component) const;
+
+  Strategy* strategy_;
+  std::string name_;
+  double learning_rate_;
+  std::vector<std::string> slot_names_;
+  Variable iterations_;
+  std::vector<Slots> slots_;
+  // Index into slots_; written only in cross-replica context or in the merge_fn, while every
+  // replica waits.
+  absl::flat_hash_map<Variable, std::size_t> slot_index_;
+};
+
+}  // namespace distribute::optimizers

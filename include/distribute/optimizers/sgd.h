@@ -1,0 +1,33 @@
+// SGD: gradient descent with optional momentum, as tf.keras.optimizers.SGD defines it. Per step,
+// for gradient g and learning rate lr:
+//   momentum == 0:  w -= lr * g                         (no slot)
+//   momentum  > 0:  m = momentum * m - lr * g           (slot "momentum", starts at 0)
+//                   w += m                              (nesterov: w += momentum * m - lr * g)
+// The update of each component is one pass over its memory. See optimizer.h for the distributed
+// behaviour.
+#pragma once
+
+#include "distribute/optimizers/optimizer.h"
+
+namespace distribute::optimizers {
+
+class SGD final : public Optimizer {
+ public:
+  // InvalidArgumentError unless 0 <= momentum <= 1.
+  explicit SGD(double learning_rate = 0.01, double momentum = 0.0, bool nesterov = false);
+
+  void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) override;
+
+  double momentum() const { return momentum_; }
+  bool nesterov() const { return nesterov_; }
+
+ protected:
+  void update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots,
+                   std::int64_t step) const override;
+
+ private:
+  double momentum_;
+  bool nesterov_;
+};
+
+}  // namespace distribute::optimizers

@@ -1,0 +1,190 @@
+#include "distribute/optimizers/optimizer.h"
+
+#include <optional>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "distribute/replica/replica_context.h"
+#include "distribute/strategy/context.h"
+
+namespace distribute::optimizers {
+namespace {
+
+bool in_replica_fn() { return get_replica_context() != nullptr && has_strategy(); }
+
+std::vector<Variable> variables_of(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
+  std::vector<Variable> variables;
+  variables.reserve(grads_and_vars.size());
+  for (const auto& [gradient, variable] : grads_and_vars) variables.push_back(variable);
+  return variables;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names)
+    : strategy_(&get_strategy()),
+      name_(std::move(name)),
+      learning_rate_(learning_rate),
+      slot_names_(std::move(slot_names)),
+      iterations_(std::int64_t{0}, VariableOptions{.name = name_ + "/iterations",
+                                                   .trainable = false,
+                                                   .aggregation = VariableAggregation::kOnlyFirstReplica}) {}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::set_learning_rate(double learning_rate) {
+  DISTRIBUTE_CHECK(!in_replica_fn(), FailedPreconditionError, name_,
+                   ".set_learning_rate: called inside a replica's fn, where the replicas read it; set it between "
+                   "Strategy::run calls");
+  learning_rate_ = learning_rate;
+}
+
+void Optimizer::build(const std::vector<Variable>& variables) {
+  DISTRIBUTE_CHECK(!in_replica_fn(), FailedPreconditionError, name_,
+                   ".build: called inside a replica's fn; build the optimizer under strategy.scope(), outside "
+                   "Strategy::run (apply_gradients creates missing slots by itself)");
+  for (std::size_t k = 0; k < variables.size(); ++k) check_variable(variables[k], k, "build");
+  create_slots(variables);
+}
+
+Variable Optimizer::get_slot(const Variable& variable, std::string_view slot_name) const {
+  DISTRIBUTE_CHECK(variable.defined(), InvalidArgumentError, name_, ".get_slot: the variable is undefined");
+  auto it = slot_index_.find(variable);
+  DISTRIBUTE_CHECK(it != slot_index_.end(), InvalidArgumentError, name_, ".get_slot: variable '", variable.name(),
+                   "' has no slots yet; apply_gradients or build creates them");
+  for (std::size_t i = 0; i < slot_names_.size(); ++i) {
+    if (slot_names_[i] == slot_name) return slots_[it->second].slots[i];
+  }
+  const std::string known = slot_names_.empty() ? std::string("none") : absl::StrJoin(slot_names_, ", ");
+  throw InvalidArgumentError(absl::StrCat(name_, ".get_slot: no slot named '", std::string(slot_name), "'; its slots: ", known));
+}
+
+std::vector<Variable> Optimizer::variables() const {
+  std::vector<Variable> out{iterations_};
+  for (const Slots& s : slots_) out.insert(out.end(), s.slots.begin(), s.slots.end());
+  return out;
+}
+
+void Optimizer::check_variable(const Variable& var, std::size_t k, const char* method) const {
+  DISTRIBUTE_CHECK(var.defined(), InvalidArgumentError, name_, ".", method, ": variable ", k,
+                   " of the list is undefined (default-constructed)");
+  DISTRIBUTE_CHECK(&var.distribute_strategy() == strategy_, InvalidArgumentError, name_, ".", method,
+                   ": variable '", var.name(), "' was created for ", var.distribute_strategy().name(),
+                   " but the optimizer for ", strategy_->name(),
+                   "; create the optimizer under the scope of the variables' strategy");
+  DISTRIBUTE_CHECK(var.trainable(), InvalidArgumentError, name_, ".", method, ": variable '", var.name(),
+                   "' is not trainable");
+  DISTRIBUTE_CHECK(var.synchronization() != VariableSynchronization::kOnRead, InvalidArgumentError, name_, ".",
+                   method, ": variable '", var.name(),
+                   "' is synchronized ON_READ; optimizers update ON_WRITE (mirrored) variables");
+  DISTRIBUTE_CHECK(var.dtype() == DType::kFloat32 || var.dtype() == DType::kFloat64, InvalidArgumentError, name_,
+                   ".", method, ": variable '", var.name(), "' has dtype ", dtype_name(var.dtype()),
+                   "; optimizers update float32 and float64 variables");
+}
+
+void Optimizer::check(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) const {
+  DISTRIBUTE_CHECK(!grads_and_vars.empty(), InvalidArgumentError, name_,
+                   ".apply_gradients: no (gradient, variable) pairs were given");
+  absl::flat_hash_map<Variable, std::size_t> seen;
+  for (std::size_t k = 0; k < grads_and_vars.size(); ++k) {
+    const auto& [gradient, var] = grads_and_vars[k];
+    check_variable(var, k, "apply_gradients");
+    DISTRIBUTE_CHECK(gradient.defined(), InvalidArgumentError, name_, ".apply_gradients: the gradient of variable '",
+                     var.name(), "' is an undefined Tensor");
+    DISTRIBUTE_CHECK(gradient.dtype() == var.dtype(), InvalidArgumentError, name_,
+                     ".apply_gradients: the gradient of variable '", var.name(), "' has dtype ", dtype_name(gradient.dtype()),
+                     " but the variable has dtype ", dtype_name(var.dtype()));
+    DISTRIBUTE_CHECK(gradient.shape() == var.shape(), InvalidArgumentError, name_,
+                     ".apply_gradients: the gradient of variable '", var.name(), "' has shape ", gradient.shape().to_string(),
+                     " but the variable has shape ", var.shape().to_string());
+    const auto [it, inserted] = seen.emplace(var, k);
+    DISTRIBUTE_CHECK(inserted, InvalidArgumentError, name_, ".apply_gradients: variable '", var.name(),
+                     "' is listed twice (at ", it->second, " and ", k, ")");
+  }
+}
+
+bool Optimizer::has_slots_for(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) const {
+  for (const auto& [gradient, variable] : grads_and_vars) {
+    if (!slot_index_.contains(variable)) return false;
+  }
+  return true;
+}
+
+void Optimizer::create_slots(const std::vector<Variable>& variables) {
+  // Slots are variables of the optimizer's strategy whatever the context: apply_gradients may be
+  // called outside its scope.
+  std::optional<StrategyScope> scope;
+  if (&get_strategy() != strategy_) scope.emplace(strategy_->scope());
+  for (const Variable& variable : variables) {
+    if (slot_index_.contains(variable)) continue;
+    Slots s{variable, {}};
+    for (const std::string& slot : slot_names_) {
+      s.slots.emplace_back(Tensor::zeros(variable.dtype(), variable.shape(), Device::cpu()),
+                           VariableOptions{.name = absl::StrCat(name_, "/", variable.name(), "/", slot),
+                                           .trainable = false});
+    }
+    slot_index_.emplace(variable, slots_.size());
+    slots_.push_back(std::move(s));
+  }
+}
+
+void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
+  ReplicaContext* ctx = get_replica_context();
+  if (ctx == nullptr || !has_strategy()) {
+    check(grads_and_vars);
+    if (!has_slots_for(grads_and_vars)) create_slots(variables_of(grads_and_vars));
+    std::vector<Tensor> gradients;
+    gradients.reserve(grads_and_vars.size());
+    for (const auto& [gradient, variable] : grads_and_vars) {
+      gradients.push_back(gradient.device().is_cpu() ? gradient : gradient.to(Device::cpu()));
+    }
+    for (int i = 0; i < iterations_.num_components(); ++i) update_component(gradients, grads_and_vars, i);
+    return;
+  }
+  DISTRIBUTE_CHECK(&ctx->strategy() == strategy_, FailedPreconditionError, name_,
+                   ".apply_gradients: called in a replica of ", ctx->strategy().name(),
+                   " but the optimizer was created for ", strategy_->name(),
+                   "; create the optimizer under the scope of the strategy that runs the step");
+  check(grads_and_vars);
+  if (!has_slots_for(grads_and_vars)) {
+    ctx->merge_call(
+        [](Strategy&, const PerReplica<Optimizer*>& optimizers,
+           const PerReplica<const std::vector<std::pair<Tensor, Variable>>*>& lists) {
+          for (int r = 1; r < optimizers.num_replicas(); ++r) {
+            DISTRIBUTE_CHECK(optimizers[r] == optimizers[0], InvalidArgumentError, optimizers[0]->name_,
+                             ".apply_gradients: replica ", r, " called it on another optimizer than replica 0; "
+                             "create one optimizer under strategy.scope() and use it in every replica");
+          }
+          optimizers[0]->create_slots(variables_of(*lists[0]));
+        },
+        this, &grads_and_vars);
+    DISTRIBUTE_CHECK(has_slots_for(grads_and_vars), InvalidArgumentError, name_, ".apply_gradients: replica ",
+                     ctx->replica_id_in_sync_group(), " passed other variables than replica 0; every replica must "
+                     "pass the same variables in the same order");
+  }
+  std::vector<Tensor> gradients;
+  gradients.reserve(grads_and_vars.size());
+  for (const auto& [gradient, variable] : grads_and_vars) {
+    gradients.push_back(gradient.device() == ctx->device() ? gradient : gradient.to(ctx->device()));
+  }
+  update_component(ctx->all_reduce(ReduceOp::kSum, gradients), grads_and_vars, ctx->replica_id_in_sync_group());
+}
+
+void Optimizer::update_component(const std::vector<Tensor>& gradients,
+                                 const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component) const {
+  Tensor counter = iterations_.component(component);
+  std::int64_t& count = counter.data<std::int64_t>()[0];
+  const std::int64_t step = count + 1;
+  absl::InlinedVector<Tensor, 2> slots;
+  for (std::size_t k = 0; k < grads_and_vars.size(); ++k) {
+    const Variable& variable = grads_and_vars[k].second;
+    slots.clear();
+    for (const Variable& slot : slots_[slot_index_.at(variable)].slots) slots.push_back(slot.component(component));
+    Tensor target = variable.component(component);
+    update_step(gradients[k], target, std::span<Tensor>(slots.data(), slots.size()), step);
+  }
+  count = step;
+}
+
+}  // namespace distribute::optimizers

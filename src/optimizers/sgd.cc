@@ -1,0 +1,44 @@
+#include "distribute/optimizers/sgd.h"
+
+#include "optimizers/update_loop.h"
+
+namespace distribute::optimizers {
+namespace {
+
+std::vector<std::string> sgd_slots(double momentum) {
+  DISTRIBUTE_CHECK(momentum >= 0.0 && momentum <= 1.0, InvalidArgumentError, "SGD: momentum is ", momentum,
+                   "; it must be in [0, 1]");
+  if (momentum == 0.0) return {};
+  return {"momentum"};
+}
+
+}  // namespace
+
+SGD::SGD(double learning_rate, double momentum, bool nesterov)
+    : Optimizer("SGD", learning_rate, sgd_slots(momentum)), momentum_(momentum), nesterov_(nesterov) {}
+
+void SGD::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) { apply(grads_and_vars); }
+
+void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, std::int64_t) const {
+  internal::dispatch_floating(variable.dtype(), [&]<class T>(TypeTag<T>) {
+    auto w = variable.flat<T>();
+    const auto g = gradient.flat<T>();
+    const T lr = static_cast<T>(learning_rate());
+    if (slots.empty()) {
+      w -= lr * g;
+      return;
+    }
+    auto m = slots[0].flat<T>();
+    const T mu = static_cast<T>(momentum_);
+    internal::for_each_chunk(w.size(), [&](Eigen::Index i, Eigen::Index n) {
+      m.segment(i, n) = mu * m.segment(i, n) - lr * g.segment(i, n);
+      if (nesterov_) {
+        w.segment(i, n) += mu * m.segment(i, n) - lr * g.segment(i, n);
+      } else {
+        w.segment(i, n) += m.segment(i, n);
+      }
+    });
+  });
+}
+
+}  // namespace distribute::optimizers
