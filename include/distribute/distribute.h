@@ -2,11 +2,12 @@
 // Layers, bottom up: device (dtypes, shapes, devices, tensors, ReduceOp) -> nest -> values, and
 // device -> collective (moving buffers between replicas) -> replica (synchronising replicas:
 // contexts, calls, fingerprints, merge_call) -> strategy -> variables (variables, optimizers,
-// losses).
+// checkpoints, losses).
 // Nothing reachable from here includes CUDA, NCCL or MPI headers.
 #pragma once
 
 #include "distribute/check.h"
+#include "distribute/checkpoint/checkpoint.h"
 #include "distribute/collective/communication_options.h"
 #include "distribute/device/device.h"
 #include "distribute/device/dtype.h"

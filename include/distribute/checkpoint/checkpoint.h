@@ -1,0 +1,53 @@
+// Checkpoint: saves named variables to one file and restores them (tf.train.Checkpoint for
+// distributed variables). A variable is saved once, whatever its number of components: an
+// ON_WRITE variable's first component (they are equal), an ON_READ variable's aggregate (what a
+// cross-replica read gives). Restoring assigns each value in cross-replica context, so every
+// component of an ON_WRITE variable gets it and an ON_READ variable reads it back; the variables
+// may belong to another strategy, with another number of replicas, than those that were saved.
+//
+//   Checkpoint checkpoint({{"w", w}, {"b", b}});
+//   checkpoint.save("model.safetensors");
+//   checkpoint.restore("model.safetensors");
+//
+// The file is safetensors, so Python's safetensors and numpy read it: an 8-byte little-endian
+// header length, a JSON header {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]},
+// ...} padded with spaces to a multiple of 8 bytes, then the tensors' little-endian bytes back to
+// back in the checkpoint's order. The header's "__metadata__" holds "distribute.crc32": the CRC-32
+// of the data, in 8 hex digits, which restore checks when present (files from other writers have
+// none).
+//
+// save writes a temporary file beside `path`, flushes it to disk and renames it over `path`: a
+// crash leaves the old file or the new one, never a torn one. restore reads and checks the whole
+// file before it changes anything: a truncated or corrupt file is a DataLossError; names, dtypes
+// or shapes that do not match the checkpoint's variables are one InvalidArgumentError listing
+// every mismatch (a variable missing from the file, a tensor the checkpoint does not name, each
+// differing dtype and shape). Both run in cross-replica context (FailedPreconditionError inside a
+// replica's fn); a path that cannot be opened is an InvalidArgumentError, a failed write or
+// rename an InternalError.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distribute/variables/variable.h"
+
+namespace distribute {
+
+class Checkpoint {
+ public:
+  // InvalidArgumentError for an undefined variable, or a name that is empty, repeated or
+  // "__metadata__" (the safetensors header's own key).
+  explicit Checkpoint(std::vector<std::pair<std::string, Variable>> variables);
+
+  void save(const std::filesystem::path& path) const;
+  void restore(const std::filesystem::path& path);
+
+  const std::vector<std::pair<std::string, Variable>>& variables() const { return variables_; }
+
+ private:
+  std::vector<std::pair<std::string, Variable>> variables_;
+};
+
+}  // namespace distribute

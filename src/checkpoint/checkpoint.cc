@@ -1,0 +1,377 @@
+// Checkpoint: safetensors files written atomically and read back with every rule checked.
+#include "distribute/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "distribute/strategy/context.h"
+
+namespace distribute {
+namespace {
+
+// safetensors stores little-endian data, which is the tensors' own layout only on such hosts.
+static_assert(std::endian::native == std::endian::little, "checkpoints assume a little-endian host");
+
+constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kCrcKey = "distribute.crc32";
+
+struct SafetensorsType {
+  const char* name;
+  std::size_t size;
+  std::optional<DType> dtype;  // nullopt: a safetensors type that distribute's tensors do not hold
+};
+
+// Every safetensors dtype, so that offsets of tensors of any type are checked.
+constexpr SafetensorsType kTypes[] = {
+    {"F32", 4, DType::kFloat32}, {"F64", 8, DType::kFloat64}, {"I32", 4, DType::kInt32},
+    {"I64", 8, DType::kInt64},   {"F16", 2, DType::kFloat16}, {"BF16", 2, DType::kBFloat16},
+    {"BOOL", 1, std::nullopt},   {"U8", 1, std::nullopt},     {"I8", 1, std::nullopt},
+    {"F8_E5M2", 1, std::nullopt}, {"F8_E4M3", 1, std::nullopt}, {"I16", 2, std::nullopt},
+    {"U16", 2, std::nullopt},    {"U32", 4, std::nullopt},    {"U64", 8, std::nullopt},
+};
+
+const SafetensorsType* find_type(std::string_view name) {
+  for (const SafetensorsType& t : kTypes) {
+    if (name == t.name) return &t;
+  }
+  return nullptr;
+}
+
+const char* safetensors_name(DType dtype) {
+  for (const SafetensorsType& t : kTypes) {
+    if (t.dtype == dtype) return t.name;
+  }
+  throw InternalError(absl::StrCat("Checkpoint: no safetensors dtype for ", dtype_name(dtype)));
+}
+
+void require_cross_replica(const char* method) {
+  if (const ReplicaContext* ctx = get_replica_context(); ctx != nullptr && has_strategy()) {
+    throw FailedPreconditionError(absl::StrCat(method, ": called inside a replica's fn; save and restore in "
+                                               "cross-replica context (in scope or outside Strategy::run)"));
+  }
+}
+
+std::uint32_t crc_update(std::uint32_t crc, const void* data, std::size_t size) {
+  // zlib takes a null buffer as a request for the initial value, whatever `crc` is.
+  if (size == 0) return crc;
+  return static_cast<std::uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), size));
+}
+
+std::string hex32(std::uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", value);
+  return text;
+}
+
+// ---- save
+
+// An open file descriptor closed (and its file removed unless kept) when it goes.
+class TempFile {
+ public:
+  explicit TempFile(std::filesystem::path path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!kept_) ::unlink(path_.c_str());
+  }
+
+  bool is_open() const { return fd_ >= 0; }
+  const std::filesystem::path& path() const { return path_; }
+  bool write(const void* data, std::size_t size) {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      const ssize_t n = ::write(fd_, p, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      p += n;
+      size -= static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  // Flushes to disk and closes.
+  bool finish() {
+    const bool ok = ::fsync(fd_) == 0;
+    const bool closed = ::close(fd_) == 0;
+    fd_ = -1;
+    return ok && closed;
+  }
+  void keep() { kept_ = true; }
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  bool kept_ = false;
+};
+
+std::filesystem::path temp_path_for(const std::filesystem::path& path) {
+  static std::atomic<unsigned> counter{0};
+  std::filesystem::path temp = path;
+  temp += absl::StrCat(".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  return temp;
+}
+
+// So that the rename itself survives a crash. Best effort: the file is complete either way.
+void sync_directory(const std::filesystem::path& file) {
+  const std::filesystem::path dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// ---- restore
+
+struct Entry {
+  std::string dtype_name;
+  const SafetensorsType* type = nullptr;
+  std::vector<std::int64_t> dims;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+
+class Reader {
+ public:
+  Reader(const std::filesystem::path& path, std::string bytes) : path_(path), bytes_(std::move(bytes)) {}
+
+  // The header's tensors by name, every structural rule checked; DataLossError otherwise.
+  std::map<std::string, Entry> parse() {
+    DISTRIBUTE_CHECK(bytes_.size() >= 8, DataLossError, corrupt(), "it has ", bytes_.size(),
+                     " bytes, fewer than the 8 of a safetensors header length");
+    std::uint64_t header_size = 0;
+    std::memcpy(&header_size, bytes_.data(), 8);
+    DISTRIBUTE_CHECK(header_size <= bytes_.size() - 8, DataLossError, corrupt(), "its header length says ",
+                     header_size, " bytes but ", bytes_.size() - 8, " follow");
+    data_begin_ = 8 + header_size;
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + static_cast<std::ptrdiff_t>(data_begin_));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw DataLossError(absl::StrCat(corrupt(), "its header is not valid JSON (", e.what(), ")"));
+    }
+    DISTRIBUTE_CHECK(header.is_object(), DataLossError, corrupt(), "its header is not a JSON object");
+    std::map<std::string, Entry> entries;
+    for (const auto& [name, value] : header.items()) {
+      if (name == kMetadataKey) {
+        read_metadata(value);
+      } else {
+        entries.emplace(name, read_entry(name, value));
+      }
+    }
+    check_layout(entries);
+    return entries;
+  }
+
+  const char* data(const Entry& e) const { return bytes_.data() + data_begin_ + e.begin; }
+
+ private:
+  // The start of every message.
+  std::string corrupt() const {
+    return absl::StrCat("Checkpoint::restore: \"", path_.string(), "\" is truncated or corrupt: ");
+  }
+
+  static bool is_index(const nlohmann::json& v) { return v.is_number_unsigned(); }
+
+  void read_metadata(const nlohmann::json& metadata) {
+    DISTRIBUTE_CHECK(metadata.is_object(), DataLossError, corrupt(), "its __metadata__ is not an object");
+    for (const auto& [key, value] : metadata.items()) {
+      DISTRIBUTE_CHECK(value.is_string(), DataLossError, corrupt(), "its __metadata__ entry '", key,
+                       "' is not a string");
+      if (key == kCrcKey) crc_ = value.get<std::string>();
+    }
+  }
+
+  Entry read_entry(const std::string& name, const nlohmann::json& value) const {
+    DISTRIBUTE_CHECK(value.is_object(), DataLossError, corrupt(), "tensor '", name, "' is not described by an object");
+    Entry e;
+    auto dtype = value.find("dtype");
+    DISTRIBUTE_CHECK(dtype != value.end() && dtype->is_string(), DataLossError, corrupt(), "tensor '", name,
+                     "' has no string \"dtype\"");
+    e.dtype_name = dtype->get<std::string>();
+    e.type = find_type(e.dtype_name);
+    DISTRIBUTE_CHECK(e.type != nullptr, DataLossError, corrupt(), "tensor '", name, "' has the unknown dtype \"",
+                     e.dtype_name, "\"");
+    auto shape = value.find("shape");
+    DISTRIBUTE_CHECK(shape != value.end() && shape->is_array() && std::all_of(shape->begin(), shape->end(), is_index),
+                     DataLossError, corrupt(), "tensor '", name, "' has no \"shape\" list of non-negative integers");
+    std::uint64_t elements = 1;
+    for (const nlohmann::json& d : *shape) {
+      const auto dim = d.get<std::uint64_t>();
+      const bool fits = dim <= static_cast<std::uint64_t>(INT64_MAX) && !__builtin_mul_overflow(elements, dim, &elements);
+      DISTRIBUTE_CHECK(fits, DataLossError, corrupt(), "tensor '", name, "' has a shape whose size overflows");
+      e.dims.push_back(static_cast<std::int64_t>(dim));
+    }
+    auto offsets = value.find("data_offsets");
+    DISTRIBUTE_CHECK(offsets != value.end() && offsets->is_array() && offsets->size() == 2 &&
+                         is_index((*offsets)[0]) && is_index((*offsets)[1]),
+                     DataLossError, corrupt(), "tensor '", name,
+                     "' has no \"data_offsets\" pair of non-negative integers");
+    e.begin = (*offsets)[0].get<std::uint64_t>();
+    e.end = (*offsets)[1].get<std::uint64_t>();
+    std::uint64_t expected = 0;
+    const bool fits = !__builtin_mul_overflow(elements, e.type->size, &expected);
+    DISTRIBUTE_CHECK(fits && e.begin <= e.end && e.end - e.begin == expected, DataLossError, corrupt(), "tensor '",
+                     name, "' has data_offsets [", e.begin, ", ", e.end, "] for ", elements, " elements of ",
+                     e.dtype_name, ", which take ", expected, " bytes");
+    return e;
+  }
+
+  // The tensors' data must tile the data section exactly, as safetensors requires.
+  void check_layout(const std::map<std::string, Entry>& entries) const {
+    std::vector<std::pair<std::uint64_t, const std::string*>> starts;
+    for (const auto& [name, e] : entries) starts.emplace_back(e.begin, &name);
+    std::sort(starts.begin(), starts.end());
+    std::uint64_t position = 0;
+    for (const auto& [begin, name] : starts) {
+      DISTRIBUTE_CHECK(begin == position, DataLossError, corrupt(), "tensor '", *name, "' starts at data byte ",
+                       begin, " where ", position == 0 ? "the data starts" : "the previous tensor ends at ",
+                       position == 0 ? std::string() : absl::StrCat(position),
+                       " (its data offsets overlap or leave a gap)");
+      position = entries.at(*name).end;
+    }
+    const std::uint64_t data_size = bytes_.size() - data_begin_;
+    DISTRIBUTE_CHECK(position == data_size, DataLossError, corrupt(), "the header describes ", position,
+                     " bytes of data but the file has ", data_size);
+    if (crc_) {
+      const std::string crc = hex32(crc_update(0, bytes_.data() + data_begin_, data_size));
+      DISTRIBUTE_CHECK(crc == *crc_, DataLossError, corrupt(), "the data's CRC-32 is ", crc,
+                       " but the header records ", *crc_);
+    }
+  }
+
+  const std::filesystem::path& path_;
+  std::string bytes_;
+  std::uint64_t data_begin_ = 0;
+  std::optional<std::string> crc_;
+};
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  DISTRIBUTE_CHECK(in.is_open(), InvalidArgumentError, "Checkpoint::restore: cannot open \"", path.string(),
+                   "\": ", std::strerror(errno));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  DISTRIBUTE_CHECK(!in.bad(), InternalError, "Checkpoint::restore: reading \"", path.string(), "\" failed");
+  return bytes;
+}
+
+}  // namespace
+
+Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables) : variables_(std::move(variables)) {
+  std::set<std::string_view> names;
+  for (std::size_t k = 0; k < variables_.size(); ++k) {
+    const auto& [name, variable] = variables_[k];
+    DISTRIBUTE_CHECK(!name.empty(), InvalidArgumentError, "Checkpoint: entry ", k, " has an empty name");
+    DISTRIBUTE_CHECK(name != kMetadataKey, InvalidArgumentError, "Checkpoint: entry ", k, " is named '",
+                     kMetadataKey, "', the key safetensors keeps for the header's metadata");
+    DISTRIBUTE_CHECK(names.insert(name).second, InvalidArgumentError, "Checkpoint: the name '", name,
+                     "' is given twice");
+    DISTRIBUTE_CHECK(variable.defined(), InvalidArgumentError, "Checkpoint: the variable named '", name,
+                     "' is undefined (default-constructed)");
+  }
+}
+
+void Checkpoint::save(const std::filesystem::path& path) const {
+  require_cross_replica("Checkpoint::save");
+  std::vector<Tensor> values;
+  values.reserve(variables_.size());
+  for (const auto& [name, variable] : variables_) {
+    const Tensor value = variable.value();
+    values.push_back(value.device().is_cpu() ? value : value.to(Device::cpu()));
+  }
+  nlohmann::ordered_json header;
+  std::uint32_t crc = 0;
+  std::uint64_t offset = 0;
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    const Tensor& t = values[k];
+    header[variables_[k].first] = {{"dtype", safetensors_name(t.dtype())},
+                                   {"shape", t.shape().dims()},
+                                   {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+    crc = crc_update(crc, t.raw_data(), t.nbytes());
+  }
+  nlohmann::ordered_json document = {{kMetadataKey, {{kCrcKey, hex32(crc)}}}};
+  document.update(header);
+  std::string text = document.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::uint64_t header_size = text.size();
+
+  TempFile file(temp_path_for(path));
+  DISTRIBUTE_CHECK(file.is_open(), InvalidArgumentError, "Checkpoint::save: cannot create \"", file.path().string(),
+                   "\": ", std::strerror(errno));
+  bool ok = file.write(&header_size, 8) && file.write(text.data(), text.size());
+  for (const Tensor& t : values) ok = ok && file.write(t.raw_data(), t.nbytes());
+  ok = ok && file.finish();
+  DISTRIBUTE_CHECK(ok, InternalError, "Checkpoint::save: writing \"", file.path().string(),
+                   "\" failed: ", std::strerror(errno));
+  DISTRIBUTE_CHECK(::rename(file.path().c_str(), path.c_str()) == 0, InternalError, "Checkpoint::save: cannot rename \"",
+                   file.path().string(), "\" to \"", path.string(), "\": ", std::strerror(errno));
+  file.keep();
+  sync_directory(path);
+}
+
+void Checkpoint::restore(const std::filesystem::path& path) {
+  require_cross_replica("Checkpoint::restore");
+  Reader reader(path, read_file(path));
+  const std::map<std::string, Entry> entries = reader.parse();
+
+  std::vector<std::string> mismatches;
+  std::set<std::string_view> named;
+  for (const auto& [name, variable] : variables_) {
+    named.insert(name);
+    auto it = entries.find(name);
+    if (it == entries.end()) {
+      mismatches.push_back(absl::StrCat("'", name, "': in the checkpoint, not in the file"));
+      continue;
+    }
+    const Entry& e = it->second;
+    if (e.type->dtype != variable.dtype()) {
+      mismatches.push_back(absl::StrCat("'", name, "': dtype ", e.dtype_name, " in the file, ",
+                                        dtype_name(variable.dtype()), " (", safetensors_name(variable.dtype()),
+                                        ") in the checkpoint"));
+    }
+    if (Shape(e.dims) != variable.shape()) {
+      mismatches.push_back(absl::StrCat("'", name, "': shape ", Shape(e.dims).to_string(), " in the file, ",
+                                        variable.shape().to_string(), " in the checkpoint"));
+    }
+  }
+  for (const auto& [name, e] : entries) {
+    if (!named.contains(name)) mismatches.push_back(absl::StrCat("'", name, "': in the file, not in the checkpoint"));
+  }
+  DISTRIBUTE_CHECK(mismatches.empty(), InvalidArgumentError, "Checkpoint::restore: \"", path.string(),
+                   "\" does not match the checkpoint's variables (", mismatches.size(), " mismatches):\n  ",
+                   absl::StrJoin(mismatches, "\n  "));
+
+  // Every value is made before the first assignment, so nothing changes unless all can.
+  std::vector<Tensor> values;
+  values.reserve(variables_.size());
+  for (const auto& [name, variable] : variables_) {
+    const Entry& e = entries.at(name);
+    Tensor t = Tensor::empty(variable.dtype(), variable.shape(), Device::cpu());
+    if (t.nbytes() != 0) std::memcpy(t.raw_data(), reader.data(e), t.nbytes());
+    values.push_back(std::move(t));
+  }
+  for (std::size_t k = 0; k < variables_.size(); ++k) {
+    Variable variable = variables_[k].second;
+    variable.assign(values[k]);
+  }
+}
+
+}  // namespace distribute
