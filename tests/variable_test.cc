@@ -101,7 +101,7 @@ TEST_P(Variables, CreatedUnderScopeHasOneCopyPerReplicaDevice) {
     for (int j = 0; j < i; ++j) EXPECT_FALSE(v.component(i).same_storage(v.component(j)));
   }
   EXPECT_TRUE(strategy.extended().variable_created_in_scope(v));
-  EXPECT_FALSE(detail::default_strategy().extended().variable_created_in_scope(v));
+  EXPECT_FALSE(get_strategy().extended().variable_created_in_scope(v));
   const std::vector<Tensor> local = strategy.experimental_local_results(v);
   ASSERT_EQ(local.size(), static_cast<std::size_t>(n()));
   for (int i = 0; i < n(); ++i) EXPECT_TRUE(local[static_cast<std::size_t>(i)].same_storage(v.component(i)));
@@ -111,8 +111,8 @@ TEST(Variable, WithoutScopeOrUnderOneDeviceStrategyHasOneComponent) {
   const Variable v(2.5f);
   EXPECT_EQ(v.num_components(), 1);
   EXPECT_EQ(v.name(), "Variable");
-  EXPECT_EQ(&v.distribute_strategy(), &detail::default_strategy());
-  EXPECT_TRUE(detail::default_strategy().extended().variable_created_in_scope(v));
+  EXPECT_EQ(&v.distribute_strategy(), &get_strategy());
+  EXPECT_TRUE(get_strategy().extended().variable_created_in_scope(v));
   EXPECT_EQ(v.value().item<float>(), 2.5f);
 
   OneDeviceStrategy one("CPU:1");
