@@ -11,6 +11,7 @@
 #include "distribute/distribute.h"
 #include "testing/error_expect.h"
 #include "testing/replica_harness.h"
+#include "testing/variables.h"
 
 namespace distribute {
 namespace {
@@ -19,20 +20,12 @@ using optimizers::Adam;
 using optimizers::Optimizer;
 using optimizers::SGD;
 using testing::cpu_devices;
+using testing::current_test_name;
 using testing::expect_error;
+using testing::make_variable;
 using testing::Watchdog;
 
 constexpr std::chrono::milliseconds kHangLimit{20000};
-
-std::string test_name() {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return std::string(info->test_suite_name()) + "." + info->name();
-}
-
-Variable make_variable(Strategy& strategy, const Tensor& initial_value, VariableOptions options = {}) {
-  StrategyScope scope = strategy.scope();
-  return Variable(initial_value, std::move(options));
-}
 
 Tensor floats(std::vector<float> values) { return Tensor::from_vector<float>(std::move(values)); }
 
@@ -192,7 +185,7 @@ class Optimizers : public ::testing::TestWithParam<int> {
   }
 
  private:
-  Watchdog watchdog_{kHangLimit, test_name()};
+  Watchdog watchdog_{kHangLimit, current_test_name()};
 };
 
 INSTANTIATE_TEST_SUITE_P(Replicas, Optimizers, ::testing::Values(1, 2, 3, 4),
@@ -285,7 +278,7 @@ TEST(Optimizer, ApplyGradientsInAReplicaIsExactlyOneAllReduceOfTheGradientList) 
   // After build(), a replica's apply_gradients must pair with a single all_reduce (SUM) of the
   // same gradient list on another replica: another collective before or after it, or one
   // collective per variable, would fail the run with a mismatch.
-  Watchdog watchdog(kHangLimit, test_name());
+  Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(2));
   Variable w = make_variable(strategy, floats({1, 2}));
   Variable b = make_variable(strategy, floats({3}));
@@ -310,7 +303,7 @@ TEST(Optimizer, ApplyGradientsInAReplicaIsExactlyOneAllReduceOfTheGradientList) 
 TEST(Optimizer, FirstReplicaStepCreatesTheSlotsInOneMergeCall) {
   // Without build(), the first step's first collective is a merge_call (of apply_gradients' own
   // type: one of another type does not pair with it); the slots then exist for the next steps.
-  Watchdog watchdog(kHangLimit, test_name());
+  Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(2));
   Variable w = make_variable(strategy, floats({1}), {.name = "w"});
   StrategyScope scope = strategy.scope();
@@ -424,7 +417,7 @@ TEST(Optimizer, ApplyGradientsChecksEveryPair) {
 }
 
 TEST(Optimizer, VariablesAndOptimizerOfDifferentStrategies) {
-  Watchdog watchdog(kHangLimit, test_name());
+  Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(2));
   Variable w = make_variable(strategy, floats({1}), {.name = "w"});
   SGD outside(0.1);  // made for the default strategy
@@ -469,7 +462,7 @@ TEST(Optimizer, GetSlotErrors) {
 }
 
 TEST(Optimizer, ABadGradientOnOneReplicaEndsTheRunWithItsError) {
-  Watchdog watchdog(kHangLimit, test_name());
+  Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(3));
   Variable w = make_variable(strategy, floats({1, 2}), {.name = "w"});
   StrategyScope scope = strategy.scope();
@@ -488,7 +481,7 @@ TEST(Optimizer, ABadGradientOnOneReplicaEndsTheRunWithItsError) {
 }
 
 TEST(Optimizer, ReplicasWithDifferentOptimizersOrVariablesFailTheFirstStep) {
-  Watchdog watchdog(kHangLimit, test_name());
+  Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(2));
   Variable w = make_variable(strategy, floats({1}), {.name = "w"});
   Variable v = make_variable(strategy, floats({1}), {.name = "v"});

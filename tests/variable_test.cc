@@ -13,31 +13,18 @@
 #include "distribute/distribute.h"
 #include "testing/error_expect.h"
 #include "testing/replica_harness.h"
+#include "testing/variables.h"
 
 namespace distribute {
 namespace {
 
 using testing::cpu_devices;
+using testing::current_test_name;
 using testing::expect_error;
+using testing::make_variable;
 using testing::Watchdog;
 
 constexpr std::chrono::milliseconds kHangLimit{20000};
-
-std::string test_name() {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return std::string(info->test_suite_name()) + "." + info->name();
-}
-
-Variable make_variable(Strategy& strategy, const Tensor& initial_value, VariableOptions options = {}) {
-  StrategyScope scope = strategy.scope();
-  return Variable(initial_value, std::move(options));
-}
-
-template <Element T>
-Variable make_variable(Strategy& strategy, T initial_value, VariableOptions options = {}) {
-  StrategyScope scope = strategy.scope();
-  return Variable(initial_value, std::move(options));
-}
 
 // The components of a scalar variable, in replica order.
 template <class T = float>
@@ -66,7 +53,7 @@ class Variables : public ::testing::TestWithParam<int> {
   int n() const { return GetParam(); }
 
  private:
-  Watchdog watchdog_{kHangLimit, test_name()};
+  Watchdog watchdog_{kHangLimit, current_test_name()};
 };
 
 INSTANTIATE_TEST_SUITE_P(Replicas, Variables, ::testing::Values(1, 2, 3, 4),
@@ -77,7 +64,7 @@ class Variable2 : public ::testing::Test {
   MirroredStrategy strategy{cpu_devices(2)};
 
  private:
-  Watchdog watchdog_{kHangLimit, test_name()};
+  Watchdog watchdog_{kHangLimit, current_test_name()};
 };
 
 // ---- creation
@@ -472,7 +459,7 @@ TEST_F(Variable2, NoneAggregationWithEqualValuesUpdatesEveryComponent) {
 }
 
 TEST(Variable, NoneAggregationWithDifferentValuesNamesTheReplicasAndChangesNothing) {
-  Watchdog watchdog(kHangLimit, test_name());
+  Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(4));
   Variable v = make_variable(strategy, 1.0f, {.name = "w"});
   const std::string what = expect_error<InvalidArgumentError>(
@@ -512,7 +499,7 @@ TEST_F(Variable2, ReplicasUpdatingDifferentVariablesInOneMergeCallIsAnError) {
 }
 
 TEST(Variable, AReplicaThatSkipsAnUpdateEndsTheRunWithATypedError) {
-  Watchdog watchdog(kHangLimit, test_name());
+  Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(3));
   Variable v = make_variable(strategy, 0.0f, {.aggregation = VariableAggregation::kSum});
   expect_error<FailedPreconditionError>(
@@ -527,7 +514,7 @@ TEST(Variable, AReplicaThatSkipsAnUpdateEndsTheRunWithATypedError) {
 }
 
 TEST(Variable, AReplicaPassingAnotherShapeEndsTheRunWithItsError) {
-  Watchdog watchdog(kHangLimit, test_name());
+  Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(3));
   Variable v = make_variable(strategy, Tensor::from_vector<float>({0, 0}), {.name = "w",
                                                                           .aggregation = VariableAggregation::kMean});
