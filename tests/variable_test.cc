@@ -220,7 +220,8 @@ TEST_P(Variables, ReadValueIsACopyThatLaterUpdatesDoNotChange) {
   EXPECT_EQ(value.item<float>(), 2.0f) << "value() shows later updates";
   EXPECT_EQ(copy.item<float>(), 1.0f);
   Variable m = make_variable(strategy, 1.0f,
-                             {.synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kSum});
+                             {.synchronization = VariableSynchronization::kOnRead,
+                              .aggregation = VariableAggregation::kSum});
   const Tensor sum = m.read_value();
   m.assign(8.0f);
   EXPECT_EQ(sum.item<float>(), static_cast<float>(n()));
@@ -477,6 +478,12 @@ TEST(Variable, NoneAggregationWithDifferentValuesNamesTheReplicasAndChangesNothi
   // The strategy and the variable are usable afterwards.
   strategy.run([&] { v.assign(6.0f); });
   EXPECT_EQ(scalars(v), repeated(6.0f, 4));
+}
+
+TEST_F(Variable2, NoneAggregationOfEmptyTensors) {
+  Variable v = make_variable(strategy, Tensor::zeros(DType::kFloat32, Shape{0, 3}));
+  strategy.run([&] { v.assign(Tensor::zeros(DType::kFloat32, Shape{0, 3})); });
+  EXPECT_EQ(v.component(1).shape(), (Shape{0, 3}));
 }
 
 TEST_F(Variable2, ReplicasUpdatingDifferentVariablesInOneMergeCallIsAnError) {

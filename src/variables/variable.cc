@@ -100,7 +100,9 @@ void update_cross_replica(const VariableState& s, VariableUpdate op, const Tenso
   // The read sums the components, so each gets a share of the value.
   if (!is_floating(s.dtype)) {
     const Tensor zeros = Tensor::zeros(s.dtype, s.shape, Device::cpu());
-    for (const Tensor& c : s.components) apply(c, VariableUpdate::kAssign, c.same_storage(s.components[0]) ? value : zeros);
+    for (const Tensor& c : s.components) {
+      apply(c, VariableUpdate::kAssign, c.same_storage(s.components[0]) ? value : zeros);
+    }
     return;
   }
   Tensor share = Tensor::empty(s.dtype, s.shape, Device::cpu());
@@ -124,7 +126,10 @@ void update_in_merge_call(ReplicaContext& ctx, const VariableState& s, VariableU
         if (var.aggregation == VariableAggregation::kNone) {
           std::vector<int> differing;
           for (int r = 1; r < values.num_replicas(); ++r) {
-            if (std::memcmp(values[r].raw_data(), values[0].raw_data(), values[0].nbytes()) != 0) differing.push_back(r);
+            const std::size_t bytes = values[0].nbytes();
+            if (bytes != 0 && std::memcmp(values[r].raw_data(), values[0].raw_data(), bytes) != 0) {
+              differing.push_back(r);
+            }
           }
           DISTRIBUTE_CHECK(differing.empty(), InvalidArgumentError, "Variable '", var.name, "': ",
                            update_name(ops[0]), " with aggregation NONE in replica context needs the same value on "
@@ -188,10 +193,10 @@ Variable::Variable(const Tensor& initial_value, VariableOptions options) {
   DISTRIBUTE_CHECK(synchronization != VariableSynchronization::kNone || devices.size() == 1, InvalidArgumentError,
                    "Variable '", name, "': synchronization NONE is not supported by ", strategy.name(), ", which has ",
                    devices.size(), " replicas; use ON_WRITE (AUTO) or ON_READ");
-  DISTRIBUTE_CHECK(synchronization != VariableSynchronization::kOnRead || options.aggregation != VariableAggregation::kNone,
-                   InvalidArgumentError, "Variable '", name,
-                   "': synchronization ON_READ needs an aggregation (SUM, MEAN or ONLY_FIRST_REPLICA) to combine "
-                   "the replicas' components when it is read");
+  const bool aggregated = options.aggregation != VariableAggregation::kNone;
+  DISTRIBUTE_CHECK(synchronization != VariableSynchronization::kOnRead || aggregated, InvalidArgumentError,
+                   "Variable '", name, "': synchronization ON_READ needs an aggregation (SUM, MEAN or "
+                   "ONLY_FIRST_REPLICA) to combine the replicas' components when it is read");
   DISTRIBUTE_CHECK(options.aggregation != VariableAggregation::kMean || is_floating(initial_value.dtype()),
                    InvalidArgumentError, "Variable '", name, "': aggregation MEAN needs a floating-point dtype and the "
                    "initial value is ", dtype_name(initial_value.dtype()), "; use SUM or ONLY_FIRST_REPLICA");
