@@ -113,7 +113,8 @@ void bench(int n, const Options& options) {
   for (int round = 0; round < rounds; ++round) {
     apply.push_back(time_unit(apply_unit, ops, one).median_s);
     bare.push_back(time_unit(bare_unit, ops, one).median_s);
-    std::printf("  %6d %14.1f %14.1f %8.3f\n", round, apply.back() * 1e6, bare.back() * 1e6, apply.back() / bare.back());
+    std::printf("  %6d %14.1f %14.1f %8.3f\n", round, apply.back() * 1e6, bare.back() * 1e6,
+                apply.back() / bare.back());
     std::fflush(stdout);
   }
 

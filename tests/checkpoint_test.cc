@@ -117,7 +117,7 @@ TEST_F(CheckpointTest, TheFileIsSafetensorsByteForByte) {
 
   ASSERT_GE(bytes.size(), 8u);
   std::uint64_t header_size = 0;
-  for (int k = 7; k >= 0; --k) header_size = (header_size << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(k)]);
+  for (std::size_t k = 8; k-- > 0;) header_size = (header_size << 8) | static_cast<unsigned char>(bytes[k]);
   EXPECT_EQ(header_size % 8, 0u) << "the header is padded to 8 bytes";
   ASSERT_LE(8 + header_size, bytes.size());
   const std::string data = bytes.substr(8 + header_size);
@@ -174,7 +174,8 @@ TEST_F(CheckpointTest, OnReadVariablesAreSavedAsTheirAggregateAndReadBackTheSame
   Variable mean;
   {
     StrategyScope scope = strategy.scope();
-    sum = Variable(0.0f, {.synchronization = VariableSynchronization::kOnRead, .aggregation = VariableAggregation::kSum});
+    sum = Variable(0.0f, {.synchronization = VariableSynchronization::kOnRead,
+                          .aggregation = VariableAggregation::kSum});
     mean = Variable(0.0f, {.synchronization = VariableSynchronization::kOnRead,
                            .aggregation = VariableAggregation::kMean});
   }

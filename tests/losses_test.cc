@@ -57,7 +57,8 @@ TEST(ComputeAverageLossOutsideReplicas, DefaultAndCrossReplicaContext) {
   expect_error<FailedPreconditionError>(
       [] { (void)nn::compute_average_loss(Tensor::from_vector<float>({1, 2, 3})); },
       {"nn::compute_average_loss: called without global_batch_size in the cross-replica context of "
-       "MirroredStrategy(CPU:0, CPU:1)", "call it inside the fn passed to Strategy::run, or pass the global batch size"});
+       "MirroredStrategy(CPU:0, CPU:1)",
+       "call it inside the fn passed to Strategy::run, or pass the global batch size"});
 }
 
 TEST(ComputeAverageLossOutsideReplicas, Errors) {

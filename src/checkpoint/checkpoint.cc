@@ -215,7 +215,8 @@ class Reader {
     std::uint64_t elements = 1;
     for (const nlohmann::json& d : *shape) {
       const auto dim = d.get<std::uint64_t>();
-      const bool fits = dim <= static_cast<std::uint64_t>(INT64_MAX) && !__builtin_mul_overflow(elements, dim, &elements);
+      const bool fits =
+          dim <= static_cast<std::uint64_t>(INT64_MAX) && !__builtin_mul_overflow(elements, dim, &elements);
       DISTRIBUTE_CHECK(fits, DataLossError, corrupt(), "tensor '", name, "' has a shape whose size overflows");
       e.dims.push_back(static_cast<std::int64_t>(dim));
     }
@@ -321,8 +322,9 @@ void Checkpoint::save(const std::filesystem::path& path) const {
   ok = ok && file.finish();
   DISTRIBUTE_CHECK(ok, InternalError, "Checkpoint::save: writing \"", file.path().string(),
                    "\" failed: ", std::strerror(errno));
-  DISTRIBUTE_CHECK(::rename(file.path().c_str(), path.c_str()) == 0, InternalError, "Checkpoint::save: cannot rename \"",
-                   file.path().string(), "\" to \"", path.string(), "\": ", std::strerror(errno));
+  const bool renamed = ::rename(file.path().c_str(), path.c_str()) == 0;
+  DISTRIBUTE_CHECK(renamed, InternalError, "Checkpoint::save: cannot rename \"", file.path().string(), "\" to \"",
+                   path.string(), "\": ", std::strerror(errno));
   file.keep();
   sync_directory(path);
 }

@@ -57,7 +57,8 @@ Variable Optimizer::get_slot(const Variable& variable, std::string_view slot_nam
     if (slot_names_[i] == slot_name) return slots_[it->second].slots[i];
   }
   const std::string known = slot_names_.empty() ? std::string("none") : absl::StrJoin(slot_names_, ", ");
-  throw InvalidArgumentError(absl::StrCat(name_, ".get_slot: no slot named '", std::string(slot_name), "'; its slots: ", known));
+  throw InvalidArgumentError(
+      absl::StrCat(name_, ".get_slot: no slot named '", std::string(slot_name), "'; its slots: ", known));
 }
 
 std::vector<Variable> Optimizer::variables() const {
@@ -93,11 +94,11 @@ void Optimizer::check(const std::vector<std::pair<Tensor, Variable>>& grads_and_
     DISTRIBUTE_CHECK(gradient.defined(), InvalidArgumentError, name_, ".apply_gradients: the gradient of variable '",
                      var.name(), "' is an undefined Tensor");
     DISTRIBUTE_CHECK(gradient.dtype() == var.dtype(), InvalidArgumentError, name_,
-                     ".apply_gradients: the gradient of variable '", var.name(), "' has dtype ", dtype_name(gradient.dtype()),
-                     " but the variable has dtype ", dtype_name(var.dtype()));
+                     ".apply_gradients: the gradient of variable '", var.name(), "' has dtype ",
+                     dtype_name(gradient.dtype()), " but the variable has dtype ", dtype_name(var.dtype()));
     DISTRIBUTE_CHECK(gradient.shape() == var.shape(), InvalidArgumentError, name_,
-                     ".apply_gradients: the gradient of variable '", var.name(), "' has shape ", gradient.shape().to_string(),
-                     " but the variable has shape ", var.shape().to_string());
+                     ".apply_gradients: the gradient of variable '", var.name(), "' has shape ",
+                     gradient.shape().to_string(), " but the variable has shape ", var.shape().to_string());
     const auto [it, inserted] = seen.emplace(var, k);
     DISTRIBUTE_CHECK(inserted, InvalidArgumentError, name_, ".apply_gradients: variable '", var.name(),
                      "' is listed twice (at ", it->second, " and ", k, ")");

@@ -19,6 +19,7 @@ namespace distribute::nn {
 // InvalidArgumentError for an undefined, rank-0 or non-floating loss, or a global batch size that
 // is not positive; FailedPreconditionError without global_batch_size in a strategy's
 // cross-replica context, where no replica's batch is meant.
-Tensor compute_average_loss(const Tensor& per_example_loss, std::optional<std::int64_t> global_batch_size = std::nullopt);
+Tensor compute_average_loss(const Tensor& per_example_loss,
+                            std::optional<std::int64_t> global_batch_size = std::nullopt);
 
 }  // namespace distribute::nn
