@@ -19,7 +19,11 @@ set(allowed_values base device nest values)
 set(allowed_collective base device collective)
 set(allowed_replica base device nest values collective replica)
 set(allowed_strategy base device nest values collective replica strategy)
-set(allowed_umbrella base device nest values collective replica strategy umbrella)
+set(allowed_variables base device nest values collective replica strategy variables)
+set(allowed_nn base device nest values collective replica strategy nn)
+set(allowed_optimizers base device nest values collective replica strategy variables optimizers)
+set(allowed_checkpoint base device nest values collective replica strategy variables checkpoint)
+set(allowed_umbrella base device nest values collective replica strategy variables nn optimizers checkpoint umbrella)
 
 # The layer of a path relative to the source tree.
 function(layer_of path out)

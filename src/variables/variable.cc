@@ -332,14 +332,4 @@ std::ostream& operator<<(std::ostream& os, const Variable& variable) {
   return os << '}';
 }
 
-std::vector<Tensor> Strategy::experimental_local_results(const Variable& variable) const {
-  std::vector<Tensor> components;
-  for (int i = 0; i < variable.num_components(); ++i) components.push_back(variable.component(i));
-  return components;
-}
-
-bool StrategyExtended::variable_created_in_scope(const Variable& v) const {
-  return &v.distribute_strategy() == &container_strategy();
-}
-
 }  // namespace distribute

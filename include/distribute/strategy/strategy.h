@@ -76,8 +76,8 @@ class Strategy {
   std::vector<T> experimental_local_results(const T& value) const {
     return {value};
   }
-  // A variable's components, replica order (defined with Variable in distribute/variables/).
-  std::vector<Tensor> experimental_local_results(const Variable& variable) const;
+  // A variable's components, in replica order (defined in distribute/variables/variable.h).
+  inline std::vector<Tensor> experimental_local_results(const Variable& variable) const;
 
   // Calls value_fn(ValueContext(i, n)) for each replica i and returns the results as PerReplica.
   template <class Fn>

@@ -73,8 +73,8 @@ class StrategyExtended {
   template <class Fn, class... Args>
   auto update(const Variable& var, Fn&& fn, Args&&... args);
   // True when v was created for this strategy: under its scope (or, for the default strategy,
-  // outside any scope).
-  bool variable_created_in_scope(const Variable& v) const;
+  // outside any scope). Defined in distribute/variables/variable.h.
+  inline bool variable_created_in_scope(const Variable& v) const;
 
   Strategy& container_strategy() const { return container_; }
 

@@ -157,7 +157,19 @@ class Variable {
 std::ostream& operator<<(std::ostream& os, const Variable& variable);
 
 // ---------------------------------------------------------------------------------------------
-// Implementation of the templates.
+// Implementation of the templates, and of the strategies' members that take a Variable: declared
+// in the strategy layer, which knows Variable by name only, and defined here, above it.
+
+inline std::vector<Tensor> Strategy::experimental_local_results(const Variable& variable) const {
+  std::vector<Tensor> components;
+  components.reserve(static_cast<std::size_t>(variable.num_components()));
+  for (int i = 0; i < variable.num_components(); ++i) components.push_back(variable.component(i));
+  return components;
+}
+
+inline bool StrategyExtended::variable_created_in_scope(const Variable& v) const {
+  return &v.distribute_strategy() == &container_strategy();
+}
 
 template <class Fn, class... Args>
 auto StrategyExtended::update(const Variable& var, Fn&& fn, Args&&... args) {
