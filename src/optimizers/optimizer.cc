@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -22,6 +23,21 @@ std::vector<Variable> variables_of(const std::vector<std::pair<Tensor, Variable>
 
 }  // namespace
 
+// Each variable's slots, in the order they were created.
+struct Optimizer::SlotTable {
+  struct Entry {
+    Variable variable;
+    std::vector<Variable> slots;  // slot_names_ order
+  };
+  std::vector<Entry> entries;
+  absl::flat_hash_map<Variable, std::size_t> index;  // into entries
+
+  const Entry* find(const Variable& variable) const {
+    auto it = index.find(variable);
+    return it == index.end() ? nullptr : &entries[it->second];
+  }
+};
+
 Optimizer::Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names)
     : strategy_(&get_strategy()),
       name_(std::move(name)),
@@ -29,7 +45,8 @@ Optimizer::Optimizer(std::string name, double learning_rate, std::vector<std::st
       slot_names_(std::move(slot_names)),
       iterations_(std::int64_t{0}, VariableOptions{.name = name_ + "/iterations",
                                                    .trainable = false,
-                                                   .aggregation = VariableAggregation::kOnlyFirstReplica}) {}
+                                                   .aggregation = VariableAggregation::kOnlyFirstReplica}),
+      slots_(std::make_unique<SlotTable>()) {}
 
 Optimizer::~Optimizer() = default;
 
@@ -50,11 +67,11 @@ void Optimizer::build(const std::vector<Variable>& variables) {
 
 Variable Optimizer::get_slot(const Variable& variable, std::string_view slot_name) const {
   DISTRIBUTE_CHECK(variable.defined(), InvalidArgumentError, name_, ".get_slot: the variable is undefined");
-  auto it = slot_index_.find(variable);
-  DISTRIBUTE_CHECK(it != slot_index_.end(), InvalidArgumentError, name_, ".get_slot: variable '", variable.name(),
+  const SlotTable::Entry* entry = slots_->find(variable);
+  DISTRIBUTE_CHECK(entry != nullptr, InvalidArgumentError, name_, ".get_slot: variable '", variable.name(),
                    "' has no slots yet; apply_gradients or build creates them");
   for (std::size_t i = 0; i < slot_names_.size(); ++i) {
-    if (slot_names_[i] == slot_name) return slots_[it->second].slots[i];
+    if (slot_names_[i] == slot_name) return entry->slots[i];
   }
   const std::string known = slot_names_.empty() ? std::string("none") : absl::StrJoin(slot_names_, ", ");
   throw InvalidArgumentError(
@@ -63,7 +80,7 @@ Variable Optimizer::get_slot(const Variable& variable, std::string_view slot_nam
 
 std::vector<Variable> Optimizer::variables() const {
   std::vector<Variable> out{iterations_};
-  for (const Slots& s : slots_) out.insert(out.end(), s.slots.begin(), s.slots.end());
+  for (const SlotTable::Entry& e : slots_->entries) out.insert(out.end(), e.slots.begin(), e.slots.end());
   return out;
 }
 
@@ -107,7 +124,7 @@ void Optimizer::check(const std::vector<std::pair<Tensor, Variable>>& grads_and_
 
 bool Optimizer::has_slots_for(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) const {
   for (const auto& [gradient, variable] : grads_and_vars) {
-    if (!slot_index_.contains(variable)) return false;
+    if (!slots_->index.contains(variable)) return false;
   }
   return true;
 }
@@ -118,15 +135,15 @@ void Optimizer::create_slots(const std::vector<Variable>& variables) {
   std::optional<StrategyScope> scope;
   if (&get_strategy() != strategy_) scope.emplace(strategy_->scope());
   for (const Variable& variable : variables) {
-    if (slot_index_.contains(variable)) continue;
-    Slots s{variable, {}};
+    if (slots_->index.contains(variable)) continue;
+    SlotTable::Entry entry{variable, {}};
     for (const std::string& slot : slot_names_) {
-      s.slots.emplace_back(Tensor::zeros(variable.dtype(), variable.shape(), Device::cpu()),
+      entry.slots.emplace_back(Tensor::zeros(variable.dtype(), variable.shape(), Device::cpu()),
                            VariableOptions{.name = absl::StrCat(name_, "/", variable.name(), "/", slot),
                                            .trainable = false});
     }
-    slot_index_.emplace(variable, slots_.size());
-    slots_.push_back(std::move(s));
+    slots_->index.emplace(variable, slots_->entries.size());
+    slots_->entries.push_back(std::move(entry));
   }
 }
 
@@ -181,7 +198,7 @@ void Optimizer::update_component(const std::vector<Tensor>& gradients,
   for (std::size_t k = 0; k < grads_and_vars.size(); ++k) {
     const Variable& variable = grads_and_vars[k].second;
     slots.clear();
-    for (const Variable& slot : slots_[slot_index_.at(variable)].slots) slots.push_back(slot.component(component));
+    for (const Variable& slot : slots_->find(variable)->slots) slots.push_back(slot.component(component));
     Tensor target = variable.component(component);
     update_step(gradients[k], target, std::span<Tensor>(slots.data(), slots.size()), step);
   }

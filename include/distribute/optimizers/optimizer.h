@@ -30,13 +30,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "distribute/device/tensor.h"
 #include "distribute/variables/variable.h"
 
@@ -85,10 +85,7 @@ class Optimizer {
                            std::int64_t step) const = 0;
 
  private:
-  struct Slots {
-    Variable variable;
-    std::vector<Variable> slots;  // slot_names_ order
-  };
+  struct SlotTable;  // optimizer.cc
 
   void check_variable(const Variable& var, std::size_t index, const char* method) const;
   void check(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) const;
@@ -103,10 +100,8 @@ class Optimizer {
   double learning_rate_;
   std::vector<std::string> slot_names_;
   Variable iterations_;
-  std::vector<Slots> slots_;
-  // Index into slots_; written only in cross-replica context or in the merge_fn, while every
-  // replica waits.
-  absl::flat_hash_map<Variable, std::size_t> slot_index_;
+  // Written only in cross-replica context or in the merge_fn, while every replica waits.
+  std::unique_ptr<SlotTable> slots_;
 };
 
 }  // namespace distribute::optimizers
