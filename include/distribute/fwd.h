@@ -40,10 +40,16 @@ class MirroredStrategy;
 struct MirroredStrategyOptions;
 enum class CrossDeviceOps;
 
-// variables/
+// variables/, optimizers/, checkpoint/
 class Variable;
 struct VariableOptions;
 enum class VariableSynchronization;
 enum class VariableAggregation;
+namespace optimizers {
+class Optimizer;
+class SGD;
+class Adam;
+}  // namespace optimizers
+class Checkpoint;
 
 }  // namespace distribute

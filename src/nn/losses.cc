@@ -1,3 +1,4 @@
+// nn::compute_average_loss: a replica's loss over the global batch.
 #include "distribute/nn/losses.h"
 
 #include "distribute/strategy/context.h"

@@ -1,3 +1,4 @@
+// Adam: Keras's Adam step.
 #include "distribute/optimizers/adam.h"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// Optimizer: the checks, the batched all_reduce and the slots every optimizer shares.
 #include "distribute/optimizers/optimizer.h"
 
 #include <optional>

@@ -1,3 +1,4 @@
+// SGD: plain, momentum and Nesterov steps as Keras defines them.
 #include "distribute/optimizers/sgd.h"
 
 #include "optimizers/update_loop.h"
