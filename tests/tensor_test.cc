@@ -291,6 +291,39 @@ TEST(Tensor, ReshapeSharesStorageAndChecksTheCount) {
                                           {"reshape", "6 elements", "(6,)", "(4, 2)", "8 elements"});
 }
 
+TEST(Tensor, SliceIsAViewOfRowsOfDimensionZero) {
+  const Tensor a = Tensor::from_vector<std::int32_t>({0, 1, 2, 3, 4, 5, 6, 7}, Shape{4, 2});
+  Tensor middle = a.slice(1, 3);
+  EXPECT_TRUE(middle.same_storage(a));
+  EXPECT_EQ(middle.shape(), (Shape{2, 2}));
+  EXPECT_EQ(middle.dtype(), DType::kInt32);
+  EXPECT_EQ(middle.raw_data(), a.data<std::int32_t>() + 2);
+  EXPECT_EQ(middle.to_vector<std::int32_t>(), (std::vector<std::int32_t>{2, 3, 4, 5}));
+  middle.flat<std::int32_t>()(0) = 20;
+  EXPECT_EQ(a.to_vector<std::int32_t>(), (std::vector<std::int32_t>{0, 1, 20, 3, 4, 5, 6, 7}));
+
+  // A slice of a slice counts from the slice's first row; empty slices keep the trailing shape.
+  EXPECT_EQ(middle.slice(1, 2).to_vector<std::int32_t>(), (std::vector<std::int32_t>{4, 5}));
+  const Tensor none = a.slice(4, 4);
+  EXPECT_EQ(none.shape(), (Shape{0, 2}));
+  EXPECT_EQ(none.num_elements(), 0);
+  EXPECT_EQ(a.slice(0, 4).to_vector<std::int32_t>(), a.to_vector<std::int32_t>());
+  EXPECT_EQ(Tensor::from_vector<double>({1.5, 2.5, 3.5}).slice(2, 3).to_vector<double>(), std::vector<double>{3.5});
+}
+
+TEST(Tensor, SliceChecksItsRows) {
+  const Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, Shape{4, 3});
+  expect_error<OutOfRangeError>([&] { (void)a.slice(2, 5); },
+                                {"Tensor::slice: rows [2, 5) are not within the 4 rows of shape (4, 3)",
+                                 "use 0 <= begin <= end <= 4"});
+  expect_error<OutOfRangeError>([&] { (void)a.slice(-1, 1); }, {"rows [-1, 1) are not within the 4 rows"});
+  expect_error<OutOfRangeError>([&] { (void)a.slice(3, 2); }, {"rows [3, 2) are not within the 4 rows"});
+  expect_error<InvalidArgumentError>([] { (void)Tensor::scalar(1.0f).slice(0, 0); },
+                                     {"Tensor::slice: the tensor has shape () (a scalar)",
+                                      "slice() takes rows of dimension 0"});
+  expect_error<FailedPreconditionError>([] { (void)Tensor().slice(0, 0); }, {"Tensor::slice", "undefined"});
+}
+
 TEST(Tensor, EigenViewsAreZeroCopy) {
   Tensor t = Tensor::from_vector<std::int64_t>({1, 2, 3, 4, 5, 6}, Shape{2, 3});
   auto flat = t.flat<std::int64_t>();

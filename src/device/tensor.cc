@@ -93,6 +93,19 @@ Tensor Tensor::reshape(Shape shape) const {
   return Tensor(storage_, data_, dtype_, std::move(shape));
 }
 
+Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
+  check_defined("slice");
+  DISTRIBUTE_CHECK(rank() >= 1, InvalidArgumentError, "Tensor::slice: the tensor has shape ", shape_.to_string(),
+                   " (a scalar); slice() takes rows of dimension 0");
+  const std::int64_t rows = shape_[0];
+  DISTRIBUTE_CHECK(0 <= begin && begin <= end && end <= rows, OutOfRangeError, "Tensor::slice: rows [", begin, ", ",
+                   end, ") are not within the ", rows, " rows of shape ", shape_.to_string(),
+                   "; use 0 <= begin <= end <= ", rows);
+  const std::size_t row_bytes = static_cast<std::size_t>(shape_.inner_size(0)) * dtype_size(dtype_);
+  void* first = data_ == nullptr ? nullptr : static_cast<char*>(data_) + static_cast<std::size_t>(begin) * row_bytes;
+  return Tensor(storage_, first, dtype_, shape_.with_dim(0, end - begin));
+}
+
 }  // namespace distribute
 
 namespace distribute::detail {

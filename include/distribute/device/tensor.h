@@ -179,6 +179,10 @@ class Tensor {
   Tensor to(const Device& device) const;
   // The same storage seen with another shape of the same number of elements.
   Tensor reshape(Shape shape) const;
+  // Rows [begin, end) of dimension 0, sharing this tensor's storage (no copy): shape (end - begin,
+  // ...the other dimensions). How a batch is split between replicas. InvalidArgumentError for a
+  // rank-0 tensor, OutOfRangeError unless 0 <= begin <= end <= shape()[0].
+  Tensor slice(std::int64_t begin, std::int64_t end) const;
 
   // True when both view the same block of memory (possibly different parts of it).
   bool same_storage(const Tensor& other) const { return storage_ == other.storage_; }
