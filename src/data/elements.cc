@@ -1,0 +1,115 @@
+// The tensor-level work of the dataset transformations: slicing, batching, shuffling, checks.
+#include "distribute/data/internal/elements.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "distribute/check.h"
+
+namespace distribute::data::internal {
+
+void check_at_least_one(std::int64_t value, const char* method, const char* argument) {
+  DISTRIBUTE_CHECK(value >= 1, InvalidArgumentError, "Dataset::", method, ": ", argument, " is ", value,
+                   "; it must be >= 1");
+}
+
+void check_count(std::int64_t count, const char* method, const char* minus_one) {
+  DISTRIBUTE_CHECK(count >= -1, InvalidArgumentError, "Dataset::", method, ": count is ", count,
+                   "; it must be >= 0, or -1 ", minus_one);
+}
+
+void check_shard(std::int64_t num_shards, std::int64_t index) {
+  check_at_least_one(num_shards, "shard", "num_shards");
+  DISTRIBUTE_CHECK(index >= 0 && index < num_shards, InvalidArgumentError, "Dataset::shard: index ", index,
+                   " is not in [0, ", num_shards, ") for num_shards ", num_shards);
+}
+
+void throw_end_of_sequence(const char* method) {
+  throw OutOfRangeError(absl::StrCat(method, ": End of sequence: the data has no more elements; ",
+                                     "get_next_as_optional() or a range-for loop stops there instead"));
+}
+
+void throw_empty_generator(const char* problem) {
+  throw InvalidArgumentError(absl::StrCat("Dataset::from_generator: ", problem,
+                                          "; make_next must return a new generator for each pass"));
+}
+
+void SlicedLeaves::add(const Tensor& leaf) {
+  const std::size_t index = leaves_.size();
+  DISTRIBUTE_CHECK(leaf.defined(), InvalidArgumentError, "Dataset::from_tensor_slices: leaf ", index,
+                   " is an undefined Tensor (default-constructed)");
+  DISTRIBUTE_CHECK(leaf.rank() >= 1, InvalidArgumentError, "Dataset::from_tensor_slices: leaf ", index,
+                   " has shape () (a scalar); every leaf needs a dimension 0 to slice");
+  const std::int64_t rows = leaf.shape()[0];
+  if (index == 0) {
+    rows_ = rows;
+  } else {
+    DISTRIBUTE_CHECK(rows == rows_, InvalidArgumentError, "Dataset::from_tensor_slices: leaf ", index, " has ", rows,
+                     " rows (shape ", leaf.shape().to_string(), ") but leaf 0 has ", rows_, " (shape ",
+                     leaves_[0].shape().to_string(), "); every leaf needs the same size in dimension 0");
+  }
+  leaves_.push_back(leaf);
+  element_shapes_.push_back(leaf.shape().without_dim(0));
+}
+
+void SlicedLeaves::throw_no_leaves(const std::string& structure) {
+  throw InvalidArgumentError(absl::StrCat("Dataset::from_tensor_slices: tensors holds no Tensor (", structure,
+                                          "); it needs at least one to slice"));
+}
+
+void BatchBuilder::add(std::size_t leaf, const Tensor& value) {
+  DISTRIBUTE_CHECK(value.defined(), InvalidArgumentError, "Dataset::batch: leaf ", leaf, " of element ", rows_,
+                   " of a batch is an undefined Tensor (default-constructed)");
+  DISTRIBUTE_CHECK(value.device().is_cpu(), InvalidArgumentError, "Dataset::batch: leaf ", leaf, " of element ",
+                   rows_, " of a batch is on ", value.device().short_name(),
+                   "; batch() stacks host tensors, so batch before moving elements to a device");
+  if (rows_ == 0) {
+    std::vector<std::int64_t> dims{batch_size_};
+    for (std::int64_t d : value.shape().span()) dims.push_back(d);
+    outputs_.push_back(Tensor::empty(value.dtype(), Shape(std::move(dims)), Device::cpu()));
+    shapes_.push_back(value.shape());
+    row_bytes_.push_back(value.nbytes());
+  } else {
+    DISTRIBUTE_CHECK(value.dtype() == outputs_[leaf].dtype() && value.shape() == shapes_[leaf], InvalidArgumentError,
+                     "Dataset::batch: element ", rows_, " of a batch has leaf ", leaf, " of ",
+                     dtype_name(value.dtype()), " shape ", value.shape().to_string(), " but element 0 has ",
+                     dtype_name(outputs_[leaf].dtype()), " shape ", shapes_[leaf].to_string(),
+                     "; every element of a batch needs the same dtype and shape in each leaf");
+  }
+  const std::size_t bytes = row_bytes_[leaf];
+  if (bytes != 0) {
+    Tensor& out = outputs_[leaf];
+    std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(rows_) * bytes, value.raw_data(), bytes);
+  }
+}
+
+void BatchBuilder::throw_structure_mismatch(const std::string& structure, const std::string& first) const {
+  throw InvalidArgumentError(absl::StrCat("Dataset::batch: element ", rows_, " of a batch has structure ", structure,
+                                          " but element 0 has ", first,
+                                          "; every element of a batch needs the same structure"));
+}
+
+void BatchBuilder::reset() {
+  rows_ = 0;
+  outputs_.clear();
+  shapes_.clear();
+  row_bytes_.clear();
+}
+
+ShuffleRng::ShuffleRng(std::uint64_t seed, std::uint64_t epoch) {
+  std::seed_seq sequence{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
+                         static_cast<std::uint32_t>(epoch), static_cast<std::uint32_t>(epoch >> 32)};
+  engine_.seed(sequence);
+}
+
+std::size_t ShuffleRng::below(std::size_t n) {
+  // Rejects the lowest 2^64 mod n draws, so that every remainder is equally likely.
+  const std::uint64_t bound = n;
+  const std::uint64_t rejected = (0 - bound) % bound;
+  for (;;) {
+    const std::uint64_t x = engine_();
+    if (x >= rejected) return static_cast<std::size_t>(x % bound);
+  }
+}
+
+}  // namespace distribute::data::internal
