@@ -294,6 +294,43 @@ TEST_F(OnGpu, TheReplicaStreamOrdersUserWork) {
   PerReplica<std::uintptr_t> again = strategy.run([] { return reinterpret_cast<std::uintptr_t>(cuda::current_stream()); });
   EXPECT_EQ(streams[0], again[0]);  // created once, with the strategy
 }
+
+// experimental_distribute_dataset places each replica's rows on that replica's GPU (read there by
+// the replica's step), or leaves them in host memory when fetch_to_device is off.
+void expect_batches_on_each_replicas_gpu(MirroredStrategy& strategy) {
+  const int n = strategy.num_replicas_in_sync();
+  const auto ds = data::range(8 * n).batch(4 * n);
+  std::vector<std::int64_t> seen;
+  for (auto batch : strategy.experimental_distribute_dataset(ds)) {
+    auto sums = strategy.run([](const Tensor& local) {
+      EXPECT_EQ(local.device(), get_replica_context()->device());
+      return get_replica_context()->all_reduce(ReduceOp::kSum, local);
+    }, batch);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(batch[r].device(), strategy.extended().worker_devices()[static_cast<std::size_t>(r)]);
+      for (std::int64_t v : batch[r].to_vector<std::int64_t>()) seen.push_back(v);
+    }
+    EXPECT_TRUE(sums[0].device().is_gpu());
+  }
+  std::vector<std::int64_t> all(static_cast<std::size_t>(8 * n));
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(seen, all);
+  InputOptions on_host;
+  on_host.experimental_fetch_to_device = false;
+  const PerReplica<Tensor> host = strategy.experimental_distribute_dataset(ds, on_host).make_iterator().get_next();
+  for (const Tensor& t : host.values()) EXPECT_TRUE(t.device().is_cpu());
+}
+
+TEST_F(OnGpu, DistributedBatchesAreFetchedToEachPhysicalGpu) {
+  MirroredStrategy strategy;
+  expect_batches_on_each_replicas_gpu(strategy);
+}
+
+TEST_F(OnGpu, DistributedBatchesAreFetchedToLogicalGpus) {
+  split_gpu0(2);
+  MirroredStrategy strategy({"GPU:0", "GPU:1"});
+  expect_batches_on_each_replicas_gpu(strategy);
+}
 #endif  // DISTRIBUTE_HAS_CUDA
 
 }  // namespace

@@ -2,13 +2,15 @@
 // Layers, bottom up: device (dtypes, shapes, devices, tensors, ReduceOp) -> nest -> values, and
 // device -> collective (moving buffers between replicas) -> replica (synchronising replicas:
 // contexts, calls, fingerprints, merge_call) -> strategy -> variables (variables, optimizers,
-// checkpoints, losses).
+// checkpoints, losses). Beside them, device and nest -> data (datasets), and data, values and
+// replica -> input (distributed datasets), which the strategy's input methods return.
 // Nothing reachable from here includes CUDA, NCCL or MPI headers.
 #pragma once
 
 #include "distribute/check.h"
 #include "distribute/checkpoint/checkpoint.h"
 #include "distribute/collective/communication_options.h"
+#include "distribute/data/dataset.h"
 #include "distribute/device/device.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/gpu.h"
@@ -17,6 +19,8 @@
 #include "distribute/device/tensor.h"
 #include "distribute/errors.h"
 #include "distribute/fwd.h"
+#include "distribute/input/distributed_dataset.h"
+#include "distribute/input/input_options.h"
 #include "distribute/nest/nest.h"
 #include "distribute/nn/losses.h"
 #include "distribute/optimizers/adam.h"

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "distribute/data/dataset.h"
+#include "distribute/input/distributed_dataset.h"
 #include "distribute/nest/structure_traits.h"
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/context.h"
@@ -82,6 +84,23 @@ class Strategy {
   // Calls value_fn(ValueContext(i, n)) for each replica i and returns the results as PerReplica.
   template <class Fn>
   auto experimental_distribute_values_from_function(Fn&& value_fn);
+
+  // Distributed input (input/distributed_dataset.h): each element of `dataset`, a global batch, is
+  // split between the replicas, prepared ahead on a background thread while the steps run:
+  //   for (auto batch : strategy.experimental_distribute_dataset(ds)) strategy.run(step, batch);
+  template <class T>
+  DistributedDataset<T> experimental_distribute_dataset(const data::Dataset<T>& dataset,
+                                                        const InputOptions& options = {}) const {
+    return DistributedDataset<T>::from_dataset(extended_->worker_devices(), dataset, options);
+  }
+  // Calls dataset_fn(const InputContext&) once for this process's input pipeline; the replicas of
+  // each step take consecutive elements (per-replica batches) of the data::Dataset it returns.
+  template <class Fn>
+  auto distribute_datasets_from_function(Fn&& dataset_fn, const InputOptions& options = {}) const {
+    using Returned = std::decay_t<std::invoke_result_t<Fn&, const InputContext&>>;
+    return DistributedDataset<typename Returned::element_type>::from_function(
+        extended_->worker_devices(), std::forward<Fn>(dataset_fn), options);
+  }
 
  protected:
   Strategy() = default;

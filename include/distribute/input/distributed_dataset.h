@@ -1,0 +1,225 @@
+// Distributed input: a dataset's batches handed out to the replicas of a strategy, prepared ahead
+// of the step that reads them (tf.distribute.DistributedDataset and DistributedIterator). Made by
+// Strategy::experimental_distribute_dataset and distribute_datasets_from_function, or directly
+// from the replicas' devices (this layer needs no Strategy):
+//
+//   auto ds = data::Dataset<Tensor>::from_tensor_slices(Tensor::from_vector<float>({5, 6, 7, 8})).batch(2);
+//   for (auto batch : strategy.experimental_distribute_dataset(ds)) strategy.run(step, batch);
+//   // step 1: replica 0 gets [5.0], replica 1 [6.0]; step 2: [7.0] and [8.0]
+//
+// Two policies:
+//   - experimental_distribute_dataset (from_dataset): every element is a global batch, cut along
+//     dimension 0 into one view per replica (input/internal/split.h: G / N rows each from the
+//     dataset's batch size G, the first G % N replicas one more, a partial batch filled in replica
+//     order, so later replicas get fewer rows or an empty batch: 0 rows, same trailing shape and
+//     dtype). With one replica the element is passed whole.
+//   - distribute_datasets_from_function (from_function): dataset_fn is called once, for this
+//     process's one input pipeline, with InputContext(1, 0, N); its elements are per-replica
+//     batches and the replicas of a step take consecutive elements. When the data runs out in the
+//     middle of a step, the replicas left without an element get an empty batch, unless the
+//     dataset's last batch() drops its remainder: then that partial step is dropped too.
+//
+// Iteration: each make_iterator() (or range-for) starts a new pass over the dataset and a thread
+// of its own that prepares experimental_per_replica_buffer_size steps ahead (split, and placed on
+// the replicas' devices when experimental_fetch_to_device), so a step that takes longer than its
+// input never waits for it. The thread is stopped and joined when the last handle on the iterator
+// goes, also in the middle of the data and while it waits for room in its buffer. Iterate in the
+// caller's loop: inside a replica's function get_next, make_iterator and begin throw
+// FailedPreconditionError. An exception from the dataset's code (a generator, a map fn) comes out
+// of the get_next, or loop step, that would have returned that step, with its own type, and again
+// from every later call; the end of the data is get_next's OutOfRangeError, or nullopt.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "distribute/data/dataset.h"
+#include "distribute/device/device.h"
+#include "distribute/device/tensor.h"
+#include "distribute/input/input_options.h"
+#include "distribute/input/internal/input_workers.h"
+#include "distribute/input/internal/split.h"
+#include "distribute/nest/nest.h"
+#include "distribute/values/distributed_values.h"
+#include "distribute/values/value_context.h"
+
+namespace distribute {
+
+template <class T>
+class DistributedDataset;
+
+// One pass over a distributed dataset. A handle: copies share the position and the thread.
+template <class T>
+class DistributedIterator {
+ public:
+  // The next step's batches, one per replica; OutOfRangeError at the end of the data.
+  PerReplica<T> get_next();
+  // The next step's batches, or nullopt at the end (and on every call after it).
+  std::optional<PerReplica<T>> get_next_as_optional();
+  // Range-for from the current position on.
+  data::internal::LoopIterator<DistributedIterator> begin() {
+    return data::internal::LoopIterator<DistributedIterator>(*this);
+  }
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  friend class DistributedDataset<T>;
+  using Pass = data::internal::PrefetchedPass<PerReplica<T>>;
+  explicit DistributedIterator(std::shared_ptr<Pass> pass) : pass_(std::move(pass)) {}
+
+  std::shared_ptr<Pass> pass_;
+};
+
+template <class T>
+class DistributedDataset {
+ public:
+  using element_type = T;
+
+  // Splits every element of `dataset` between replicas on worker_devices (one per replica, in
+  // replica order). InvalidArgumentError for no device or a buffer size < 1.
+  static DistributedDataset from_dataset(std::vector<Device> worker_devices, data::Dataset<T> dataset,
+                                         const InputOptions& options = {});
+  // Calls dataset_fn(InputContext(1, 0, worker_devices.size())) once, at once; the replicas take
+  // the elements of the data::Dataset<T> it returns in turn.
+  template <class Fn>
+  static DistributedDataset from_function(std::vector<Device> worker_devices, Fn&& dataset_fn,
+                                          const InputOptions& options = {});
+
+  DistributedIterator<T> make_iterator() const;
+  data::internal::LoopIterator<DistributedIterator<T>> begin() const { return make_iterator().begin(); }
+  std::default_sentinel_t end() const { return {}; }
+
+  int num_replicas_in_sync() const { return workers_->num_replicas(); }
+
+ private:
+  enum class Policy { kSplitEachElement, kElementPerReplica };
+  DistributedDataset(std::shared_ptr<const input::internal::InputWorkers> workers, data::Dataset<T> dataset,
+                     Policy policy)
+      : workers_(std::move(workers)), dataset_(std::move(dataset)), policy_(policy) {}
+
+  std::shared_ptr<const input::internal::InputWorkers> workers_;
+  data::Dataset<T> dataset_;
+  Policy policy_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Implementation of the templates.
+
+namespace input::internal {
+
+// The step of experimental_distribute_dataset: `element` cut into one batch per replica.
+template <class T>
+PerReplica<T> split_element(const T& element, const InputWorkers& workers, std::optional<std::int64_t> batch_size) {
+  const int n = workers.num_replicas();
+  std::vector<T> values;
+  values.reserve(static_cast<std::size_t>(n));
+  if (n == 1) {
+    values.push_back(nest::map_leaves(element, [&](const Tensor& leaf) { return workers.place(leaf, 0); }));
+    return PerReplica<T>(std::move(values));
+  }
+  std::int64_t rows = 0;
+  std::size_t index = 0;
+  nest::for_each_leaf(element, [&](const Tensor& leaf) { rows = split_rows(leaf, index++, rows, n); });
+  for (int r = 0; r < n; ++r) {
+    const RowRange range = replica_rows(rows, batch_size, n, r);
+    values.push_back(
+        nest::map_leaves(element, [&](const Tensor& leaf) { return workers.place(leaf.slice(range.begin, range.end), r); }));
+  }
+  return PerReplica<T>(std::move(values));
+}
+
+template <class T>
+data::internal::Next<PerReplica<T>> split_pass(data::Iterator<T> elements,
+                                               std::shared_ptr<const InputWorkers> workers,
+                                               std::optional<std::int64_t> batch_size) {
+  return [elements = std::move(elements), workers = std::move(workers),
+          batch_size]() mutable -> std::optional<PerReplica<T>> {
+    std::optional<T> element = elements.get_next_as_optional();
+    if (!element) return std::nullopt;
+    return split_element(*element, *workers, batch_size);
+  };
+}
+
+// The steps of distribute_datasets_from_function: consecutive elements, one per replica.
+template <class T>
+data::internal::Next<PerReplica<T>> per_replica_pass(data::Iterator<T> elements,
+                                                     std::shared_ptr<const InputWorkers> workers,
+                                                     bool drop_partial_steps) {
+  return [elements = std::move(elements), workers = std::move(workers),
+          drop_partial_steps]() mutable -> std::optional<PerReplica<T>> {
+    const auto n = static_cast<std::size_t>(workers->num_replicas());
+    std::vector<T> values;
+    values.reserve(n);
+    std::optional<T> first;
+    while (values.size() < n) {
+      std::optional<T> element = elements.get_next_as_optional();
+      if (!element) break;
+      const int r = static_cast<int>(values.size());
+      values.push_back(nest::map_leaves(*element, [&](const Tensor& leaf) { return workers->place(leaf, r); }));
+      if (!first) first = std::move(element);
+    }
+    if (values.empty() || (drop_partial_steps && values.size() < n)) return std::nullopt;
+    for (int r = static_cast<int>(values.size()); r < static_cast<int>(n); ++r) {
+      std::size_t index = 0;
+      values.push_back(nest::map_leaves(
+          *first, [&](const Tensor& leaf) { return workers->place(empty_batch_like(leaf, index++, r), r); }));
+    }
+    return PerReplica<T>(std::move(values));
+  };
+}
+
+}  // namespace input::internal
+
+template <class T>
+std::optional<PerReplica<T>> DistributedIterator<T>::get_next_as_optional() {
+  input::internal::check_not_in_replica("DistributedIterator::get_next");
+  return pass_->next();
+}
+
+template <class T>
+PerReplica<T> DistributedIterator<T>::get_next() {
+  std::optional<PerReplica<T>> step = get_next_as_optional();
+  if (!step) data::internal::throw_end_of_sequence("DistributedIterator::get_next");
+  return std::move(*step);
+}
+
+template <class T>
+DistributedDataset<T> DistributedDataset<T>::from_dataset(std::vector<Device> worker_devices, data::Dataset<T> dataset,
+                                                          const InputOptions& options) {
+  return DistributedDataset(std::make_shared<const input::internal::InputWorkers>(std::move(worker_devices), options),
+                            std::move(dataset), Policy::kSplitEachElement);
+}
+
+template <class T>
+template <class Fn>
+DistributedDataset<T> DistributedDataset<T>::from_function(std::vector<Device> worker_devices, Fn&& dataset_fn,
+                                                           const InputOptions& options) {
+  static_assert(std::is_convertible_v<std::invoke_result_t<Fn&, const InputContext&>, data::Dataset<T>>,
+                "distribute_datasets_from_function: dataset_fn(const InputContext&) must return a data::Dataset");
+  auto workers = std::make_shared<const input::internal::InputWorkers>(std::move(worker_devices), options);
+  const InputContext context(1, 0, workers->num_replicas());
+  data::Dataset<T> dataset = std::invoke(dataset_fn, context);
+  return DistributedDataset(std::move(workers), std::move(dataset), Policy::kElementPerReplica);
+}
+
+template <class T>
+DistributedIterator<T> DistributedDataset<T>::make_iterator() const {
+  input::internal::check_not_in_replica("DistributedDataset::make_iterator");
+  const std::optional<data::BatchSpec>& spec = dataset_.batch_spec();
+  data::internal::Next<PerReplica<T>> steps =
+      policy_ == Policy::kSplitEachElement
+          ? input::internal::split_pass(dataset_.make_iterator(), workers_,
+                                        spec ? std::optional<std::int64_t>(spec->batch_size) : std::nullopt)
+          : input::internal::per_replica_pass(dataset_.make_iterator(), workers_, spec && spec->drop_remainder);
+  return DistributedIterator<T>(
+      std::make_shared<typename DistributedIterator<T>::Pass>(std::move(steps), workers_->buffer_size()));
+}
+
+}  // namespace distribute

@@ -1,0 +1,40 @@
+// input::internal::InputWorkers: where a distributed dataset's batches go (the replicas' devices,
+// in replica order, and the InputOptions), and the rule that a distributed dataset is read in the
+// caller's loop, never inside a replica's function.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "distribute/device/device.h"
+#include "distribute/device/tensor.h"
+#include "distribute/input/input_options.h"
+
+namespace distribute::input::internal {
+
+class InputWorkers {
+ public:
+  // InvalidArgumentError for an empty device list or a buffer size < 1.
+  InputWorkers(std::vector<Device> devices, const InputOptions& options);
+
+  int num_replicas() const { return static_cast<int>(devices_.size()); }
+  const std::vector<Device>& devices() const { return devices_; }
+  std::size_t buffer_size() const { return buffer_size_; }
+
+  // `batch` where replica `replica` reads it. Host memory is one space, so a host batch serves a
+  // CPU replica as it is (a view); a GPU replica gets a copy on its GPU when fetch_to_device
+  // (Tensor::to: from a thread that is no replica's, on the GPU's legacy stream, which every
+  // replica stream of that GPU waits for); else the batch stays where it is.
+  Tensor place(const Tensor& batch, int replica) const;
+
+ private:
+  std::vector<Device> devices_;
+  bool fetch_to_device_;
+  std::size_t buffer_size_;
+};
+
+// FailedPreconditionError when called inside a replica's function (the fn of any strategy's run):
+// `method` names the call in the message.
+void check_not_in_replica(const char* method);
+
+}  // namespace distribute::input::internal
