@@ -233,6 +233,33 @@ TEST(Dataset, ShuffleDrawsFromABufferOfTheNextElements) {
   }
 }
 
+// from_tensor_slices makes elements by index (take, skip, shard, repeat and shuffle reorder the
+// indices, batch copies rows from the source); a map keeps the indices but batches elements; a
+// generator has no indices. All three must give the same elements in the same order.
+TEST(Dataset, RowsIndicesAndElementsGiveTheSameResults) {
+  constexpr std::int64_t kRows = 37;
+  const auto sliced = Dataset<Tensor>::from_tensor_slices(Tensor::from_vector(iota(0, kRows)));
+  const auto mapped = sliced.map([](const Tensor& t) { return t; });
+  const auto generated = data::range(kRows);
+  using Pipeline = std::function<Dataset<Tensor>(const Dataset<Tensor>&)>;
+  const std::vector<std::pair<std::string, Pipeline>> pipelines = {
+      {"batch", [](const Dataset<Tensor>& d) { return d.batch(5); }},
+      {"shuffle(1000).batch", [](const Dataset<Tensor>& d) { return d.shuffle(1000, 9).batch(4); }},
+      {"shuffle(6).batch(drop)", [](const Dataset<Tensor>& d) { return d.shuffle(6, 1).batch(8, true); }},
+      {"skip.take.shard", [](const Dataset<Tensor>& d) { return d.skip(3).take(30).shard(4, 1).batch(3); }},
+      {"repeat.shuffle", [](const Dataset<Tensor>& d) { return d.repeat(3).shuffle(50, 2).batch(10); }},
+      {"shuffle.repeat", [](const Dataset<Tensor>& d) { return d.shuffle(kRows, 4).repeat(2).batch(kRows); }},
+      {"take(-1).skip(-1)", [](const Dataset<Tensor>& d) { return d.take(-1).skip(-1).batch(2); }},
+  };
+  for (const auto& [name, pipeline] : pipelines) {
+    SCOPED_TRACE(name);
+    const std::vector<std::vector<std::int64_t>> expected = values<std::int64_t>(pipeline(generated));
+    EXPECT_FALSE(expected.empty() && name != "take(-1).skip(-1)");
+    EXPECT_EQ(values<std::int64_t>(pipeline(sliced)), expected);
+    EXPECT_EQ(values<std::int64_t>(pipeline(mapped)), expected);
+  }
+}
+
 TEST(Dataset, MapAppliesFnAndMayChangeTheStructure) {
   const auto doubled = five_to_eight().map([](const Tensor& t) { return Tensor::scalar(t.item<float>() * 2); });
   EXPECT_EQ(scalars<float>(doubled), (std::vector<float>{10, 12, 14, 16}));

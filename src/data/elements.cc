@@ -1,6 +1,7 @@
 // The tensor-level work of the dataset transformations: slicing, batching, shuffling, checks.
 #include "distribute/data/internal/elements.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,27 @@ void SlicedLeaves::add(const Tensor& leaf) {
   }
   leaves_.push_back(leaf);
   element_shapes_.push_back(leaf.shape().without_dim(0));
+  row_bytes_.push_back(static_cast<std::size_t>(element_shapes_.back().num_elements()) * dtype_size(leaf.dtype()));
+}
+
+void SlicedLeaves::add_row_to(BatchBuilder& builder, std::int64_t row) const {
+  for (std::size_t leaf = 0; leaf < leaves_.size(); ++leaf) builder.add_row(leaf, leaves_[leaf], element_shapes_[leaf], row);
+}
+
+void SlicedLeaves::prefetch_row(std::int64_t row) const {
+  // The first lines of a row only: the hardware prefetcher follows a copy's stream from there.
+  // Asking for every line (49 for a Fashion-MNIST image) stalled on the CPU's line-fill buffers
+  // and was slower than asking for none.
+  constexpr std::size_t kCacheLine = 64;
+  constexpr std::size_t kLines = 4;
+  for (std::size_t leaf = 0; leaf < leaves_.size(); ++leaf) {
+    if (!leaves_[leaf].device().is_cpu()) continue;
+    const std::size_t bytes = row_bytes_[leaf];
+    const char* start = static_cast<const char*>(leaves_[leaf].raw_data()) + static_cast<std::size_t>(row) * bytes;
+    for (std::size_t offset = 0; offset < std::min(bytes, kLines * kCacheLine); offset += kCacheLine) {
+      __builtin_prefetch(start + offset);
+    }
+  }
 }
 
 void SlicedLeaves::throw_no_leaves(const std::string& structure) {
@@ -57,18 +79,33 @@ void SlicedLeaves::throw_no_leaves(const std::string& structure) {
                                           "); it needs at least one to slice"));
 }
 
+void BatchBuilder::check_host(std::size_t leaf, const Tensor& value) const {
+  DISTRIBUTE_CHECK(value.device().is_cpu(), InvalidArgumentError, "Dataset::batch: leaf ", leaf, " of element ", rows_,
+                   " of a batch is on ", value.device().short_name(),
+                   "; batch() stacks host tensors, so batch before moving elements to a device");
+}
+
+void BatchBuilder::start_leaf(DType dtype, const Shape& element_shape) {
+  std::vector<std::int64_t> dims{batch_size_};
+  for (std::int64_t d : element_shape.span()) dims.push_back(d);
+  outputs_.push_back(Tensor::empty(dtype, Shape(std::move(dims)), Device::cpu()));
+  shapes_.push_back(element_shape);
+  row_bytes_.push_back(static_cast<std::size_t>(element_shape.num_elements()) * dtype_size(dtype));
+}
+
+void BatchBuilder::copy_row(std::size_t leaf, const void* data) {
+  const std::size_t bytes = row_bytes_[leaf];
+  if (bytes == 0) return;
+  Tensor& out = outputs_[leaf];
+  std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(rows_) * bytes, data, bytes);
+}
+
 void BatchBuilder::add(std::size_t leaf, const Tensor& value) {
   DISTRIBUTE_CHECK(value.defined(), InvalidArgumentError, "Dataset::batch: leaf ", leaf, " of element ", rows_,
                    " of a batch is an undefined Tensor (default-constructed)");
-  DISTRIBUTE_CHECK(value.device().is_cpu(), InvalidArgumentError, "Dataset::batch: leaf ", leaf, " of element ",
-                   rows_, " of a batch is on ", value.device().short_name(),
-                   "; batch() stacks host tensors, so batch before moving elements to a device");
+  check_host(leaf, value);
   if (rows_ == 0) {
-    std::vector<std::int64_t> dims{batch_size_};
-    for (std::int64_t d : value.shape().span()) dims.push_back(d);
-    outputs_.push_back(Tensor::empty(value.dtype(), Shape(std::move(dims)), Device::cpu()));
-    shapes_.push_back(value.shape());
-    row_bytes_.push_back(value.nbytes());
+    start_leaf(value.dtype(), value.shape());
   } else {
     DISTRIBUTE_CHECK(value.dtype() == outputs_[leaf].dtype() && value.shape() == shapes_[leaf], InvalidArgumentError,
                      "Dataset::batch: element ", rows_, " of a batch has leaf ", leaf, " of ",
@@ -76,11 +113,15 @@ void BatchBuilder::add(std::size_t leaf, const Tensor& value) {
                      dtype_name(outputs_[leaf].dtype()), " shape ", shapes_[leaf].to_string(),
                      "; every element of a batch needs the same dtype and shape in each leaf");
   }
-  const std::size_t bytes = row_bytes_[leaf];
-  if (bytes != 0) {
-    Tensor& out = outputs_[leaf];
-    std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(rows_) * bytes, value.raw_data(), bytes);
+  copy_row(leaf, value.raw_data());
+}
+
+void BatchBuilder::add_row(std::size_t leaf, const Tensor& source, const Shape& element_shape, std::int64_t row) {
+  if (rows_ == 0) {
+    check_host(leaf, source);
+    start_leaf(source.dtype(), element_shape);
   }
+  copy_row(leaf, static_cast<const char*>(source.raw_data()) + static_cast<std::size_t>(row) * row_bytes_[leaf]);
 }
 
 void BatchBuilder::throw_structure_mismatch(const std::string& structure, const std::string& first) const {

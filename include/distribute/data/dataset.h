@@ -39,6 +39,7 @@
 
 #include "distribute/data/internal/elements.h"
 #include "distribute/data/internal/pass.h"
+#include "distribute/data/internal/streams.h"
 #include "distribute/device/tensor.h"
 #include "distribute/nest/nest.h"
 
@@ -67,6 +68,18 @@ template <class T>
   requires requires { nest::StructFields<T>::members; }
 struct IsTensorNest<T>
     : MembersAreTensorNests<std::remove_cv_t<decltype(nest::StructFields<T>::members)>> {};
+
+// A dataset whose elements are made by index: element(i) for each index i of a pass of `order`.
+// from_tensor_slices makes its elements this way; take, skip, shard, repeat and shuffle keep it
+// by changing the order (streams.h), map by changing element. batch of rows that no map has
+// changed (`rows` set) copies them from the sliced leaves, making no element tensors.
+template <class T>
+struct Indexed {
+  std::function<T(std::int64_t)> element;  // callable from any thread
+  Start<std::int64_t> order;
+  std::shared_ptr<const SlicedLeaves> rows;  // element(i) is row i of these leaves, nested as `structure`
+  std::shared_ptr<const T> structure;
+};
 
 }  // namespace internal
 
@@ -165,10 +178,17 @@ class Dataset {
 
   Dataset(internal::Start<T> start, std::optional<BatchSpec> batch_spec)
       : start_(std::make_shared<const internal::Start<T>>(std::move(start))), batch_spec_(batch_spec) {}
+  static Dataset from_indexed(internal::Indexed<T> indexed, std::optional<BatchSpec> batch_spec);
+  // A dataset of other elements than these: the batch spec stays, making elements by index goes.
   Dataset derived(internal::Start<T> start) const { return Dataset(std::move(start), batch_spec_); }
+  // This dataset with its passes reordered: reorder(start) makes a pass from a Start of what it
+  // reorders, the indices when elements are made by index, else the elements.
+  template <class Reorder>
+  Dataset reordered(Reorder reorder) const;
 
   std::shared_ptr<const internal::Start<T>> start_;
   std::optional<BatchSpec> batch_spec_;
+  std::shared_ptr<const internal::Indexed<T>> indexed_;  // null unless elements are made by index
 };
 
 // int64 scalars start, start + step, ... up to stop, excluded (tf.data.Dataset.range).
@@ -180,6 +200,81 @@ Dataset<Tensor> range(std::int64_t start, std::int64_t stop, std::int64_t step =
 // Implementation of the templates. Each transformation's Start captures its input's Start and
 // builds, per pass, a Next that owns the pass's state; a Next is not called again after it
 // returned nullopt or threw (Iterator guarantees it, and each Next keeps it for its input).
+
+namespace internal {
+
+// The elements of `indexed` at the indices of `order`.
+template <class T>
+Next<T> elements_at(std::shared_ptr<const Indexed<T>> indexed, Next<std::int64_t> order) {
+  return [indexed = std::move(indexed), order = std::move(order)]() mutable -> std::optional<T> {
+    std::optional<std::int64_t> index = order();
+    if (!index) return std::nullopt;
+    return indexed->element(*index);
+  };
+}
+
+// The nest of `structure` holding the builder's stacked leaves.
+template <class T>
+T stacked(const T& structure, const BatchBuilder& builder) {
+  std::size_t leaf = 0;
+  return nest::map_leaves(structure, [&](const Tensor&) { return builder.result(leaf++); });
+}
+
+// batch(): consecutive elements stacked.
+template <class T>
+Next<T> batches_of(Next<T> elements, std::int64_t batch_size, bool drop_remainder) {
+  return [elements = std::move(elements), builder = BatchBuilder(batch_size), drop_remainder,
+          ended = false]() mutable -> std::optional<T> {
+    std::optional<T> first;
+    std::uint64_t first_structure = 0;
+    builder.reset();
+    while (!ended && !builder.full()) {
+      std::optional<T> element = elements();
+      if (!element) {
+        ended = true;
+        break;
+      }
+      const std::uint64_t structure = nest::structure_hash(*element);
+      if (!first) {
+        first = element;
+        first_structure = structure;
+      } else if (structure != first_structure) {
+        builder.throw_structure_mismatch(nest::describe_structure(*element), nest::describe_structure(*first));
+      }
+      std::size_t leaf = 0;
+      nest::for_each_leaf(*element, [&](const Tensor& value) { builder.add(leaf++, value); });
+      builder.end_element();
+    }
+    if (!builder.has_batch(drop_remainder)) return std::nullopt;
+    return stacked(*first, builder);
+  };
+}
+
+// batch() of from_tensor_slices rows: the rows at the indices of the order, copied from the
+// sliced leaves. The order is read one index ahead, so that the next row is on its way from
+// memory while this one is copied.
+template <class T>
+Next<T> batches_of_rows(std::shared_ptr<const Indexed<T>> indexed, std::int64_t batch_size, bool drop_remainder) {
+  return [indexed, order = indexed->order(), builder = BatchBuilder(batch_size), drop_remainder,
+          upcoming = std::optional<std::int64_t>(), started = false]() mutable -> std::optional<T> {
+    builder.reset();
+    if (!started) {
+      upcoming = order();
+      started = true;
+    }
+    while (upcoming && !builder.full()) {
+      const std::int64_t row = *upcoming;
+      upcoming = order();
+      if (upcoming) indexed->rows->prefetch_row(*upcoming);
+      indexed->rows->add_row_to(builder, row);
+      builder.end_element();
+    }
+    if (!builder.has_batch(drop_remainder)) return std::nullopt;
+    return stacked(*indexed->structure, builder);
+  };
+}
+
+}  // namespace internal
 
 template <class T>
 std::optional<T> Iterator<T>::get_next_as_optional() {
@@ -208,21 +303,39 @@ T Iterator<T>::get_next() {
 }
 
 template <class T>
+Dataset<T> Dataset<T>::from_indexed(internal::Indexed<T> indexed, std::optional<BatchSpec> batch_spec) {
+  auto shared = std::make_shared<const internal::Indexed<T>>(std::move(indexed));
+  Dataset out([shared] { return internal::elements_at(shared, shared->order()); }, batch_spec);
+  out.indexed_ = std::move(shared);
+  return out;
+}
+
+template <class T>
+template <class Reorder>
+Dataset<T> Dataset<T>::reordered(Reorder reorder) const {
+  if (indexed_) {
+    internal::Indexed<T> out = *indexed_;
+    out.order = [order = indexed_->order, reorder] { return reorder(order); };
+    return from_indexed(std::move(out), batch_spec_);
+  }
+  return derived([start = start_, reorder] { return reorder(*start); });
+}
+
+template <class T>
 Dataset<T> Dataset<T>::from_tensor_slices(const T& tensors) {
   auto leaves = std::make_shared<internal::SlicedLeaves>();
   nest::for_each_leaf(tensors, [&](const Tensor& leaf) { leaves->add(leaf); });
   if (leaves->empty()) internal::SlicedLeaves::throw_no_leaves(nest::describe_structure(tensors));
-  return Dataset(
-      [structure = std::make_shared<const T>(tensors), leaves]() -> internal::Next<T> {
-        return [structure, leaves, row = std::int64_t{0}]() mutable -> std::optional<T> {
-          if (row == leaves->size()) return std::nullopt;
-          std::size_t leaf = 0;
-          T element = nest::map_leaves(*structure, [&](const Tensor&) { return leaves->element(leaf++, row); });
-          ++row;
-          return element;
-        };
-      },
-      std::nullopt);
+  auto structure = std::make_shared<const T>(tensors);
+  return from_indexed(internal::Indexed<T>{[structure, leaves](std::int64_t row) {
+                                             std::size_t leaf = 0;
+                                             return nest::map_leaves(*structure, [&](const Tensor&) {
+                                               return leaves->element(leaf++, row);
+                                             });
+                                           },
+                                           [size = leaves->size()] { return internal::indices(size); }, leaves,
+                                           structure},
+                      std::nullopt);
 }
 
 template <class T>
@@ -241,36 +354,13 @@ Dataset<T> Dataset<T>::from_generator(std::function<std::function<std::optional<
 template <class T>
 Dataset<T> Dataset<T>::batch(std::int64_t batch_size, bool drop_remainder) const {
   internal::check_at_least_one(batch_size, "batch", "batch_size");
-  return Dataset(
-      [start = start_, batch_size, drop_remainder]() -> internal::Next<T> {
-        return [next = (*start)(), builder = internal::BatchBuilder(batch_size), drop_remainder,
-                ended = false]() mutable -> std::optional<T> {
-          std::optional<T> first;
-          std::uint64_t first_structure = 0;
-          builder.reset();
-          while (!ended && !builder.full()) {
-            std::optional<T> element = next();
-            if (!element) {
-              ended = true;
-              break;
-            }
-            const std::uint64_t structure = nest::structure_hash(*element);
-            if (!first) {
-              first = element;
-              first_structure = structure;
-            } else if (structure != first_structure) {
-              builder.throw_structure_mismatch(nest::describe_structure(*element), nest::describe_structure(*first));
-            }
-            std::size_t leaf = 0;
-            nest::for_each_leaf(*element, [&](const Tensor& value) { builder.add(leaf++, value); });
-            builder.end_element();
-          }
-          if (builder.rows() == 0 || (drop_remainder && !builder.full())) return std::nullopt;
-          std::size_t leaf = 0;
-          return nest::map_leaves(*first, [&](const Tensor&) { return builder.result(leaf++); });
-        };
-      },
-      BatchSpec{batch_size, drop_remainder});
+  const BatchSpec spec{batch_size, drop_remainder};
+  if (indexed_ && indexed_->rows) {
+    return Dataset([indexed = indexed_, spec] { return internal::batches_of_rows(indexed, spec.batch_size, spec.drop_remainder); },
+                   spec);
+  }
+  return Dataset([start = start_, spec] { return internal::batches_of((*start)(), spec.batch_size, spec.drop_remainder); },
+                 spec);
 }
 
 template <class T>
@@ -278,89 +368,34 @@ Dataset<T> Dataset<T>::shuffle(std::int64_t buffer_size, std::uint64_t seed, boo
   internal::check_at_least_one(buffer_size, "shuffle", "buffer_size");
   // Shared by the copies of this dataset: the n-th iteration of any of them draws order n.
   auto epochs = reshuffle_each_iteration ? std::make_shared<std::atomic<std::uint64_t>>(0) : nullptr;
-  return derived([start = start_, capacity = static_cast<std::size_t>(buffer_size), seed,
-                  epochs]() -> internal::Next<T> {
+  return reordered([capacity = static_cast<std::size_t>(buffer_size), seed, epochs](const auto& start) {
     const std::uint64_t epoch = epochs ? epochs->fetch_add(1, std::memory_order_relaxed) : 0;
-    return [next = (*start)(), rng = internal::ShuffleRng(seed, epoch), buffer = std::vector<T>(), capacity,
-            ended = false]() mutable -> std::optional<T> {
-      while (!ended && buffer.size() < capacity) {
-        std::optional<T> element = next();
-        if (!element) {
-          ended = true;
-          break;
-        }
-        buffer.push_back(std::move(*element));
-      }
-      if (buffer.empty()) return std::nullopt;
-      const std::size_t pick = rng.below(buffer.size());
-      T out = std::move(buffer[pick]);
-      if (pick + 1 != buffer.size()) buffer[pick] = std::move(buffer.back());
-      buffer.pop_back();
-      return out;
-    };
+    return internal::shuffled(start(), capacity, internal::ShuffleRng(seed, epoch));
   });
 }
 
 template <class T>
 Dataset<T> Dataset<T>::repeat(std::int64_t count) const {
   internal::check_count(count, "repeat", "to repeat forever");
-  return derived([start = start_, count]() -> internal::Next<T> {
-    return [start, count, next = internal::Next<T>(), passes = std::int64_t{0},
-            yielded = false]() mutable -> std::optional<T> {
-      for (;;) {
-        if (!next) {
-          if (passes == count) return std::nullopt;
-          next = (*start)();
-          ++passes;
-          yielded = false;
-        }
-        if (std::optional<T> element = next()) {
-          yielded = true;
-          return element;
-        }
-        next = nullptr;
-        if (!yielded) return std::nullopt;  // every pass would be as empty: repeating it would never end
-      }
-    };
-  });
+  return reordered([count](const auto& start) { return internal::repeated(start, count); });
 }
 
 template <class T>
 Dataset<T> Dataset<T>::take(std::int64_t count) const {
   internal::check_count(count, "take", "for every element");
-  return derived([start = start_, count]() -> internal::Next<T> {
-    return [next = (*start)(), left = count]() mutable -> std::optional<T> {
-      if (left == 0) return std::nullopt;
-      if (left > 0) --left;
-      return next();
-    };
-  });
+  return reordered([count](const auto& start) { return internal::taken(start(), count); });
 }
 
 template <class T>
 Dataset<T> Dataset<T>::skip(std::int64_t count) const {
   internal::check_count(count, "skip", "to skip every element");
-  return derived([start = start_, count]() -> internal::Next<T> {
-    return [next = (*start)(), left = count]() mutable -> std::optional<T> {
-      for (; left != 0; left = left > 0 ? left - 1 : left) {
-        if (!next()) return std::nullopt;
-      }
-      return next();
-    };
-  });
+  return reordered([count](const auto& start) { return internal::skipped(start(), count); });
 }
 
 template <class T>
 Dataset<T> Dataset<T>::shard(std::int64_t num_shards, std::int64_t index) const {
   internal::check_shard(num_shards, index);
-  return derived([start = start_, num_shards, index]() -> internal::Next<T> {
-    return [next = (*start)(), num_shards, index, position = std::int64_t{0}]() mutable -> std::optional<T> {
-      for (;;) {
-        std::optional<T> element = next();
-        if (!element || position++ % num_shards == index) return element;
-      }
-    };
-  });
+  return reordered([num_shards, index](const auto& start) { return internal::sharded(start(), num_shards, index); });
 }
 
 template <class T>
@@ -368,10 +403,19 @@ template <class Fn>
 auto Dataset<T>::map(Fn fn) const {
   using U = std::decay_t<std::invoke_result_t<const Fn&, const T&>>;
   static_assert(TensorNest<U>, "Dataset::map: fn must return a Tensor or a nest whose leaves are all Tensors");
+  auto shared_fn = std::make_shared<const Fn>(std::move(fn));
+  if (indexed_) {
+    return Dataset<U>::from_indexed(internal::Indexed<U>{[input = indexed_, fn = shared_fn](std::int64_t i) -> U {
+                                                           const T element = input->element(i);
+                                                           return std::invoke(*fn, element);
+                                                         },
+                                                         indexed_->order, nullptr, nullptr},
+                                    batch_spec_);
+  }
   return Dataset<U>(
-      [start = start_, fn = std::make_shared<const Fn>(std::move(fn))]() -> internal::Next<U> {
-        return [next = (*start)(), fn]() mutable -> std::optional<U> {
-          std::optional<T> element = next();
+      [start = start_, fn = shared_fn]() -> internal::Next<U> {
+        return [elements = (*start)(), fn]() mutable -> std::optional<U> {
+          std::optional<T> element = elements();
           if (!element) return std::nullopt;
           return std::invoke(*fn, std::as_const(*element));
         };
