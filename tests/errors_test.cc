@@ -240,6 +240,66 @@ const std::vector<Row>& expected_rows() {
       {"E94",
        "InvalidArgumentError",
        {"MirroredStrategy: communication.implementation is RING but cross_device_ops is not kAuto"}},
+      {"E95",
+       "OutOfRangeError",
+       {"Tensor::slice: rows [2, 5) are not within the 4 rows of shape (4, 3)", "use 0 <= begin <= end <= 4"}},
+      {"E96",
+       "InvalidArgumentError",
+       {"Tensor::slice: the tensor has shape () (a scalar)", "slice() takes rows of dimension 0"}},
+      {"E97", "InvalidArgumentError", {"Dataset::batch: batch_size is 0; it must be >= 1"}},
+      {"E98", "InvalidArgumentError", {"Dataset::shard: index 2 is not in [0, 2) for num_shards 2"}},
+      {"E99", "InvalidArgumentError", {"Dataset::take: count is -2; it must be >= 0, or -1 for every element"}},
+      {"E100", "InvalidArgumentError", {"data::range: step is 0; it must not be 0"}},
+      {"E101",
+       "InvalidArgumentError",
+       {"Dataset::from_tensor_slices: leaf 1 has 3 rows (shape (3, 2)) but leaf 0 has 4 (shape (4,))",
+        "every leaf needs the same size in dimension 0"}},
+      {"E102",
+       "InvalidArgumentError",
+       {"Dataset::from_tensor_slices: leaf 0 has shape () (a scalar); every leaf needs a dimension 0 to slice"}},
+      {"E103",
+       "InvalidArgumentError",
+       {"Dataset::from_tensor_slices: tensors holds no Tensor (list[]); it needs at least one to slice"}},
+      {"E104", "InvalidArgumentError", {"is an undefined Tensor (default-constructed)"}},
+      {"E105",
+       "InvalidArgumentError",
+       {"Dataset::from_generator: make_next is empty", "make_next must return a new generator for each pass"}},
+      {"E106",
+       "InvalidArgumentError",
+       {"Dataset::batch: element 1 of a batch has leaf 0 of float32 shape (3,) but element 0 has float32 shape (2,)",
+        "every element of a batch needs the same dtype and shape in each leaf"}},
+      {"E107",
+       "InvalidArgumentError",
+       {"Dataset::batch: element 1 of a batch has structure list[Tensor, Tensor] but element 0 has list[Tensor]",
+        "every element of a batch needs the same structure"}},
+      {"E108",
+       "InvalidArgumentError",
+       {"of a batch is on GPU:0", "batch() stacks host tensors, so batch before moving elements to a device"}},
+      {"E109",
+       "OutOfRangeError",
+       {"End of sequence: the data has no more elements",
+        "get_next_as_optional() or a range-for loop stops there instead"}},
+      {"E110",
+       "FailedPreconditionError",
+       {"a distributed dataset cannot be iterated inside a replica's function",
+        "iterate it in the caller's loop and pass each PerReplica batch to Strategy::run"}},
+      {"E111", "InvalidArgumentError", {"InputOptions: experimental_per_replica_buffer_size is 0; it must be >= 1"}},
+      {"E112",
+       "InvalidArgumentError",
+       {"DistributedDataset: worker_devices is empty; it needs one device per replica"}},
+      {"E113",
+       "InvalidArgumentError",
+       {"experimental_distribute_dataset: leaf 0 of an element has shape () (a scalar); splitting it between 2 "
+        "replicas needs a dimension 0: batch the dataset"}},
+      {"E114",
+       "InvalidArgumentError",
+       {"experimental_distribute_dataset: leaf 1 of an element has 3 rows (shape (3,)) but leaf 0 has 2",
+        "every leaf of a batch needs the same size in dimension 0"}},
+      {"E115",
+       "InvalidArgumentError",
+       {"distribute_datasets_from_function: replica 1 has no element in the last step, and leaf 0 of the step's "
+        "first element has shape () (a scalar)",
+        "an empty batch needs a dimension 0"}},
   };
   return rows;
 }
@@ -1050,6 +1110,163 @@ TEST(Errors, E90_LogicalGpuMemoryLimit) {
   SKIP_UNLESS_GPU();
   set_logical_device_configuration(0, {{.memory_limit = 1 << 20}});
   expect_row<ResourceExhaustedError>("E90", [] { Tensor::empty(DType::kFloat32, Shape{1 << 19}, Device::gpu(0)); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Datasets and distributed input.
+
+// A generator dataset yielding `elements`, then the end.
+template <class T>
+data::Dataset<T> dataset_of(std::vector<T> elements) {
+  return data::Dataset<T>::from_generator([elements] {
+    return std::function<std::optional<T>()>([elements, i = std::size_t{0}]() mutable -> std::optional<T> {
+      if (i == elements.size()) return std::nullopt;
+      return elements[i++];
+    });
+  });
+}
+
+data::Dataset<Tensor> five_to_eight() {
+  return data::Dataset<Tensor>::from_tensor_slices(Tensor::from_vector<float>({5, 6, 7, 8}));
+}
+
+TEST(Errors, E95_SliceOutsideTheRows) {
+  const Tensor t = zeros(Shape{4, 3});
+  expect_row<OutOfRangeError>("E95", [&] { (void)t.slice(2, 5); });
+}
+
+TEST(Errors, E96_SliceOfAScalar) {
+  expect_row<InvalidArgumentError>("E96", [] { (void)Tensor::scalar(1.0f).slice(0, 0); });
+}
+
+TEST(Errors, E97_DatasetSizeBelowOne) {
+  expect_row<InvalidArgumentError>("E97", [] { (void)data::range(4).batch(0); });
+}
+
+TEST(Errors, E98_ShardIndexOutOfRange) {
+  expect_row<InvalidArgumentError>("E98", [] { (void)data::range(4).shard(2, 2); });
+}
+
+TEST(Errors, E99_CountBelowMinusOne) {
+  expect_row<InvalidArgumentError>("E99", [] { (void)data::range(4).take(-2); });
+}
+
+TEST(Errors, E100_RangeWithStepZero) {
+  expect_row<InvalidArgumentError>("E100", [] { (void)data::range(0, 4, 0); });
+}
+
+TEST(Errors, E101_SlicesOfLeavesWithOtherRows) {
+  using Pair = std::pair<Tensor, Tensor>;
+  expect_row<InvalidArgumentError>("E101", [] {
+    (void)data::Dataset<Pair>::from_tensor_slices({zeros(Shape{4}), zeros(Shape{3, 2})});
+  });
+}
+
+TEST(Errors, E102_SlicesOfAScalar) {
+  expect_row<InvalidArgumentError>("E102",
+                                   [] { (void)data::Dataset<Tensor>::from_tensor_slices(Tensor::scalar(1.0f)); });
+}
+
+TEST(Errors, E103_SlicesOfNoTensor) {
+  expect_row<InvalidArgumentError>("E103", [] { (void)data::Dataset<std::vector<Tensor>>::from_tensor_slices({}); });
+}
+
+TEST(Errors, E104_UndefinedLeafInADataset) {
+  using Pair = std::pair<Tensor, Tensor>;
+  expect_row<InvalidArgumentError>("E104",
+                                   [] {
+                                     (void)data::Dataset<Pair>::from_tensor_slices({zeros(Shape{1}), Tensor()});
+                                   },
+                                   {"Dataset::from_tensor_slices: leaf 1"});
+  expect_row<InvalidArgumentError>(
+      "E104",
+      [] {
+        (void)dataset_of<Tensor>({zeros(Shape{}), Tensor()}).batch(2).make_iterator().get_next();
+      },
+      {"Dataset::batch: leaf 0 of element 1 of a batch"});
+  MirroredStrategy strategy(cpu_devices(2));
+  expect_row<InvalidArgumentError>(
+      "E104",
+      [&] {
+        (void)strategy.experimental_distribute_dataset(dataset_of<Pair>({{zeros(Shape{2}), Tensor()}}))
+            .make_iterator()
+            .get_next();
+      },
+      {"experimental_distribute_dataset: leaf 1 of an element"});
+}
+
+TEST(Errors, E105_EmptyGenerator) {
+  expect_row<InvalidArgumentError>("E105", [] { (void)data::Dataset<Tensor>::from_generator(nullptr); });
+}
+
+TEST(Errors, E106_BatchOfOtherShapes) {
+  auto it = dataset_of<Tensor>({zeros(Shape{2}), zeros(Shape{3})}).batch(2).make_iterator();
+  expect_row<InvalidArgumentError>("E106", [&] { (void)it.get_next(); });
+}
+
+TEST(Errors, E107_BatchOfOtherStructures) {
+  using List = std::vector<Tensor>;
+  auto it = dataset_of<List>({List{zeros(Shape{})}, List{zeros(Shape{}), zeros(Shape{})}}).batch(2).make_iterator();
+  expect_row<InvalidArgumentError>("E107", [&] { (void)it.get_next(); });
+}
+
+TEST(Errors, E108_BatchOfGpuTensors) {
+  SKIP_UNLESS_GPU();
+  auto it = dataset_of<Tensor>({Tensor::zeros(DType::kFloat32, Shape{2}, Device::gpu(0))}).batch(2).make_iterator();
+  expect_row<InvalidArgumentError>("E108", [&] { (void)it.get_next(); });
+}
+
+TEST(Errors, E109_GetNextAtTheEnd) {
+  auto it = five_to_eight().take(0).make_iterator();
+  expect_row<OutOfRangeError>("E109", [&] { (void)it.get_next(); }, {"data::Iterator::get_next"});
+  MirroredStrategy strategy(cpu_devices(2));
+  auto distributed = strategy.experimental_distribute_dataset(five_to_eight().batch(4)).make_iterator();
+  (void)distributed.get_next();
+  expect_row<OutOfRangeError>("E109", [&] { (void)distributed.get_next(); }, {"DistributedIterator::get_next"});
+}
+
+TEST(Errors, E110_IteratingInsideAReplica) {
+  MirroredStrategy strategy(cpu_devices(2));
+  const auto ds = strategy.experimental_distribute_dataset(five_to_eight().batch(2));
+  auto it = ds.make_iterator();
+  strategy.run([&] {
+    expect_row<FailedPreconditionError>("E110", [&] { (void)it.get_next(); }, {"DistributedIterator::get_next"});
+    expect_row<FailedPreconditionError>("E110", [&] { (void)ds.begin(); }, {"DistributedDataset::make_iterator"});
+  });
+}
+
+TEST(Errors, E111_InputBufferBelowOne) {
+  MirroredStrategy strategy(cpu_devices(2));
+  InputOptions options;
+  options.experimental_per_replica_buffer_size = 0;
+  expect_row<InvalidArgumentError>("E111",
+                                   [&] { (void)strategy.experimental_distribute_dataset(five_to_eight(), options); });
+}
+
+TEST(Errors, E112_NoWorkerDevices) {
+  expect_row<InvalidArgumentError>("E112", [] { (void)DistributedDataset<Tensor>::from_dataset({}, five_to_eight()); });
+}
+
+TEST(Errors, E113_SplittingScalars) {
+  MirroredStrategy strategy(cpu_devices(2));
+  expect_row<InvalidArgumentError>(
+      "E113", [&] { (void)strategy.experimental_distribute_dataset(five_to_eight()).make_iterator().get_next(); });
+}
+
+TEST(Errors, E114_SplittingLeavesWithOtherRows) {
+  using Pair = std::pair<Tensor, Tensor>;
+  MirroredStrategy strategy(cpu_devices(2));
+  const auto uneven = dataset_of<Pair>({{zeros(Shape{2}), zeros(Shape{3})}});
+  expect_row<InvalidArgumentError>(
+      "E114", [&] { (void)strategy.experimental_distribute_dataset(uneven).make_iterator().get_next(); });
+}
+
+TEST(Errors, E115_NoEmptyBatchForAScalar) {
+  MirroredStrategy strategy(cpu_devices(2));
+  auto it =
+      strategy.distribute_datasets_from_function([](const InputContext&) { return data::range(3); }).make_iterator();
+  (void)it.get_next();
+  expect_row<InvalidArgumentError>("E115", [&] { (void)it.get_next(); });
 }
 
 // ---------------------------------------------------------------------------------------------
