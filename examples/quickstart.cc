@@ -1,8 +1,8 @@
 // quickstart: the examples of TensorFlow's tf.distribute documentation (ReplicaContext,
-// Strategy.run / reduce / gather / experimental_distribute_values_from_function, DistributedValues)
-// written with distribute, on two logical CPU replicas (four for the gather example that asks for
-// four). Prints the results the way TF prints them and exits with status 1 if a value differs from
-// the documented one.
+// Strategy.run / reduce / gather / experimental_distribute_values_from_function, DistributedValues
+// read from a data::Dataset through experimental_distribute_dataset) written with distribute, on
+// two logical CPU replicas (four for the gather example that asks for four). Prints the results
+// the way TF prints them and exits with status 1 if a value differs from the documented one.
 //
 // Expected output:
 //   strategy: MirroredStrategy(CPU:0, CPU:1)
@@ -120,7 +120,7 @@
 //   [[[0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2],
 //     [3, 4, 5, 3, 4, 5, 3, 4, 5, 3, 4, 5]]]>
 //
-//   # DistributedValues: the batch [5.0] / [6.0] of a dataset [5, 6, 7, 8] batched by 2
+//   # DistributedValues: next(iter(experimental_distribute_dataset(from_tensor_slices([5, 6, 7, 8]).batch(2))))
 //   PerReplica:{
 //     0: <Tensor: shape=(1,), dtype=float32, numpy=[5.0]>,
 //     1: <Tensor: shape=(1,), dtype=float32, numpy=[6.0]>
@@ -137,6 +137,10 @@
 //
 //   # DistributedValues inspected with experimental_local_results
 //   [<Tensor: shape=(1,), dtype=float32, numpy=[5.0]>, <Tensor: shape=(1,), dtype=float32, numpy=[6.0]>]
+//
+//   # Every step of the distributed dataset: for (auto batch : dist_dataset) strategy.run(step, batch)
+//   [<Tensor: shape=(), dtype=float32, numpy=5.0>, <Tensor: shape=(), dtype=float32, numpy=6.0>]
+//   [<Tensor: shape=(), dtype=float32, numpy=7.0>, <Tensor: shape=(), dtype=float32, numpy=8.0>]
 //
 //   # MirroredStrategy() on every GPU: all_reduce MEAN of per-replica gradients
 //   no GPU visible (<why>); skipped
@@ -335,9 +339,12 @@ void gather_examples(Strategy& strategy) {
 }
 
 void distributed_values_examples(Strategy& strategy) {
-  title("DistributedValues: the batch [5.0] / [6.0] of a dataset [5, 6, 7, 8] batched by 2");
-  PerReplica<Tensor> batch({Tensor::from_vector<float>({5.0f}), Tensor::from_vector<float>({6.0f})});
+  title("DistributedValues: next(iter(experimental_distribute_dataset(from_tensor_slices([5, 6, 7, 8]).batch(2))))");
+  const auto dataset = data::Dataset<Tensor>::from_tensor_slices(Tensor::from_vector<float>({5, 6, 7, 8})).batch(2);
+  const DistributedDataset<Tensor> dist_dataset = strategy.experimental_distribute_dataset(dataset);
+  const PerReplica<Tensor> batch = dist_dataset.make_iterator().get_next();
   print_line(batch);
+  expect(equals<float>(batch[0], {1}, {5.0f}) && equals<float>(batch[1], {1}, {6.0f}), "the first batch");
 
   title("DistributedValues as input into run: input + 1.0");
   auto updated = strategy.run([](const Tensor& input) {
@@ -355,6 +362,16 @@ void distributed_values_examples(Strategy& strategy) {
 
   title("DistributedValues inspected with experimental_local_results");
   print_line(strategy.experimental_local_results(batch));
+
+  title("Every step of the distributed dataset: for (auto batch : dist_dataset) strategy.run(step, batch)");
+  std::vector<float> sums;
+  for (auto step_batch : dist_dataset) {
+    auto local_sums = strategy.run([](const Tensor& input) { return Tensor::scalar(input.flat<float>().sum()); },
+                                   step_batch);
+    print_line(local_sums.values());
+    for (const Tensor& t : local_sums.values()) sums.push_back(t.item<float>());
+  }
+  expect(sums == std::vector<float>{5.0f, 6.0f, 7.0f, 8.0f}, "the steps of the distributed dataset");
 }
 
 }  // namespace
