@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -21,8 +23,43 @@
 #include "testing/error_expect.h"
 #include "testing/replica_harness.h"
 
+// A registered struct of tensors, and one with a member that is not a Tensor.
+namespace dataset_test_types {
+struct Example {
+  distribute::Tensor image;
+  distribute::Tensor label;
+};
+struct Weighted {
+  distribute::Tensor value;
+  float weight;
+};
+}  // namespace dataset_test_types
+
+template <>
+struct distribute::nest::StructFields<dataset_test_types::Example> {
+  static constexpr auto members =
+      std::make_tuple(&dataset_test_types::Example::image, &dataset_test_types::Example::label);
+  static constexpr std::array<const char*, 2> names = {"image", "label"};
+};
+template <>
+struct distribute::nest::StructFields<dataset_test_types::Weighted> {
+  static constexpr auto members =
+      std::make_tuple(&dataset_test_types::Weighted::value, &dataset_test_types::Weighted::weight);
+};
+
 namespace distribute {
 namespace {
+
+using dataset_test_types::Example;
+
+static_assert(data::TensorNest<Tensor>);
+static_assert(data::TensorNest<std::pair<Tensor, std::vector<Tensor>>>);
+static_assert(data::TensorNest<std::map<std::string, std::tuple<Tensor, std::array<Tensor, 2>>>>);
+static_assert(data::TensorNest<Example>);
+static_assert(!data::TensorNest<float>);
+static_assert(!data::TensorNest<std::pair<Tensor, float>>);
+static_assert(!data::TensorNest<dataset_test_types::Weighted>);
+static_assert(nest::Nest<dataset_test_types::Weighted>);
 
 using data::Dataset;
 using testing::expect_error;
@@ -100,6 +137,19 @@ TEST(Dataset, FromTensorSlicesOfANestSlicesEveryLeaf) {
   }
   EXPECT_EQ(seen, (std::vector<std::pair<std::vector<std::int32_t>, std::int64_t>>{
                       {{0, 1}, 10}, {{2, 3}, 11}, {{4, 5}, 12}}));
+}
+
+TEST(Dataset, RegisteredStructsAreSlicedAndBatchedByMember) {
+  const Example examples{Tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, Shape{3, 2}),
+                         Tensor::from_vector<std::int32_t>({7, 8, 9})};
+  std::vector<std::vector<std::int32_t>> labels;
+  std::vector<Shape> image_shapes;
+  for (const Example& batch : Dataset<Example>::from_tensor_slices(examples).batch(2)) {
+    labels.push_back(batch.label.to_vector<std::int32_t>());
+    image_shapes.push_back(batch.image.shape());
+  }
+  EXPECT_EQ(labels, (std::vector<std::vector<std::int32_t>>{{7, 8}, {9}}));
+  EXPECT_EQ(image_shapes, (std::vector<Shape>{Shape{2, 2}, Shape{1, 2}}));
 }
 
 TEST(Dataset, IteratingTwiceGivesTheSameElements) {
@@ -315,14 +365,8 @@ TEST(Dataset, AUserExceptionStopsAtItsElementWithItsTypeAndStays) {
     if (prefetched) ds = ds.prefetch(2);
     data::Iterator<Tensor> it = ds.make_iterator();
     for (std::int64_t i = 0; i < 3; ++i) EXPECT_EQ(it.get_next().item<std::int64_t>(), i);
-    for (int call = 0; call < 3; ++call) {
-      try {
-        (void)it.get_next_as_optional();
-        ADD_FAILURE() << "expected UserFault";
-      } catch (const UserFault& fault) {
-        EXPECT_EQ(fault.code, 42);
-      }
-    }
+    testing::expect_thrown_every_time<UserFault>(
+        3, [&] { (void)it.get_next_as_optional(); }, [](const UserFault& fault) { EXPECT_EQ(fault.code, 42); });
   }
 }
 

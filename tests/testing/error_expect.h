@@ -60,6 +60,20 @@ std::string expect_error(Fn&& fn, const std::vector<std::string>& key_words) {
   return "";
 }
 
+// Calls fn `calls` times and checks that every call throws E (of any type, derived from
+// std::exception or not), handing each to check(e): an error that must stay once it happened.
+template <class E, class Fn, class Check>
+void expect_thrown_every_time(int calls, Fn&& fn, Check&& check) {
+  for (int call = 0; call < calls; ++call) {
+    try {
+      fn();
+      ADD_FAILURE() << "call " << call << ": expected " << type_name<E>() << " but nothing was thrown";
+    } catch (const E& e) {
+      check(e);
+    }
+  }
+}
+
 // As the library names a group of replicas in messages: "replica 1", "replicas 0, 2, 3".
 inline std::string replicas_text(const std::vector<int>& replicas) {
   return (replicas.size() == 1 ? "replica " : "replicas ") + absl::StrJoin(replicas, ", ");

@@ -48,26 +48,7 @@ namespace distribute::data {
 namespace internal {
 
 template <class T>
-struct IsTensorNest : std::bool_constant<std::same_as<T, Tensor>> {};
-template <class T>
-struct IsTensorNest<std::vector<T>> : IsTensorNest<T> {};
-template <class T, std::size_t N>
-struct IsTensorNest<std::array<T, N>> : IsTensorNest<T> {};
-template <class... Ts>
-struct IsTensorNest<std::tuple<Ts...>> : std::bool_constant<(IsTensorNest<Ts>::value && ...)> {};
-template <class A, class B>
-struct IsTensorNest<std::pair<A, B>> : std::bool_constant<IsTensorNest<A>::value && IsTensorNest<B>::value> {};
-template <class T>
-struct IsTensorNest<std::map<std::string, T>> : IsTensorNest<T> {};
-
-template <class Members>
-struct MembersAreTensorNests;
-template <class... Cs, class... Ms>
-struct MembersAreTensorNests<std::tuple<Ms Cs::*...>> : std::bool_constant<(IsTensorNest<Ms>::value && ...)> {};
-template <class T>
-  requires requires { nest::StructFields<T>::members; }
-struct IsTensorNest<T>
-    : MembersAreTensorNests<std::remove_cv_t<decltype(nest::StructFields<T>::members)>> {};
+struct IsTensor : std::is_same<T, Tensor> {};
 
 // A dataset whose elements are made by index: element(i) for each index i of a pass of `order`.
 // from_tensor_slices makes its elements this way; take, skip, shard, repeat and shuffle keep it
@@ -85,7 +66,7 @@ struct Indexed {
 
 // A nest whose leaves are all Tensors: what a dataset's elements are.
 template <class T>
-concept TensorNest = internal::IsTensorNest<T>::value;
+concept TensorNest = nest::AllLeaves<T, internal::IsTensor>::value;
 
 // The last batch() of a pipeline, which experimental_distribute_dataset splits by.
 struct BatchSpec {

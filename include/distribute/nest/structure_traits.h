@@ -170,27 +170,37 @@ struct StructureTraits<T, std::void_t<decltype(StructFields<T>::members)>> {
 template <class T>
 concept Container = requires { StructureTraits<T>::kName; };
 
+// Whether every leaf type L of the nest type T has Pred<L>::value: for a leaf, Pred<T>; for a
+// container, every child's type (for a registered struct, every member's).
+template <class T, template <class> class Pred>
+struct AllLeaves : Pred<T> {};
+template <class T, template <class> class Pred>
+struct AllLeaves<std::vector<T>, Pred> : AllLeaves<T, Pred> {};
+template <class T, std::size_t N, template <class> class Pred>
+struct AllLeaves<std::array<T, N>, Pred> : AllLeaves<T, Pred> {};
+template <class... Ts, template <class> class Pred>
+struct AllLeaves<std::tuple<Ts...>, Pred> : std::bool_constant<(AllLeaves<Ts, Pred>::value && ...)> {};
+template <class A, class B, template <class> class Pred>
+struct AllLeaves<std::pair<A, B>, Pred> : std::bool_constant<AllLeaves<A, Pred>::value && AllLeaves<B, Pred>::value> {};
+template <class T, template <class> class Pred>
+struct AllLeaves<std::map<std::string, T>, Pred> : AllLeaves<T, Pred> {};
+
+namespace internal {
+template <class Members, template <class> class Pred>
+struct AllMembers;
+template <class... Cs, class... Ms, template <class> class Pred>
+struct AllMembers<std::tuple<Ms Cs::*...>, Pred> : std::bool_constant<(AllLeaves<Ms, Pred>::value && ...)> {};
+}  // namespace internal
+
+template <class T, template <class> class Pred>
+  requires requires { StructFields<T>::members; }
+struct AllLeaves<T, Pred> : internal::AllMembers<std::remove_cv_t<decltype(StructFields<T>::members)>, Pred> {};
+
 template <class T>
-struct IsNest;
+struct IsLeaf : std::bool_constant<Leaf<T>> {};
 
 // A type that the nest functions accept: a leaf or a container whose children are nests.
 template <class T>
-concept Nest = IsNest<T>::value;
-
-template <class T>
-struct IsNest : std::bool_constant<Leaf<T>> {};
-template <class T>
-struct IsNest<std::vector<T>> : IsNest<T> {};
-template <class T, std::size_t N>
-struct IsNest<std::array<T, N>> : IsNest<T> {};
-template <class... Ts>
-struct IsNest<std::tuple<Ts...>> : std::bool_constant<(IsNest<Ts>::value && ...)> {};
-template <class A, class B>
-struct IsNest<std::pair<A, B>> : std::bool_constant<IsNest<A>::value && IsNest<B>::value> {};
-template <class T>
-struct IsNest<std::map<std::string, T>> : IsNest<T> {};
-template <class T>
-  requires requires { StructFields<T>::members; }
-struct IsNest<T> : std::true_type {};
+concept Nest = AllLeaves<T, IsLeaf>::value;
 
 }  // namespace distribute::nest
