@@ -28,11 +28,8 @@
 #include <exception>
 #include <functional>
 #include <iterator>
-#include <map>
 #include <memory>
 #include <optional>
-#include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
