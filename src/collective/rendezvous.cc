@@ -118,7 +118,10 @@ std::uint64_t Rendezvous::arrivals_of(const Arrivals& arrivals) const {
 }
 
 void Rendezvous::reset() {
-  state_.store(state_.load(std::memory_order_relaxed) & ~kCountMask, std::memory_order_relaxed);
+  // Arrivals are left only by a failed run; a store would take the line from the last replica.
+  if (const std::uint64_t s = state_.load(std::memory_order_relaxed); (s & kCountMask) != 0) {
+    state_.store(s & ~kCountMask, std::memory_order_relaxed);
+  }
   ++epoch_;
   if (!aborted()) return;
   detail::MutexLock lock(abort_mu_);

@@ -29,14 +29,18 @@ ReplicaRunner::~ReplicaRunner() {
 
 void ReplicaRunner::run(absl::FunctionRef<void(int)> job) {
   job_ = &job;
-  remaining_.store(num_replicas_ - 1, std::memory_order_relaxed);
-  const std::uint32_t done = done_.value.load(std::memory_order_acquire);
+  // Each thread adds one to done_ when it has finished: the run is over at `finished`.
+  const std::uint32_t finished =
+      done_.value.load(std::memory_order_acquire) + static_cast<std::uint32_t>(num_replicas_ - 1);
   if (num_replicas_ > 1) start_.bump_and_wake_all();
   {
     ReleaseBatch batch;
     job(0);
   }
-  if (num_replicas_ > 1) done_.wait_while_equal(done, kNoDeadline, policy_, [] { return false; });
+  for (std::uint32_t seen = done_.value.load(std::memory_order_acquire); seen != finished;
+       seen = done_.value.load(std::memory_order_acquire)) {
+    done_.wait_while_equal(seen, kNoDeadline, policy_, [] { return false; });
+  }
   job_ = nullptr;
 }
 
@@ -57,7 +61,7 @@ void ReplicaRunner::worker(int replica, bool pin) {
       ReleaseBatch batch;  // given back before the caller hears that this replica is done
       (*job_)(replica);
     }
-    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.bump_and_wake_all();
+    done_.bump_and_wake_all();
   }
 }
 

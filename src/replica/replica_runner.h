@@ -36,7 +36,6 @@ class ReplicaRunner {
   const absl::FunctionRef<void(int)>* job_ = nullptr;  // written before start_ is bumped
   std::atomic<bool> stop_{false};
   alignas(64) WaitWord start_;
-  alignas(64) std::atomic<int> remaining_{0};
   alignas(64) WaitWord done_;
   std::vector<std::thread> threads_;
 };
