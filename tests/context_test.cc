@@ -229,6 +229,23 @@ TEST_P(RunContext, EachReplicaIsInItsOwnReplicaContext) {
   expect_default_context();
 }
 
+TEST_P(RunContext, OneProcessIsTheOnlyWorkerAndItsChief) {
+  MirroredStrategy strategy(cpu_devices(n()));
+  const StrategyExtended& extended = strategy.extended();
+  EXPECT_EQ(extended.num_workers(), 1);
+  EXPECT_EQ(extended.worker_id(), 0);
+  EXPECT_EQ(extended.num_local_replicas(), n());
+  EXPECT_FALSE(extended.in_multi_worker_mode());
+  EXPECT_TRUE(extended.should_checkpoint());
+  EXPECT_TRUE(extended.should_save_summary());
+  const InputContext input = extended.input_context();
+  EXPECT_EQ(input.num_input_pipelines(), 1);
+  EXPECT_EQ(input.input_pipeline_id(), 0);
+  EXPECT_EQ(input.num_replicas_in_sync(), n());
+  PerReplica<int> local_ids = strategy.run([] { return get_replica_context()->local_replica_id(); });
+  for (int r = 0; r < n(); ++r) EXPECT_EQ(local_ids[r], r);
+}
+
 TEST_P(RunContext, ReplicaContextReportsItsDevice) {
   MirroredStrategy strategy(cpu_devices(n()));
   PerReplica<Device> devices = strategy.run([] { return get_replica_context()->device(); });

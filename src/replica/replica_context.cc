@@ -11,6 +11,7 @@ ReplicaContext::ReplicaContext(Strategy& strategy, int replica_id, int num_repli
                                Device device, int run_depth)
     : strategy_(&strategy),
       replica_id_(replica_id),
+      local_replica_id_(replica_id),
       num_replicas_(num_replicas),
       group_(group),
       device_(std::move(device)),

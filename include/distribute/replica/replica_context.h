@@ -103,6 +103,8 @@ class ReplicaContext {
 
   int replica_id_in_sync_group() const { return replica_id_; }
   int num_replicas_in_sync() const { return num_replicas_; }
+  // This replica's index among its worker's replicas (replica_id_in_sync_group() is global).
+  int local_replica_id() const { return local_replica_id_; }
   Strategy& strategy() const { return *strategy_; }
   // The device this replica runs on; collective results are placed there.
   const Device& device() const { return device_; }
@@ -162,6 +164,7 @@ class ReplicaContext {
 
   Strategy* strategy_;
   int replica_id_;
+  int local_replica_id_;  // the same as replica_id_ while a strategy spans one process
   int num_replicas_;
   detail::ReplicaGroup* group_;
   Device device_;

@@ -21,6 +21,7 @@
 #include "distribute/fwd.h"
 #include "distribute/strategy/context.h"
 #include "distribute/values/distributed_values.h"
+#include "distribute/values/value_context.h"
 
 namespace distribute {
 
@@ -40,6 +41,18 @@ class StrategyExtended {
   const std::vector<Device>& parameter_devices() const { return worker_devices_; }
   // The options every collective of this strategy starts from (a constructor argument).
   const CommunicationOptions& default_options() const { return default_options_; }
+
+  // This process's place in the job. A strategy of one process is its only worker; a multi-worker
+  // strategy overrides num_workers and worker_id. Worker 0 is the chief: it alone writes
+  // checkpoints and summaries, so that workers sharing a file system do not overwrite each other.
+  virtual int num_workers() const { return 1; }
+  virtual int worker_id() const { return 0; }
+  int num_local_replicas() const { return static_cast<int>(worker_devices_.size()); }
+  bool in_multi_worker_mode() const { return num_workers() > 1; }
+  bool should_checkpoint() const { return worker_id() == 0; }
+  bool should_save_summary() const { return worker_id() == 0; }
+  // The input pipeline this worker runs: InputContext(num_workers(), worker_id(), num_replicas_in_sync()).
+  InputContext input_context() const { return InputContext(num_workers(), worker_id(), num_replicas_in_sync()); }
 
   // Calls fn once per replica, each in its replica context, and returns when all have returned.
   // The first exception raised by a replica (or a merge_fn) is rethrown here, with its type.
