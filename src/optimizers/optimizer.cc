@@ -148,7 +148,12 @@ void Optimizer::create_slots(const std::vector<Variable>& variables) {
   }
 }
 
-void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
+void Optimizer::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
+                                const ApplyOptions& options) {
+  apply(grads_and_vars, options);
+}
+
+void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, const ApplyOptions& options) {
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr || !has_strategy()) {
     check(grads_and_vars);
@@ -187,7 +192,8 @@ void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_
   for (const auto& [gradient, variable] : grads_and_vars) {
     gradients.push_back(gradient.device() == ctx->device() ? gradient : gradient.to(ctx->device()));
   }
-  update_component(ctx->all_reduce(ReduceOp::kSum, gradients), grads_and_vars, ctx->replica_id_in_sync_group());
+  if (!options.skip_gradients_aggregation) gradients = ctx->all_reduce(ReduceOp::kSum, gradients);
+  update_component(gradients, grads_and_vars, ctx->replica_id_in_sync_group());
 }
 
 void Optimizer::update_component(const std::vector<Tensor>& gradients,

@@ -42,6 +42,15 @@
 
 namespace distribute::optimizers {
 
+// How apply_gradients treats its gradients.
+struct ApplyOptions {
+  // tf.keras's skip_gradients_aggregation: in replica context the gradients are already the sums
+  // across replicas (the caller all-reduced them, to clip or to time the sum), so each replica
+  // applies the ones it is given and no collective runs. Every replica must pass the same sums,
+  // or the copies of the variables drift apart.
+  bool skip_gradients_aggregation = false;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer();
@@ -50,6 +59,8 @@ class Optimizer {
 
   // Applies one step: see above.
   virtual void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) = 0;
+  // The same step with options; without skip_gradients_aggregation it is the call above.
+  void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, const ApplyOptions& options);
 
   // Creates the slot variables of `variables` that do not exist yet, in cross-replica context.
   void build(const std::vector<Variable>& variables);
@@ -75,7 +86,7 @@ class Optimizer {
 
   // What apply_gradients does for every optimizer: the checks, the all_reduce, the slots; then
   // update_step for each variable's components.
-  void apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars);
+  void apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, const ApplyOptions& options = {});
 
   // Updates one component of a variable in place, given the summed gradient, the variable's
   // component and its slots' components (slot_names() order), all host tensors of one dtype
