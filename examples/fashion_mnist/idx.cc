@@ -27,15 +27,16 @@ std::uint32_t big_endian(const std::vector<std::uint8_t>& bytes, std::size_t at)
 // product of bytes.
 std::vector<std::int64_t> checked_dims(const std::vector<std::uint8_t>& bytes, std::uint32_t magic, int rank,
                                        const std::filesystem::path& path) {
+  // The magic number first: a file of the other kind is named as such, whatever its length.
   const std::size_t header = 4 + 4 * static_cast<std::size_t>(rank);
-  if (bytes.size() < header) {
-    throw DataLossError(absl::StrCat(path.string(), ": ", bytes.size(), " bytes, shorter than an IDX header of ",
-                                     header, " bytes; the file is truncated"));
-  }
-  if (big_endian(bytes, 0) != magic) {
+  if (bytes.size() >= 4 && big_endian(bytes, 0) != magic) {
     throw InvalidArgumentError(absl::StrCat(path.string(), ": magic number 0x", absl::Hex(big_endian(bytes, 0), absl::kZeroPad8),
                                             " where an IDX file of ", rank == 1 ? "labels" : "images", " has 0x",
                                             absl::Hex(magic, absl::kZeroPad8), "; is it the right file?"));
+  }
+  if (bytes.size() < header) {
+    throw DataLossError(absl::StrCat(path.string(), ": ", bytes.size(), " bytes, shorter than an IDX header of ",
+                                     header, " bytes; the file is truncated"));
   }
   std::vector<std::int64_t> dims;
   std::int64_t payload = 1;

@@ -1,0 +1,91 @@
+// train_bench: the Fashion-MNIST example's training throughput with 1, 2 and 4 replicas on the same
+// global batch, and where a step's time goes. Each round trains --steps steps with every replica
+// count in turn (so that a slow phase of the machine hits them alike); the table gives the median
+// over the rounds of samples/s, the speed-up over one replica, the step time, and the shares of the
+// training time spent in the gradients' all_reduce (waiting for the other replicas included) and
+// waiting for the next batch.
+//
+//   ./build/default/bench/train_bench --replicas=1,2,4 --steps=300 --rounds=5
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "idx.h"
+#include "trainer.h"
+
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist", "the Fashion-MNIST files");
+ABSL_FLAG(std::string, replicas, "1,2,4", "the replica counts to compare");
+ABSL_FLAG(int64_t, steps, 300, "timed steps per replica count and round");
+ABSL_FLAG(int, rounds, 5, "rounds; the table shows the medians");
+ABSL_FLAG(int64_t, batch_size, 128, "the global batch");
+
+namespace {
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+std::vector<int> replica_counts() {
+  std::vector<int> counts;
+  for (const auto& part : absl::StrSplit(absl::GetFlag(FLAGS_replicas), ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      std::fprintf(stderr, "train_bench: --replicas takes positive counts, e.g. 1,2,4\n");
+      std::exit(2);
+    }
+    counts.push_back(n);
+  }
+  return counts;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Training throughput of the Fashion-MNIST example with 1, 2, 4 replicas.");
+  absl::ParseCommandLine(argc, argv);
+  const std::vector<int> counts = replica_counts();
+  const fashion_mnist::FashionMnist data = fashion_mnist::load(absl::GetFlag(FLAGS_data_dir));
+  fashion_mnist::TrainerOptions options;
+  options.global_batch_size = absl::GetFlag(FLAGS_batch_size);
+  const std::int64_t steps = absl::GetFlag(FLAGS_steps);
+
+  std::printf("# train_bench: MLP 784-256-128-10, Adam, global batch %lld, %lld steps x %d rounds, %u cores\n",
+              static_cast<long long>(options.global_batch_size), static_cast<long long>(steps),
+              absl::GetFlag(FLAGS_rounds), std::thread::hardware_concurrency());
+  std::map<int, std::vector<double>> rate;
+  std::map<int, std::vector<double>> collective;
+  std::map<int, std::vector<double>> input;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    for (const int n : counts) {
+      std::vector<std::string> devices;
+      for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
+      distribute::MirroredStrategy strategy(devices);
+      fashion_mnist::Trainer trainer(strategy, data, options);
+      trainer.train_epoch({}, 20);  // warm-up: threads started, workspaces sized, caches filled
+      const fashion_mnist::EpochStats stats = trainer.train_epoch({}, steps);
+      rate[n].push_back(stats.samples_per_second());
+      collective[n].push_back(stats.collective_share);
+      input[n].push_back(stats.input_share);
+    }
+  }
+  std::printf("%8s %12s %9s %10s %12s %11s\n", "replicas", "samples/s", "speed-up", "step(ms)", "collectives",
+              "input wait");
+  const double base = rate.count(1) ? median(rate[1]) : 0;
+  for (const int n : counts) {
+    const double r = median(rate[n]);
+    std::printf("%8d %12.0f %8.2fx %10.3f %11.1f%% %10.1f%%\n", n, r, base > 0 ? r / base : 0,
+                1e3 * static_cast<double>(options.global_batch_size) / r, 100 * median(collective[n]),
+                100 * median(input[n]));
+  }
+  return 0;
+}

@@ -1,0 +1,282 @@
+// The Fashion-MNIST example's tests: its reader turns bad files into errors that name them, and its
+// training loop learns, is exactly data-parallel (1, 3 and 4 replicas reach the same weights), and
+// resumes from a checkpoint as if it had never stopped. The training tests need Debian's
+// dataset-fashion-mnist and skip, saying so, without it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "distribute/distribute.h"
+#include "idx.h"
+#include "trainer.h"
+
+namespace fashion_mnist {
+namespace {
+
+using distribute::DataLossError;
+using distribute::InvalidArgumentError;
+using distribute::MirroredStrategy;
+using distribute::Tensor;
+using distribute::Variable;
+
+const std::filesystem::path kDataDir = "/usr/share/datasets/fashion-mnist";
+
+#define REQUIRE_FASHION_MNIST()                                                                              \
+  if (!std::filesystem::exists(kDataDir / "train-images-idx3-ubyte.gz")) {                                   \
+    GTEST_SKIP() << "Fashion-MNIST is not installed in " << kDataDir << " (apt-get install dataset-fashion-mnist)"; \
+  }
+
+// Runs fn and expects an exception of type E whose message contains every one of `parts`.
+template <class E, class Fn>
+void expect_error(Fn fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "another exception: " << e.what();
+  }
+}
+
+class Files : public ::testing::Test {
+ protected:
+  Files() : dir_(std::filesystem::temp_directory_path() / ("fashion_mnist_test." + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(dir_);
+  }
+  ~Files() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path gzip(const std::string& name, const std::vector<std::uint8_t>& bytes) const {
+    const std::filesystem::path path = dir_ / name;
+    gzFile file = gzopen(path.c_str(), "wb");
+    gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(file);
+    return path;
+  }
+  std::filesystem::path plain(const std::string& name, const std::vector<std::uint8_t>& bytes) const {
+    const std::filesystem::path path = dir_ / name;
+    std::FILE* file = std::fopen(path.c_str(), "wb");
+    std::fwrite(bytes.data(), 1, bytes.size(), file);
+    std::fclose(file);
+    return path;
+  }
+
+  static void put(std::vector<std::uint8_t>& bytes, std::uint32_t word) {
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<std::uint8_t>(word >> shift));
+  }
+  // An IDX file of `count` images of rows x cols pixels, or its first `keep` bytes.
+  static std::vector<std::uint8_t> images(std::uint32_t count, std::uint32_t rows = 28, std::uint32_t cols = 28) {
+    std::vector<std::uint8_t> bytes;
+    put(bytes, 0x803);
+    put(bytes, count);
+    put(bytes, rows);
+    put(bytes, cols);
+    bytes.resize(bytes.size() + std::size_t{count} * rows * cols, 128);
+    return bytes;
+  }
+  static std::vector<std::uint8_t> labels(std::vector<std::uint8_t> values) {
+    std::vector<std::uint8_t> bytes;
+    put(bytes, 0x801);
+    put(bytes, static_cast<std::uint32_t>(values.size()));
+    bytes.insert(bytes.end(), values.begin(), values.end());
+    return bytes;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(Files, WellFormedFilesAreRead) {
+  const Split split = load_split(gzip("i.gz", images(3)), gzip("l.gz", labels({0, 9, 4})));
+  EXPECT_EQ(split.size(), 3);
+  EXPECT_EQ(split.images.shape(), (distribute::Shape{3, 784}));
+  EXPECT_EQ(split.labels.to_vector<std::int32_t>(), (std::vector<std::int32_t>{0, 9, 4}));
+  EXPECT_FLOAT_EQ(split.images.to_vector<float>()[100], 128.0f / 255.0f);
+}
+
+TEST_F(Files, AMissingFileNamesItselfAndThePackage) {
+  const std::filesystem::path missing = dir_ / "nowhere.gz";
+  expect_error<InvalidArgumentError>([&] { read_gzip(missing); }, {missing.string(), "dataset-fashion-mnist"});
+}
+
+TEST_F(Files, AFileThatIsNotGzipIsRejected) {
+  const std::filesystem::path path = plain("raw", images(1));
+  expect_error<InvalidArgumentError>([&] { load_split(path, gzip("l.gz", labels({1}))); },
+                                     {path.string(), "not a gzip file"});
+}
+
+TEST_F(Files, AGzipStreamCutShortIsDataLoss) {
+  const std::filesystem::path whole = gzip("whole.gz", images(20));
+  const auto size = std::filesystem::file_size(whole);
+  std::vector<std::uint8_t> bytes(size);
+  std::FILE* file = std::fopen(whole.c_str(), "rb");
+  ASSERT_EQ(std::fread(bytes.data(), 1, bytes.size(), file), bytes.size());
+  std::fclose(file);
+  bytes.resize(bytes.size() / 2);
+  const std::filesystem::path cut = plain("cut.gz", bytes);
+  expect_error<DataLossError>([&] { read_gzip(cut); }, {cut.string(), "corrupt"});
+}
+
+TEST_F(Files, AFileShorterThanItsHeaderSaysIsDataLoss) {
+  std::vector<std::uint8_t> bytes = images(10);
+  bytes.resize(bytes.size() - 784 * 5);
+  const std::filesystem::path path = gzip("short.gz", bytes);
+  expect_error<DataLossError>([&] { load_split(path, gzip("l.gz", labels(std::vector<std::uint8_t>(10, 1)))); },
+                              {path.string(), "announces 7840 bytes", "truncated"});
+}
+
+TEST_F(Files, SwappedFilesHaveTheWrongMagicNumber) {
+  const std::filesystem::path image_path = gzip("i.gz", images(2));
+  const std::filesystem::path label_path = gzip("l.gz", labels({1, 2}));
+  expect_error<InvalidArgumentError>([&] { load_split(label_path, image_path); },
+                                     {label_path.string(), "magic number 0x00000801", "0x00000803"});
+}
+
+TEST_F(Files, ImagesOfAnotherSizeAreRejected) {
+  const std::filesystem::path path = gzip("i.gz", images(2, 32, 32));
+  expect_error<InvalidArgumentError>([&] { load_split(path, gzip("l.gz", labels({1, 2}))); },
+                                     {path.string(), "32x32", "28x28"});
+}
+
+TEST_F(Files, ImagesAndLabelsMustBeAsMany) {
+  const std::filesystem::path image_path = gzip("i.gz", images(3));
+  const std::filesystem::path label_path = gzip("l.gz", labels({1, 2}));
+  expect_error<InvalidArgumentError>([&] { load_split(image_path, label_path); }, {"3 images", "2 labels"});
+}
+
+TEST_F(Files, ALabelOutsideTheTenClassesIsRejected) {
+  const std::filesystem::path label_path = gzip("l.gz", labels({1, 12}));
+  expect_error<InvalidArgumentError>([&] { load_split(gzip("i.gz", images(2)), label_path); },
+                                     {label_path.string(), "label 12 of example 1"});
+}
+
+TEST(Dataset, TheInstalledFilesHoldSixtyAndTenThousandBalancedImages) {
+  REQUIRE_FASHION_MNIST();
+  const FashionMnist data = load(kDataDir);
+  EXPECT_EQ(data.train.size(), 60000);
+  EXPECT_EQ(data.test.size(), 10000);
+  std::vector<int> per_class(kClasses);
+  for (std::int32_t label : data.train.labels.to_vector<std::int32_t>()) ++per_class[static_cast<std::size_t>(label)];
+  EXPECT_EQ(per_class, std::vector<int>(kClasses, 6000));
+  const auto pixels = data.test.images.flat<float>();
+  EXPECT_EQ(pixels.minCoeff(), 0.0f);
+  EXPECT_EQ(pixels.maxCoeff(), 1.0f);
+}
+
+// The first 2,000 training images and the whole test split, read once for every training test.
+const FashionMnist& slice() {
+  static const FashionMnist data = load(kDataDir, 2000);
+  return data;
+}
+
+std::vector<std::string> cpus(int n) {
+  std::vector<std::string> devices;
+  for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
+  return devices;
+}
+
+std::vector<std::vector<float>> weights_of(const Trainer& trainer) {
+  std::vector<std::vector<float>> weights;
+  for (const Variable& v : trainer.model().trainable_variables()) weights.push_back(v.component(0).to_vector<float>());
+  return weights;
+}
+
+TEST(Training, TwoReplicasLearnFromASliceInOneEpoch) {
+  REQUIRE_FASHION_MNIST();
+  MirroredStrategy strategy(cpus(2));
+  Trainer trainer(strategy, slice(), {});
+  const double before = trainer.evaluate();
+  std::vector<double> step_losses;  // each step's mean loss over its batch
+  double seen_loss = 0;
+  std::int64_t seen_samples = 0;
+  const EpochStats stats = trainer.train_epoch([&](const StepProgress& p) {
+    const double total = p.mean_loss * static_cast<double>(p.samples);
+    step_losses.push_back((total - seen_loss) / static_cast<double>(p.samples - seen_samples));
+    seen_loss = total;
+    seen_samples = p.samples;
+  });
+  ASSERT_EQ(step_losses.size(), 16u);  // 2,000 images in batches of 128
+  EXPECT_EQ(stats.samples, 2000);
+  EXPECT_EQ(trainer.epochs_done(), 1);
+  // The first step's loss is about ln(10) = 2.3, ten classes equally likely; it falls steadily.
+  EXPECT_GT(step_losses.front(), 2.0);
+  EXPECT_LT(step_losses.back(), 0.5 * step_losses.front());
+  EXPECT_LT(stats.train_loss, step_losses.front());
+  EXPECT_LT(before, 0.3);
+  EXPECT_GT(stats.test_accuracy, 0.6);  // chance is 0.1
+  EXPECT_EQ(stats.test_accuracy, trainer.evaluate());
+  EXPECT_GT(stats.collective_share, 0.0);
+  EXPECT_LT(stats.collective_share + stats.input_share, 1.0);
+}
+
+TEST(Training, OneThreeAndFourReplicasReachTheSameWeights) {
+  REQUIRE_FASHION_MNIST();
+  const TrainerOptions options{.optimizer = "sgd", .learning_rate = 0.05};
+  MirroredStrategy one(cpus(1));
+  Trainer reference(one, slice(), options);
+  reference.train_epoch();
+  const std::vector<std::vector<float>> expected = weights_of(reference);
+  for (const int n : {3, 4}) {
+    MirroredStrategy strategy(cpus(n));
+    Trainer trainer(strategy, slice(), options);
+    trainer.train_epoch();
+    const std::vector<std::vector<float>> actual = weights_of(trainer);
+    for (std::size_t v = 0; v < expected.size(); ++v) {
+      float worst = 0;
+      for (std::size_t i = 0; i < expected[v].size(); ++i) worst = std::max(worst, std::fabs(actual[v][i] - expected[v][i]));
+      EXPECT_LT(worst, 1e-5f) << n << " replicas, variable " << v;
+    }
+    // Every replica holds the same copy.
+    for (const Variable& variable : trainer.model().trainable_variables()) {
+      for (int r = 1; r < n; ++r) EXPECT_EQ(variable.component(r).to_vector<float>(), variable.component(0).to_vector<float>());
+    }
+  }
+}
+
+TEST(Training, AResumedRunContinuesAsIfItHadNeverStopped) {
+  REQUIRE_FASHION_MNIST();
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("fashion_mnist_test." + std::to_string(::getpid()) + ".safetensors");
+  MirroredStrategy strategy(cpus(2));
+  Trainer straight(strategy, slice(), {});
+  straight.train_epoch();
+  straight.train_epoch();
+
+  {
+    MirroredStrategy first(cpus(2));
+    Trainer stopped(first, slice(), {});
+    stopped.train_epoch();
+    stopped.save(path);
+  }
+  MirroredStrategy second(cpus(2));
+  Trainer resumed(second, slice(), {});
+  resumed.restore(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(resumed.epochs_done(), 1);
+  resumed.train_epoch();
+  EXPECT_EQ(resumed.epochs_done(), 2);
+  EXPECT_EQ(weights_of(resumed), weights_of(straight));
+}
+
+TEST(Training, ResumingWithoutACheckpointNamesTheFile) {
+  REQUIRE_FASHION_MNIST();
+  MirroredStrategy strategy(cpus(2));
+  Trainer trainer(strategy, slice(), {});
+  const std::filesystem::path missing = std::filesystem::temp_directory_path() / "no_such_checkpoint.safetensors";
+  expect_error<InvalidArgumentError>([&] { trainer.restore(missing); }, {missing.string()});
+}
+
+TEST(Training, AnUnknownOptimizerIsRejected) {
+  MirroredStrategy strategy(cpus(1));
+  const FashionMnist none;
+  expect_error<InvalidArgumentError>([&] { Trainer(strategy, none, {.optimizer = "rmsprop"}); },
+                                     {"rmsprop", "\"adam\" and \"sgd\""});
+}
+
+}  // namespace
+}  // namespace fashion_mnist

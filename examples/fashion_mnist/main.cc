@@ -1,0 +1,143 @@
+// train_fashion_mnist: trains the example's MLP on Fashion-MNIST with one replica per core (or
+// --replicas), checkpointing every epoch. Built with distribute::mpi, --multi_worker runs the same
+// loop under MultiWorkerMirroredStrategy, one worker per process started by mpirun.
+//
+//   ./build/default/examples/fashion_mnist/train_fashion_mnist --epochs=10
+//   epoch 1/10: loss 0.5012, test accuracy 0.8401, 41235 samples/s, collectives 2.1%, input wait 0.3%
+//   ...
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "idx.h"
+#include "trainer.h"
+#if DISTRIBUTE_EXAMPLE_WITH_MPI
+#include "distribute/mpi/multi_worker_mirrored_strategy.h"
+#endif
+
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
+          "the folder of the four gzipped IDX files (Debian package dataset-fashion-mnist)");
+ABSL_FLAG(int, replicas, 0, "replicas in this process, one thread each; 0: one per core");
+ABSL_FLAG(int, epochs, 10, "epochs to train, counting those of a resumed checkpoint");
+ABSL_FLAG(int64_t, batch_size, 128, "the global batch, split across every replica");
+ABSL_FLAG(double, learning_rate, 0.001, "the optimizer's learning rate");
+ABSL_FLAG(std::string, optimizer, "adam", "adam, or sgd (momentum 0.9)");
+ABSL_FLAG(std::string, checkpoint, "",
+          "where to save the state after every epoch; default: fashion_mnist.safetensors in the temporary folder");
+ABSL_FLAG(bool, resume, false, "start from --checkpoint instead of from scratch");
+ABSL_FLAG(uint64_t, seed, 1, "the initial weights and the shuffling");
+ABSL_FLAG(int64_t, train_limit, 0, "train on the first N training images only; 0: all 60000");
+ABSL_FLAG(bool, multi_worker, false,
+          "one worker per MPI process (MultiWorkerMirroredStrategy; start with mpirun -np K)");
+
+namespace {
+
+using fashion_mnist::EpochStats;
+using fashion_mnist::StepProgress;
+
+std::unique_ptr<distribute::Strategy> make_strategy(int replicas) {
+  std::vector<std::string> devices;
+  for (int i = 0; i < replicas; ++i) devices.push_back(absl::StrCat("CPU:", i));
+  if (absl::GetFlag(FLAGS_multi_worker)) {
+#if DISTRIBUTE_EXAMPLE_WITH_MPI
+    distribute::MultiWorkerMirroredStrategyOptions options;
+    options.local_devices = devices;
+    return std::make_unique<distribute::MultiWorkerMirroredStrategy>(std::move(options));
+#else
+    throw distribute::UnimplementedError(
+        "--multi_worker: this build has no distribute::mpi; install libopenmpi-dev and rebuild");
+#endif
+  }
+  return std::make_unique<distribute::MirroredStrategy>(devices);
+}
+
+// Redraws one line: "epoch 3/10 [#######.......]  120/469  40213 samples/s  loss 0.4121  ETA 3s".
+void draw_progress(const StepProgress& p, int epochs) {
+  constexpr int kWidth = 30;
+  const int done = static_cast<int>(kWidth * p.step / std::max<std::int64_t>(p.steps, 1));
+  const double rate = p.seconds > 0 ? static_cast<double>(p.samples) / p.seconds : 0;
+  const double eta = p.step > 0 ? p.seconds * static_cast<double>(p.steps - p.step) / static_cast<double>(p.step) : 0;
+  std::printf("\r\033[Kepoch %d/%d [%s%s] %4lld/%lld  %6.0f samples/s  loss %.4f  ETA %.0fs", p.epoch, epochs,
+              std::string(static_cast<std::size_t>(done), '#').c_str(),
+              std::string(static_cast<std::size_t>(kWidth - done), '.').c_str(), static_cast<long long>(p.step),
+              static_cast<long long>(p.steps), rate, p.mean_loss, eta);
+  std::fflush(stdout);
+}
+
+void print_epoch(const EpochStats& s, int epochs, bool terminal) {
+  std::printf("%sepoch %d/%d: loss %.4f, test accuracy %.4f, %.0f samples/s, collectives %.1f%%, input wait %.1f%%\n",
+              terminal ? "\r\033[K" : "", s.epoch, epochs, s.train_loss, s.test_accuracy, s.samples_per_second(),
+              100 * s.collective_share, 100 * s.input_share);
+  std::fflush(stdout);
+}
+
+int train() {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int replicas = absl::GetFlag(FLAGS_replicas) > 0 ? absl::GetFlag(FLAGS_replicas) : cores;
+  const int epochs = absl::GetFlag(FLAGS_epochs);
+  std::filesystem::path checkpoint = absl::GetFlag(FLAGS_checkpoint);
+  if (checkpoint.empty()) checkpoint = std::filesystem::temp_directory_path() / "fashion_mnist.safetensors";
+
+  std::unique_ptr<distribute::Strategy> strategy = make_strategy(replicas);
+  const bool chief = strategy->extended().should_save_summary();
+  const bool terminal = chief && ::isatty(STDOUT_FILENO) != 0;
+  const fashion_mnist::FashionMnist data =
+      fashion_mnist::load(absl::GetFlag(FLAGS_data_dir), absl::GetFlag(FLAGS_train_limit));
+
+  fashion_mnist::TrainerOptions options;
+  options.global_batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  options.optimizer = absl::GetFlag(FLAGS_optimizer);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  fashion_mnist::Trainer trainer(*strategy, data, options);
+  if (absl::GetFlag(FLAGS_resume)) trainer.restore(checkpoint);
+
+  if (chief) {
+    std::printf("MLP 784-256-128-10 on Fashion-MNIST (%lld training, %lld test images) with %s: %d replicas, "
+                "global batch %lld, %s learning rate %g\n",
+                static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
+                strategy->name().c_str(), strategy->num_replicas_in_sync(),
+                static_cast<long long>(options.global_batch_size), options.optimizer.c_str(), options.learning_rate);
+    if (trainer.epochs_done() > 0) std::printf("resumed from %s after epoch %d\n", checkpoint.c_str(), trainer.epochs_done());
+  }
+  double accuracy = 0;
+  while (trainer.epochs_done() < epochs) {
+    const EpochStats stats = trainer.train_epoch([&](const StepProgress& p) {
+      if (terminal) draw_progress(p, epochs);
+    });
+    trainer.save(checkpoint);
+    accuracy = stats.test_accuracy;
+    if (chief) print_epoch(stats, epochs, terminal);
+  }
+  if (accuracy == 0) accuracy = trainer.evaluate();  // resumed after the last epoch: nothing trained
+  if (chief) {
+    std::printf("test accuracy %.4f after %d epochs (baselines.json lists 0.84-0.88 for MLPs); checkpoint: %s\n",
+                accuracy, trainer.epochs_done(), checkpoint.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Trains an MLP on Fashion-MNIST with distribute's MirroredStrategy.");
+  absl::ParseCommandLine(argc, argv);
+  try {
+    return train();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\ntrain_fashion_mnist: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,121 @@
+// The MLP's passes with Eigen, reading the replica's own copies of the weights in place.
+#include "model.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+namespace fashion_mnist {
+namespace {
+
+using distribute::DType;
+using distribute::Shape;
+using distribute::Tensor;
+using distribute::Variable;
+
+// Glorot (Xavier) uniform, Keras's default for dense kernels: U(-l, l), l = sqrt(6 / (in + out)).
+Tensor glorot_uniform(std::int64_t inputs, std::int64_t outputs, std::mt19937_64& random) {
+  const float limit = std::sqrt(6.0f / static_cast<float>(inputs + outputs));
+  std::uniform_real_distribution<float> uniform(-limit, limit);
+  std::vector<float> values(static_cast<std::size_t>(inputs * outputs));
+  for (float& v : values) v = uniform(random);
+  return Tensor::from_vector(values, Shape{inputs, outputs});
+}
+
+// Runs the layers on `images`; afterwards workspace.outputs[kLayers - 1] holds the logits.
+void forward(const Mlp& model, const Tensor& images, Workspace& workspace) {
+  for (int l = 0; l < kLayers; ++l) {
+    const Tensor kernel = model.kernels[l].value();
+    const Tensor bias = model.biases[l].value();
+    Matrix& out = workspace.outputs[l];
+    if (l == 0) {
+      out.noalias() = images.matrix<float>() * kernel.matrix<float>();
+    } else {
+      out.noalias() = workspace.activations[l - 1] * kernel.matrix<float>();
+    }
+    out.rowwise() += bias.flat<float>().matrix().transpose();
+    if (l + 1 < kLayers) workspace.activations[l] = out.cwiseMax(0.0f);
+  }
+}
+
+}  // namespace
+
+Mlp::Mlp(std::uint64_t seed) {
+  std::mt19937_64 random(seed);
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string layer = "dense_" + std::to_string(l + 1);
+    kernels[l] = Variable(glorot_uniform(kWidths[l], kWidths[l + 1], random), {.name = layer + "/kernel"});
+    biases[l] = Variable(Tensor::zeros(DType::kFloat32, Shape{kWidths[l + 1]}), {.name = layer + "/bias"});
+  }
+}
+
+std::vector<Variable> Mlp::trainable_variables() const {
+  std::vector<Variable> variables;
+  for (int l = 0; l < kLayers; ++l) {
+    variables.push_back(kernels[l]);
+    variables.push_back(biases[l]);
+  }
+  return variables;
+}
+
+Tensor forward_backward(const Mlp& model, const Tensor& images, const Tensor& labels, std::int64_t global_batch_size,
+                        Workspace& workspace) {
+  const std::int64_t n = labels.num_elements();
+  forward(model, images, workspace);
+
+  // Softmax cross-entropy, computed stably from the logits' row maxima. The loss's gradient with
+  // respect to the logits is softmax - one_hot(label), over the global batch.
+  const Matrix& logits = workspace.outputs[kLayers - 1];
+  Matrix& delta = workspace.deltas[kLayers - 1];
+  const Eigen::VectorXf max = logits.rowwise().maxCoeff();
+  delta = (logits.colwise() - max).array().exp().matrix();
+  const Eigen::VectorXf sum = delta.rowwise().sum();
+  if (!workspace.per_example_loss.defined() || workspace.per_example_loss.num_elements() != n) {
+    workspace.per_example_loss = Tensor::empty(DType::kFloat32, Shape{n});
+  }
+  float* loss = workspace.per_example_loss.data<float>();
+  const std::int32_t* label = labels.data<std::int32_t>();
+  const float scale = 1.0f / static_cast<float>(global_batch_size);
+  for (std::int64_t i = 0; i < n; ++i) {
+    loss[i] = std::log(sum(i)) + max(i) - logits(i, label[i]);
+    delta.row(i) /= sum(i);
+    delta(i, label[i]) -= 1.0f;
+  }
+  delta *= scale;
+
+  if (workspace.gradients.empty()) {
+    for (const Variable& v : model.trainable_variables()) workspace.gradients.push_back(Tensor::empty(v.dtype(), v.shape()));
+  }
+  for (int l = kLayers - 1; l >= 0; --l) {
+    const Matrix& d = workspace.deltas[l];
+    Tensor& kernel_gradient = workspace.gradients[2 * l];
+    Tensor& bias_gradient = workspace.gradients[2 * l + 1];
+    if (l == 0) {
+      kernel_gradient.matrix<float>().noalias() = images.matrix<float>().transpose() * d;
+    } else {
+      kernel_gradient.matrix<float>().noalias() = workspace.activations[l - 1].transpose() * d;
+    }
+    bias_gradient.flat<float>() = d.colwise().sum().transpose().array();
+    if (l > 0) {
+      const Tensor kernel = model.kernels[l].value();
+      workspace.deltas[l - 1] = (d * kernel.matrix<float>().transpose()).cwiseProduct(
+          (workspace.outputs[l - 1].array() > 0.0f).cast<float>().matrix());
+    }
+  }
+  return distribute::nn::compute_average_loss(workspace.per_example_loss, global_batch_size);
+}
+
+std::int64_t count_correct(const Mlp& model, const Tensor& images, const Tensor& labels, Workspace& workspace) {
+  forward(model, images, workspace);
+  const Matrix& logits = workspace.outputs[kLayers - 1];
+  const std::int32_t* label = labels.data<std::int32_t>();
+  std::int64_t correct = 0;
+  for (Eigen::Index i = 0; i < logits.rows(); ++i) {
+    Eigen::Index predicted = 0;
+    logits.row(i).maxCoeff(&predicted);
+    correct += predicted == label[i] ? 1 : 0;
+  }
+  return correct;
+}
+
+}  // namespace fashion_mnist

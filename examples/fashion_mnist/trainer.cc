@@ -1,0 +1,166 @@
+// The training loop: distributed input, a step on every replica, the epoch's loss and accuracy.
+#include "trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace fashion_mnist {
+namespace {
+
+using distribute::PerReplica;
+using distribute::ReduceOp;
+using distribute::StrategyScope;
+using distribute::Tensor;
+using distribute::Variable;
+using distribute::VariableAggregation;
+using distribute::VariableSynchronization;
+using Batch = std::pair<Tensor, Tensor>;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::unique_ptr<distribute::optimizers::Optimizer> make_optimizer(const TrainerOptions& options) {
+  if (options.optimizer == "adam") return std::make_unique<distribute::optimizers::Adam>(options.learning_rate);
+  if (options.optimizer == "sgd") {
+    return std::make_unique<distribute::optimizers::SGD>(options.learning_rate, options.momentum);
+  }
+  throw distribute::InvalidArgumentError(
+      absl::StrCat("optimizer \"", options.optimizer, "\" is not one of \"adam\" and \"sgd\""));
+}
+
+}  // namespace
+
+Trainer::Trainer(distribute::Strategy& strategy, const FashionMnist& data, TrainerOptions options)
+    : strategy_(strategy), data_(data), options_(std::move(options)) {
+  StrategyScope scope = strategy_.scope();
+  model_ = std::make_unique<Mlp>(options_.seed);
+  variables_ = model_->trainable_variables();
+  optimizer_ = make_optimizer(options_);
+  optimizer_->build(variables_);
+  epoch_ = Variable(std::int64_t{0}, {.name = "epoch", .trainable = false});
+  correct_ = Variable(0.0f, {.name = "test_correct",
+                             .trainable = false,
+                             .synchronization = VariableSynchronization::kOnRead,
+                             .aggregation = VariableAggregation::kSum});
+  const auto local_replicas = static_cast<std::size_t>(strategy_.extended().num_local_replicas());
+  workspaces_.resize(local_replicas);
+  collective_seconds_.assign(local_replicas, 0.0);
+}
+
+Tensor Trainer::train_step(const Batch& batch) {
+  distribute::ReplicaContext& ctx = *distribute::get_replica_context();
+  const auto local = static_cast<std::size_t>(ctx.local_replica_id());
+  Workspace& workspace = workspaces_[local];
+  double& collective_seconds = collective_seconds_[local];
+
+  // The global batch is counted, not assumed: the last batch of an epoch is smaller, and some
+  // replicas may get no rows of it.
+  auto start = Clock::now();
+  const std::int64_t global_rows = ctx.all_reduce(ReduceOp::kSum, batch.second.num_elements());
+  collective_seconds += seconds_since(start);
+  if (local == 0) step_rows_ = global_rows;
+
+  Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace);
+
+  start = Clock::now();
+  ctx.all_reduce_in_place(ReduceOp::kSum, workspace.gradients);
+  collective_seconds += seconds_since(start);
+
+  std::vector<std::pair<Tensor, Variable>> grads_and_vars;
+  grads_and_vars.reserve(variables_.size());
+  for (std::size_t i = 0; i < variables_.size(); ++i) grads_and_vars.emplace_back(workspace.gradients[i], variables_[i]);
+  optimizer_->apply_gradients(grads_and_vars, {.skip_gradients_aggregation = true});
+  return loss;
+}
+
+EpochStats Trainer::train_epoch(const std::function<void(const StepProgress&)>& on_step, std::int64_t max_steps) {
+  StrategyScope scope = strategy_.scope();
+  EpochStats stats;
+  stats.epoch = epochs_done() + 1;
+  // A new order each epoch, fixed by the seed and the epoch alone.
+  const auto dataset = distribute::data::Dataset<Batch>::from_tensor_slices(Batch{data_.train.images, data_.train.labels})
+                           .shuffle(data_.train.size(), options_.seed + static_cast<std::uint64_t>(stats.epoch),
+                                    /*reshuffle_each_iteration=*/false)
+                           .batch(options_.global_batch_size)
+                           .prefetch(2);
+  distribute::DistributedIterator<Batch> batches = strategy_.experimental_distribute_dataset(dataset).make_iterator();
+  std::fill(collective_seconds_.begin(), collective_seconds_.end(), 0.0);
+
+  StepProgress progress;
+  progress.epoch = stats.epoch;
+  progress.steps = (data_.train.size() + options_.global_batch_size - 1) / options_.global_batch_size;
+  if (max_steps > 0) progress.steps = std::min(progress.steps, max_steps);
+  double input_seconds = 0;
+  double loss_sum = 0;
+  const auto start = Clock::now();
+  while (progress.step < progress.steps) {
+    const auto wait = Clock::now();
+    std::optional<PerReplica<Batch>> batch = batches.get_next_as_optional();
+    input_seconds += seconds_since(wait);
+    if (!batch) break;
+    const PerReplica<Tensor> losses = strategy_.run([this](const Batch& b) { return train_step(b); }, *batch);
+    // Each replica's loss is its share of the global batch's mean loss: their sum is that mean.
+    const double mean_loss = strategy_.reduce(ReduceOp::kSum, losses, std::nullopt).item<float>();
+    loss_sum += mean_loss * static_cast<double>(step_rows_);
+    stats.samples += step_rows_;
+    ++progress.step;
+    progress.samples = stats.samples;
+    progress.seconds = seconds_since(start);
+    progress.mean_loss = loss_sum / static_cast<double>(stats.samples);
+    if (on_step) on_step(progress);
+  }
+  stats.seconds = seconds_since(start);
+  stats.train_loss = stats.samples > 0 ? loss_sum / static_cast<double>(stats.samples) : 0.0;
+  const double collective_seconds = std::accumulate(collective_seconds_.begin(), collective_seconds_.end(), 0.0) /
+                                    static_cast<double>(collective_seconds_.size());
+  stats.collective_share = collective_seconds / stats.seconds;
+  stats.input_share = input_seconds / stats.seconds;
+  epoch_.assign(std::int64_t{stats.epoch});
+  stats.test_accuracy = evaluate();
+  return stats;
+}
+
+double Trainer::evaluate() {
+  StrategyScope scope = strategy_.scope();
+  correct_.assign(0.0f);
+  const auto dataset = distribute::data::Dataset<Batch>::from_tensor_slices(Batch{data_.test.images, data_.test.labels})
+                           .batch(options_.eval_batch_size);
+  for (const PerReplica<Batch>& batch : strategy_.experimental_distribute_dataset(dataset)) {
+    strategy_.run(
+        [this](const Batch& b) {
+          const auto local = static_cast<std::size_t>(distribute::get_replica_context()->local_replica_id());
+          correct_.assign_add(static_cast<float>(count_correct(*model_, b.first, b.second, workspaces_[local])));
+        },
+        batch);
+  }
+  // Read in cross-replica context, the on-read variable is the sum of the replicas' counts.
+  return correct_.value().item<float>() / static_cast<double>(data_.test.size());
+}
+
+int Trainer::epochs_done() const { return static_cast<int>(epoch_.value().item<std::int64_t>()); }
+
+distribute::Checkpoint Trainer::checkpoint() {
+  std::vector<std::pair<std::string, Variable>> named;
+  for (const Variable& v : variables_) named.emplace_back(v.name(), v);
+  for (const Variable& v : optimizer_->variables()) named.emplace_back(v.name(), v);
+  named.emplace_back(epoch_.name(), epoch_);
+  return distribute::Checkpoint(std::move(named));
+}
+
+void Trainer::save(const std::filesystem::path& path) {
+  if (strategy_.extended().should_checkpoint()) checkpoint().save(path);
+}
+
+void Trainer::restore(const std::filesystem::path& path) {
+  StrategyScope scope = strategy_.scope();
+  checkpoint().restore(path);
+}
+
+}  // namespace fashion_mnist

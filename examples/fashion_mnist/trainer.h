@@ -1,0 +1,96 @@
+// The training loop of the Fashion-MNIST example, written the way tf.distribute's custom training
+// loop guide writes it: the model and optimizer are created under strategy.scope(), the data is a
+// data::Dataset handed to experimental_distribute_dataset, and each step runs on every replica with
+// strategy.run, all-reducing the gradients before the optimizer applies them. The loop does not
+// depend on the strategy: MirroredStrategy on one process and MultiWorkerMirroredStrategy on many
+// run it unchanged. main.cc drives it from flags; the test and bench/train_bench drive it directly.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distribute/distribute.h"
+#include "idx.h"
+#include "model.h"
+
+namespace fashion_mnist {
+
+struct TrainerOptions {
+  std::int64_t global_batch_size = 128;  // split across every replica of every worker
+  std::string optimizer = "adam";        // "adam", or "sgd" (with momentum)
+  double learning_rate = 0.001;
+  double momentum = 0.9;  // sgd only
+  std::uint64_t seed = 1;  // the initial weights and each epoch's shuffle
+  std::int64_t eval_batch_size = 1000;
+};
+
+// How far an epoch is, after each step: for a progress bar.
+struct StepProgress {
+  int epoch = 0;  // counted from 1
+  std::int64_t step = 0;
+  std::int64_t steps = 0;  // in the epoch
+  std::int64_t samples = 0;
+  double seconds = 0;
+  double mean_loss = 0;  // over the epoch's samples so far
+};
+
+struct EpochStats {
+  int epoch = 0;  // counted from 1
+  std::int64_t samples = 0;
+  double seconds = 0;  // training only, without the evaluation
+  double train_loss = 0;
+  double test_accuracy = 0;
+  // Shares of the training time: the gradients' all_reduce (the mean over replicas of the time
+  // each spent in it, waiting for the others included), and the loop waiting for its next batch.
+  double collective_share = 0;
+  double input_share = 0;
+  double samples_per_second() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
+};
+
+class Trainer {
+ public:
+  // Creates the model and optimizer for `strategy` (under its scope). `data` must outlive the trainer.
+  Trainer(distribute::Strategy& strategy, const FashionMnist& data, TrainerOptions options);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One pass over the training split in a shuffled order that depends only on the seed and the
+  // epoch (so a resumed run sees the batches an uninterrupted one would), then evaluate().
+  // `max_steps` > 0 stops the epoch early, after that many steps.
+  EpochStats train_epoch(const std::function<void(const StepProgress&)>& on_step = {}, std::int64_t max_steps = 0);
+  // The accuracy on the test split, counted by every replica into a sync-on-read variable.
+  double evaluate();
+
+  // The epochs finished so far (restored by restore()).
+  int epochs_done() const;
+  // The state worth saving: weights, the optimizer's step and slots, and the epoch.
+  distribute::Checkpoint checkpoint();
+  // checkpoint().save(path), on the worker that should_checkpoint() only.
+  void save(const std::filesystem::path& path);
+  void restore(const std::filesystem::path& path);
+
+  const Mlp& model() const { return *model_; }
+  distribute::Strategy& strategy() const { return strategy_; }
+
+ private:
+  // One replica's step: its batch's gradients, all-reduced, applied. Returns its share of the loss.
+  distribute::Tensor train_step(const std::pair<distribute::Tensor, distribute::Tensor>& batch);
+
+  distribute::Strategy& strategy_;
+  const FashionMnist& data_;
+  TrainerOptions options_;
+  std::unique_ptr<Mlp> model_;
+  std::vector<distribute::Variable> variables_;  // the model's trainable variables
+  std::unique_ptr<distribute::optimizers::Optimizer> optimizer_;
+  distribute::Variable epoch_;    // epochs finished, checkpointed with the weights
+  distribute::Variable correct_;  // sync-on-read SUM: each replica counts its own test examples
+  std::vector<Workspace> workspaces_;          // one per local replica
+  std::vector<double> collective_seconds_;     // one per local replica, written by its own thread
+  std::int64_t step_rows_ = 0;                 // the last step's global batch, written by local replica 0
+};
+
+}  // namespace fashion_mnist
