@@ -8,6 +8,8 @@
 
 #include <Eigen/Core>
 
+#include "base/multiversion.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -23,15 +25,7 @@ using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T>
 using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-// The sums of the common types as plain loops, compiled for AVX2 as well as the baseline and
-// chosen at load time: Eigen's packets are fixed at compile time (SSE2 without -march), which
-// halves the throughput of reductions that fit in cache.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define DISTRIBUTE_MULTIVERSION __attribute__((target_clones("avx2", "default")))
-#else
-#define DISTRIBUTE_MULTIVERSION
-#endif
+// The sums of the common types are plain loops compiled for AVX2 too (base/multiversion.h).
 
 // One pass takes up to four inputs: a replica's share is then read and written once for four
 // replicas instead of three times, and a gradient list of small tensors makes one call per
