@@ -23,16 +23,16 @@ ReplicaRunner::ReplicaRunner(int num_replicas, const std::string& name, bool pin
 
 ReplicaRunner::~ReplicaRunner() {
   stop_.store(true, std::memory_order_relaxed);
-  start_.bump_and_wake_all();
+  start_.word.bump_and_wake_all();
   for (std::thread& t : threads_) t.join();
 }
 
 void ReplicaRunner::run(absl::FunctionRef<void(int)> job) {
-  job_ = &job;
+  start_.job.emplace(job);
   // Each thread adds one to done_ when it has finished: the run is over at `finished`.
   const std::uint32_t finished =
       done_.value.load(std::memory_order_acquire) + static_cast<std::uint32_t>(num_replicas_ - 1);
-  if (num_replicas_ > 1) start_.bump_and_wake_all();
+  if (num_replicas_ > 1) start_.word.bump_and_wake_all();
   {
     ReleaseBatch batch;
     job(0);
@@ -41,7 +41,7 @@ void ReplicaRunner::run(absl::FunctionRef<void(int)> job) {
        seen = done_.value.load(std::memory_order_acquire)) {
     done_.wait_while_equal(seen, kNoDeadline, policy_, [] { return false; });
   }
-  job_ = nullptr;
+  start_.job.reset();
 }
 
 void ReplicaRunner::worker(int replica, bool pin) {
@@ -54,12 +54,12 @@ void ReplicaRunner::worker(int replica, bool pin) {
   }
   std::uint32_t seen = 0;
   while (true) {
-    start_.wait_while_equal(seen, kNoDeadline, policy_, [] { return false; });
-    seen = start_.value.load(std::memory_order_acquire);
+    start_.word.wait_while_equal(seen, kNoDeadline, policy_, [] { return false; });
+    seen = start_.word.value.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_relaxed)) return;
     {
       ReleaseBatch batch;  // given back before the caller hears that this replica is done
-      (*job_)(replica);
+      (*start_.job)(replica);
     }
     done_.bump_and_wake_all();
   }

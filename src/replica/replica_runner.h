@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,9 +34,14 @@ class ReplicaRunner {
 
   const int num_replicas_;
   const WaitPolicy policy_;
-  const absl::FunctionRef<void(int)>* job_ = nullptr;  // written before start_ is bumped
   std::atomic<bool> stop_{false};
-  alignas(64) WaitWord start_;
+  // The start word and the job it announces share one cache line, so a woken thread gets both
+  // in one transfer from the caller's core.
+  struct alignas(64) Start {
+    WaitWord word;
+    std::optional<absl::FunctionRef<void(int)>> job;  // set before word is bumped
+  };
+  Start start_;
   alignas(64) WaitWord done_;
   std::vector<std::thread> threads_;
 };
