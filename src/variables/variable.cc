@@ -238,7 +238,7 @@ const Tensor& Variable::component(int i) const {
 Tensor Variable::value() const {
   const VariableState& s = state("value");
   if (const ReplicaContext* ctx = replica_context_for(s, "value")) {
-    return s.components[static_cast<std::size_t>(ctx->replica_id_in_sync_group())];
+    return s.components[static_cast<std::size_t>(ctx->local_replica_id())];
   }
   if (!s.on_read() || s.aggregation == VariableAggregation::kOnlyFirstReplica || s.components.size() == 1) {
     return s.components[0];
@@ -269,7 +269,7 @@ void Variable::update(VariableUpdate op, const Tensor& value, const char* method
     return;
   }
   const Tensor local = value.device() == ctx->device() ? value : value.to(ctx->device());
-  const Tensor& mine = s.components[static_cast<std::size_t>(ctx->replica_id_in_sync_group())];
+  const Tensor& mine = s.components[static_cast<std::size_t>(ctx->local_replica_id())];
   if (s.on_read()) {
     apply(mine, op, local);
     return;
