@@ -237,6 +237,52 @@ TEST_F(MultiWorker, GatherReduceToAndBatchReduceToCoverEveryWorker) {
   for (const Tensor& t : batch) EXPECT_EQ(t.to_vector<float>(), std::vector<float>{total / static_cast<float>(n())});
 }
 
+TEST_F(MultiWorker, EachWorkerReadsItsShardOfTheGlobalBatch) {
+  // Global batches of 2 rows per replica, row i holding i: replica g gets rows 2g and 2g + 1.
+  const std::int64_t batch = 2 * n();
+  auto dataset = data::range(3 * batch).batch(batch);
+  EXPECT_EQ(s.experimental_distribute_dataset(dataset).num_replicas_in_sync(), n());
+  std::int64_t step = 0;
+  for (const PerReplica<Tensor>& rows : s.experimental_distribute_dataset(dataset)) {
+    ASSERT_EQ(rows.num_replicas(), local());
+    for (int l = 0; l < local(); ++l) {
+      const std::int64_t g = worker() * local() + l;
+      EXPECT_EQ(rows[l].to_vector<std::int64_t>(),
+                (std::vector<std::int64_t>{step * batch + 2 * g, step * batch + 2 * g + 1}));
+    }
+    ++step;
+  }
+  EXPECT_EQ(step, 3);
+  // dataset_fn sees this worker's place, to shard its own pipeline.
+  InputContext seen;
+  auto from_function = s.distribute_datasets_from_function([&](const InputContext& ctx) {
+    seen = ctx;
+    return data::range(4).batch(1).shard(ctx.num_input_pipelines(), ctx.input_pipeline_id());
+  });
+  EXPECT_EQ(seen.num_input_pipelines(), workers());
+  EXPECT_EQ(seen.input_pipeline_id(), worker());
+  EXPECT_EQ(seen.num_replicas_in_sync(), n());
+  EXPECT_EQ(from_function.num_replicas_in_sync(), n());
+}
+
+TEST_F(MultiWorker, MirroredVariableUpdatesStayInSyncAcrossWorkers) {
+  Variable sum;
+  Variable mean;
+  {
+    StrategyScope scope = s.scope();
+    sum = Variable(0.0f, {.name = "sum", .aggregation = VariableAggregation::kSum});
+    mean = Variable(0.0f, {.name = "mean", .aggregation = VariableAggregation::kMean});
+  }
+  EXPECT_EQ(s.experimental_local_results(sum).size(), static_cast<std::size_t>(local()));
+  s.run([&] {
+    const auto g = static_cast<float>(get_replica_context()->replica_id_in_sync_group());
+    sum.assign_add(Tensor::scalar(g));
+    mean.assign_add(Tensor::scalar(g));
+  });
+  for (const Tensor& c : s.experimental_local_results(sum)) EXPECT_EQ(c.item<float>(), n() * (n() - 1) / 2.0f);
+  for (const Tensor& c : s.experimental_local_results(mean)) EXPECT_EQ(c.item<float>(), (n() - 1) / 2.0f);
+}
+
 // Worker 1's replicas pass float32[12], the others float32[10].
 TEST_F(MultiWorker, ShapeMismatchOnOneWorkerNamesItOnEveryWorker) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";
@@ -324,14 +370,41 @@ TEST_F(MultiWorker, EarlyReturnOnOneWorkerNamesIt) {
   EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
 }
 
-// Last: the strategy it builds becomes unusable, by design.
+TEST_F(MultiWorker, WorkerDestroyingItsStrategyReleasesTheOthers) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  auto doomed = std::make_unique<MultiWorkerMirroredStrategy>(options);
+  if (worker() != 0) {
+    doomed.reset();  // while worker 0 waits in a collective of it
+    return;
+  }
+  try {
+    doomed->run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+    ADD_FAILURE() << "no error";
+  } catch (const UnavailableError& e) {
+    EXPECT_STREQ(e.what(), (workers_text(1, workers() - 1) + " destroyed its strategy while " + workers_text(0, 0) +
+                            " waits in all_reduce #1; every worker must make the same calls before destroying its "
+                            "strategy")
+                               .c_str());
+  }
+  // Unusable from then on.
+  EXPECT_THROW(doomed->run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); }), UnavailableError);
+}
+
 TEST_F(MultiWorker, WorkerThatDoesNotArriveTimesOutThenTheStrategyIsUnavailable) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";
   MultiWorkerMirroredStrategyOptions options;
   options.local_devices = local_devices();
   options.communication.timeout = std::chrono::milliseconds(500);
   MultiWorkerMirroredStrategy timed(options);
-  if (worker() != 0) return;  // the others never call: worker 0 waits alone
+  // The others wait for worker 0 in the binary's strategy, keeping `timed` alive (destroying it
+  // would release worker 0 at once) but never calling its collective.
+  const auto meet = [this] { s.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); }); };
+  if (worker() != 0) {
+    meet();
+    return;
+  }
   const auto start = std::chrono::steady_clock::now();
   try {
     timed.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
@@ -348,6 +421,7 @@ TEST_F(MultiWorker, WorkerThatDoesNotArriveTimesOutThenTheStrategyIsUnavailable)
   } catch (const UnavailableError& e) {
     EXPECT_THAT(e.what(), HasSubstr("unusable after an earlier failure"));
   }
+  meet();
 }
 
 }  // namespace

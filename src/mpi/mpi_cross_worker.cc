@@ -109,8 +109,8 @@ std::vector<int> MpiCrossWorker::exchange(std::span<const std::byte> mine, std::
   if (size_ == 1) return {};
   // Receives first (index w' for each peer), then sends; the send buffer outlives an abandoned
   // exchange, whose requests MPI may still complete.
-  auto* outgoing = new std::byte[bytes];
-  std::memcpy(outgoing, mine.data(), bytes);
+  auto outgoing = std::make_unique<std::byte[]>(bytes);
+  std::memcpy(outgoing.get(), mine.data(), bytes);
   std::vector<MPI_Request> requests;
   std::vector<int> peers;
   {
@@ -126,7 +126,7 @@ std::vector<int> MpiCrossWorker::exchange(std::span<const std::byte> mine, std::
     for (int w = 0; w < size_; ++w) {
       if (w == rank_) continue;
       requests.emplace_back();
-      check(MPI_Isend(outgoing, static_cast<int>(bytes), MPI_BYTE, w, kHeaderTag, comm_, &requests.back()),
+      check(MPI_Isend(outgoing.get(), static_cast<int>(bytes), MPI_BYTE, w, kHeaderTag, comm_, &requests.back()),
             "MPI_Isend");
     }
   }
@@ -138,10 +138,7 @@ std::vector<int> MpiCrossWorker::exchange(std::span<const std::byte> mine, std::
         return flag != 0;
       },
       deadline);
-  if (done) {
-    delete[] outgoing;
-    return {};
-  }
+  if (done) return {};
   std::vector<int> missing;
   std::lock_guard<std::mutex> lock(mpi_mutex());
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -155,7 +152,21 @@ std::vector<int> MpiCrossWorker::exchange(std::span<const std::byte> mine, std::
     }
     MPI_Request_free(&requests[i]);
   }
+  abandoned_.push_back(std::move(outgoing));
   return missing;
+}
+
+void MpiCrossWorker::send_last(std::span<const std::byte> mine) {
+  if (size_ == 1) return;
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  // A header is small enough to go eagerly: each send returns without the peer receiving it, and
+  // a peer that never does (it is leaving too) leaves it unmatched.
+  for (int w = 0; w < size_; ++w) {
+    if (w != rank_) check(MPI_Send(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, w, kHeaderTag, comm_), "MPI_Send");
+  }
 }
 
 void MpiCrossWorker::wait_or_abort(MPI_Request& request, Deadline deadline, const std::string& what) {

@@ -8,6 +8,9 @@
 
 #include <mpi.h>
 
+#include <memory>
+#include <vector>
+
 #include "replica/worker_sync.h"
 
 namespace distribute::detail {
@@ -30,12 +33,15 @@ class MpiCrossWorker final : public CrossWorker {
                   const std::string& what) override;
   void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
                   const std::string& what) override;
+  void send_last(std::span<const std::byte> mine) override;
 
  private:
   // Waits for `request`; past `deadline`, reports `what` and ends the job.
   void wait_or_abort(MPI_Request& request, Deadline deadline, const std::string& what);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  // Send buffers of exchanges abandoned at a deadline, which MPI may still read.
+  std::vector<std::unique_ptr<std::byte[]>> abandoned_;
   int rank_ = 0;
   int size_ = 1;
 };

@@ -178,12 +178,15 @@ bool ReplicaGroup::complete_across_workers(std::exception_ptr local_mismatch) {
 void ReplicaGroup::reduce_across_workers() {
   const collective::CollectiveOp& first = *ops_[0];
   const ReduceOp op = first.op == ReduceOp::kMean ? ReduceOp::kSum : first.op;
-  reduced_.assign(first.leaf_offsets.back(), std::byte{0});
+  reduced_.resize(first.leaf_offsets.back());
   absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
   for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
     for (std::size_t r = 0; r < inputs.size(); ++r) inputs[r] = ops_[r]->input_data[leaf];
-    reduce_buffers(first.inputs[leaf].dtype, op, inputs, reduced_.data() + first.leaf_offsets[leaf],
-                   first.inputs[leaf].num_elements(), size_);
+    std::byte* out = reduced_.data() + first.leaf_offsets[leaf];
+    reduce_buffers(first.inputs[leaf].dtype, op, inputs, out, first.inputs[leaf].num_elements(), size_);
+    // The padding up to the next leaf goes through the engine with its neighbours: zeros.
+    std::byte* end = out + first.inputs[leaf].nbytes();
+    std::memset(end, 0, static_cast<std::size_t>(reduced_.data() + first.leaf_offsets[leaf + 1] - end));
   }
   // One engine call per run of leaves of one dtype: the padding between them is zero and stays so.
   const std::string what = call_name(*calls_[0]);
@@ -202,12 +205,6 @@ void ReplicaGroup::reduce_across_workers() {
       reduce_buffers(dtype, ReduceOp::kMean, in, data, count, replicas);
     }
     begin = end;
-  }
-  for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
-    const std::size_t bytes = first.inputs[leaf].nbytes();
-    for (collective::CollectiveOp* o : ops_) {
-      if (bytes != 0) std::memcpy(o->output_data[leaf], reduced_.data() + first.leaf_offsets[leaf], bytes);
-    }
   }
 }
 
@@ -326,7 +323,18 @@ void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<in
 
 void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllReduce;
-  if (synchronise(rank, call) && workers_ == nullptr) communicator_->all_reduce(rank, ops_);
+  if (!synchronise(rank, call)) return;
+  if (workers_ == nullptr) {
+    communicator_->all_reduce(rank, ops_);
+    return;
+  }
+  // Each replica copies the result across workers to its own outputs, in parallel; reduced_
+  // stays as it is until every replica has arrived at the next phase.
+  const collective::CollectiveOp& op = call.op;
+  for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
+    const std::size_t bytes = op.inputs[leaf].nbytes();
+    if (bytes != 0) std::memcpy(op.output_data[leaf], reduced_.data() + op.leaf_offsets[leaf], bytes);
+  }
 }
 
 void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {

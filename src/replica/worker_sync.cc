@@ -73,6 +73,16 @@ std::vector<std::vector<int>> classes_of(int n, Key&& key) {
 WorkerSync::WorkerSync(std::unique_ptr<CrossWorker> engine, int num_local_replicas)
     : engine_(std::move(engine)), num_local_(num_local_replicas) {}
 
+WorkerSync::~WorkerSync() {
+  if (broken_.load(std::memory_order_acquire)) return;
+  const Header last{static_cast<std::uint32_t>(WorkerCall::Status::kLeft), 0, 0, 0};
+  try {
+    engine_->send_last(std::as_bytes(std::span(&last, 1)));
+  } catch (...) {
+    // Nobody can be told: the others' timeouts still end their wait.
+  }
+}
+
 std::string WorkerSync::workers_text(const std::vector<int>& workers) const {
   std::vector<int> replicas;
   for (int w : workers) {
@@ -155,6 +165,24 @@ void WorkerSync::agree(const WorkerCall& mine) {
   if (std::all_of(headers.begin(), headers.end(), [&](const Header& h) { return h == header; }) &&
       mine.status != WorkerCall::Status::kFailed) {
     return;
+  }
+  // A worker that left sends nothing more: no descriptions to exchange, and the collective
+  // cannot complete without it.
+  std::vector<int> left;
+  for (int w = 0; w < n; ++w) {
+    if (headers[static_cast<std::size_t>(w)].status == static_cast<std::uint32_t>(WorkerCall::Status::kLeft)) {
+      left.push_back(w);
+    }
+  }
+  if (!left.empty()) {
+    const std::string what = mine.status == WorkerCall::Status::kCall && mine.describe != nullptr
+                                 ? mine.describe(mine.describe_context)[0]
+                                 : std::string("the end of a run");
+    broken_reason_ = absl::StrCat(workers_text(left), " destroyed its strategy");
+    broken_.store(true, std::memory_order_release);
+    throw UnavailableError(absl::StrCat(workers_text(left), " destroyed its strategy while ",
+                                        workers_text({worker_id()}), " waits in ", what,
+                                        "; every worker must make the same calls before destroying its strategy"));
   }
   // Every worker sees the same headers, so every worker takes this path and builds the same error.
   const std::vector<std::vector<std::string>> described = exchange_descriptions(mine, deadline);

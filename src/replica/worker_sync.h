@@ -40,11 +40,15 @@ class CrossWorker {
   // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
   virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
                           const std::string& what) = 0;
+  // Sends `mine` to every other worker as this worker's part of their next exchange, without
+  // waiting for theirs: this worker's last word.
+  virtual void send_last(std::span<const std::byte> mine) = 0;
 };
 
 // One worker's part in one cross-worker step.
 struct WorkerCall {
-  enum class Status : std::uint32_t { kCall, kReturned, kFailed };
+  // kLeft: the worker destroyed its strategy (sent by the destructor, never passed to agree).
+  enum class Status : std::uint32_t { kCall, kReturned, kFailed, kLeft };
   Status status = Status::kCall;
   std::uint32_t kind = 0;  // collective::CollectiveKind, or WorkerSync::kReduceTo / kGatherTo
   std::int64_t sequence = 0;
@@ -65,6 +69,11 @@ class WorkerSync {
   static constexpr std::uint32_t kGatherTo = 101;
 
   WorkerSync(std::unique_ptr<CrossWorker> engine, int num_local_replicas);
+  // Tells the other workers that this one left: whoever waits for it, or calls a collective
+  // later, gets UnavailableError naming it instead of waiting.
+  ~WorkerSync();
+  WorkerSync(const WorkerSync&) = delete;
+  WorkerSync& operator=(const WorkerSync&) = delete;
 
   int num_workers() const { return engine_->num_workers(); }
   int worker_id() const { return engine_->worker_id(); }

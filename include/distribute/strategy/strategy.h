@@ -87,20 +87,23 @@ class Strategy {
   auto experimental_distribute_values_from_function(Fn&& value_fn);
 
   // Distributed input (input/distributed_dataset.h): each element of `dataset`, a global batch, is
-  // split between the replicas, prepared ahead on a background thread while the steps run:
+  // split between the replicas (of every worker: this worker's replicas get their rows), prepared
+  // ahead on a background thread while the steps run:
   //   for (auto batch : strategy.experimental_distribute_dataset(ds)) strategy.run(step, batch);
   template <class T>
   DistributedDataset<T> experimental_distribute_dataset(const data::Dataset<T>& dataset,
                                                         const InputOptions& options = {}) const {
-    return DistributedDataset<T>::from_dataset(extended_->worker_devices(), dataset, options);
+    return DistributedDataset<T>::from_dataset(extended_->worker_devices(), dataset, options,
+                                               extended_->input_context());
   }
-  // Calls dataset_fn(const InputContext&) once for this process's input pipeline; the replicas of
+  // Calls dataset_fn(extended().input_context()) once for this process's input pipeline (a worker
+  // shards its input by input_pipeline_id()); the replicas of
   // each step take consecutive elements (per-replica batches) of the data::Dataset it returns.
   template <class Fn>
   auto distribute_datasets_from_function(Fn&& dataset_fn, const InputOptions& options = {}) const {
     using Returned = std::decay_t<std::invoke_result_t<Fn&, const InputContext&>>;
     return DistributedDataset<typename Returned::element_type>::from_function(
-        extended_->worker_devices(), std::forward<Fn>(dataset_fn), options);
+        extended_->worker_devices(), std::forward<Fn>(dataset_fn), options, extended_->input_context());
   }
 
  protected:
