@@ -353,6 +353,33 @@ TEST_F(MultiWorker, ReplicaRaisingOnOneWorkerReleasesEveryWorker) {
   EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
 }
 
+// merge_fn raises on worker 1 while worker 0's merge_fn is in a cross-replica reduce.
+TEST_F(MultiWorker, MergeFnRaisingOnOneWorkerReleasesTheOthersMidReduce) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int w = worker();
+  try {
+    s.run([w] {
+      get_replica_context()->merge_call(
+          [w](Strategy& strategy, const PerReplica<float>& values) {
+            if (w == 1) throw std::runtime_error("merge boom");
+            return strategy.reduce(ReduceOp::kSum, values, std::nullopt);
+          },
+          1.0f);
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const AbortedError& e) {
+    EXPECT_NE(w, 1);
+    EXPECT_THAT(e.what(), ::testing::StartsWith("worker 1 ("));
+    EXPECT_THAT(e.what(), HasSubstr(") raised: merge boom; the other workers were released"));
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(w, 1);
+    EXPECT_STREQ(e.what(), "merge boom");
+  }
+  // Every worker knows the run ended: the next one starts in step.
+  EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
+  EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 2); })[0], 2 * n());
+}
+
 TEST_F(MultiWorker, EarlyReturnOnOneWorkerNamesIt) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";
   const int w = worker();

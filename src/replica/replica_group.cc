@@ -94,7 +94,7 @@ void ReplicaGroup::join_workers(WorkerSync* workers, int first_id) {
 }
 
 void ReplicaGroup::reset() {
-  concluded_ = false;
+  if (workers_ != nullptr) workers_->begin_run();
   rendezvous_.reset();
   if (small_) small_->reset();
   merge_result_.reset();
@@ -163,12 +163,10 @@ bool ReplicaGroup::complete_across_workers(std::exception_ptr local_mismatch) {
   }
   try {
     workers_->agree(mine);
-    if (first.op.kind == CollectiveKind::kReturn) concluded_ = true;
     if (first.op.kind == CollectiveKind::kAllReduce) reduce_across_workers();
     if (first.op.kind == CollectiveKind::kAllGather) gather_across_workers();
     return true;
   } catch (...) {
-    concluded_ = true;
     std::exception_ptr error = std::current_exception();
     record_failure(error, error);
     return false;
@@ -253,7 +251,7 @@ void ReplicaGroup::gather_across_workers() {
 }
 
 void ReplicaGroup::finish_run() {
-  if (workers_ == nullptr || concluded_) return;
+  if (workers_ == nullptr || workers_->concluded()) return;
   WorkerCall mine;
   mine.status = WorkerCall::Status::kFailed;
   mine.kind = static_cast<std::uint32_t>(CollectiveKind::kReturn);

@@ -107,9 +107,6 @@ class ReplicaGroup {
   std::shared_ptr<void> merge_result_;
   WorkerSync* workers_ = nullptr;
   int first_id_ = 0;
-  // Whether this run's end is known to every worker (an exchange failed or all returned). Written
-  // by phase completers, read by finish_run after the run.
-  bool concluded_ = false;
   std::vector<std::byte> reduced_;  // an all_reduce's result across workers
   std::vector<std::vector<std::byte>> gathered_;  // an all_gather's leaves across workers
   std::vector<Shape> gathered_shapes_;

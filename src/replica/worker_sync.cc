@@ -152,6 +152,16 @@ std::vector<std::vector<std::string>> WorkerSync::exchange_descriptions(const Wo
 }
 
 void WorkerSync::agree(const WorkerCall& mine) {
+  try {
+    agree_or_throw(mine);
+  } catch (...) {
+    concluded_ = true;
+    throw;
+  }
+  if (mine.status == WorkerCall::Status::kReturned) concluded_ = true;
+}
+
+void WorkerSync::agree_or_throw(const WorkerCall& mine) {
   check_usable();
   const Deadline deadline = deadline_after(mine.timeout);
   const Header header{static_cast<std::uint32_t>(mine.status), mine.kind, mine.sequence, mine.fingerprint};

@@ -84,6 +84,11 @@ class WorkerSync {
   // (a failed worker's own error on that worker). DeadlineExceededError when a worker does not
   // arrive within mine.timeout; after that, UnavailableError at once.
   void agree(const WorkerCall& mine);
+  // Whether every worker knows that the current run ended: an agree() threw (on every worker
+  // alike) or found every worker returned. A run that failed on this worker alone before that
+  // must still tell the others (a kFailed agree). begin_run() starts a run.
+  bool concluded() const { return concluded_; }
+  void begin_run() { concluded_ = false; }
   // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.
   std::int64_t next_cross_replica_sequence() { return ++cross_replica_sequence_; }
 
@@ -104,10 +109,14 @@ class WorkerSync {
   // Every worker's description of its call, exchanged when the headers differ.
   std::vector<std::vector<std::string>> exchange_descriptions(const WorkerCall& mine, Deadline deadline);
   [[noreturn]] void time_out(const WorkerCall& mine, const std::vector<int>& missing);
+  void agree_or_throw(const WorkerCall& mine);
 
   std::unique_ptr<CrossWorker> engine_;
   const int num_local_;
   std::int64_t cross_replica_sequence_ = 0;
+  // Written by whichever thread takes the run's current step across the workers; the steps of
+  // a run are ordered by its rendezvous, and the run's end by its runner.
+  bool concluded_ = false;
   std::atomic<bool> broken_{false};
   std::string broken_reason_;  // written once, before broken_ is set
 };
