@@ -283,6 +283,20 @@ TEST_F(MultiWorker, MirroredVariableUpdatesStayInSyncAcrossWorkers) {
   for (const Tensor& c : s.experimental_local_results(mean)) EXPECT_EQ(c.item<float>(), (n() - 1) / 2.0f);
 }
 
+TEST_F(MultiWorker, OnReadVariableReadsAggregateEveryWorkersComponents) {
+  Variable count;
+  {
+    StrategyScope scope = s.scope();
+    count = Variable(0.0f, {.name = "count",
+                            .synchronization = VariableSynchronization::kOnRead,
+                            .aggregation = VariableAggregation::kSum});
+    count.assign(Tensor::scalar(10.0f));  // each of the n components gets 10 / n
+  }
+  s.run([&] { count.assign_add(Tensor::scalar(1.0f)); });  // no collective: each replica its own
+  StrategyScope scope = s.scope();
+  EXPECT_FLOAT_EQ(count.value().item<float>(), 10.0f + static_cast<float>(n()));
+}
+
 // Worker 1's replicas pass float32[12], the others float32[10].
 TEST_F(MultiWorker, ShapeMismatchOnOneWorkerNamesItOnEveryWorker) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";
