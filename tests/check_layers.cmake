@@ -25,7 +25,9 @@ set(allowed_variables base device nest values collective replica strategy variab
 set(allowed_nn base device nest values collective replica strategy nn)
 set(allowed_optimizers base device nest values collective replica strategy variables optimizers)
 set(allowed_checkpoint base device nest values collective replica strategy variables checkpoint)
-set(allowed_umbrella base device nest values collective replica data input strategy variables nn optimizers checkpoint umbrella)
+# The MPI component (its own library): the multi-worker strategy and its engine.
+set(allowed_mpi base device nest values collective replica data input strategy mpi)
+set(allowed_umbrella base device nest values collective replica data input strategy variables nn optimizers checkpoint mpi umbrella)
 
 # The layer of a path relative to the source tree.
 function(layer_of path out)

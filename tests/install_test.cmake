@@ -13,7 +13,7 @@ endforeach()
 # The consumer is built with the library's compiler, generator and build type, and with its
 # sanitizer flags: a sanitized static library only links into a sanitized program.
 file(STRINGS "${BUILD_DIR}/CMakeCache.txt" cache_lines
-     REGEX "^(CMAKE_CXX_COMPILER|CMAKE_GENERATOR|CMAKE_MAKE_PROGRAM|CMAKE_BUILD_TYPE|DISTRIBUTE_SANITIZE):[A-Z]+=")
+     REGEX "^(CMAKE_CXX_COMPILER|CMAKE_GENERATOR|CMAKE_MAKE_PROGRAM|CMAKE_BUILD_TYPE|DISTRIBUTE_SANITIZE|DISTRIBUTE_WITH_MPI|MPIEXEC_EXECUTABLE):[A-Z]+=")
 foreach(line IN LISTS cache_lines)
   if(line MATCHES "^([A-Z_]+):[A-Z]+=(.*)$")
     set(build_${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
@@ -63,6 +63,10 @@ if(build_DISTRIBUTE_SANITIZE)
   list(APPEND configure_args "-DCMAKE_CXX_FLAGS=-fsanitize=${build_DISTRIBUTE_SANITIZE}"
                              "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${build_DISTRIBUTE_SANITIZE}")
 endif()
+# The mpi component, where the library was built with it: find_package(... COMPONENTS mpi).
+if(build_DISTRIBUTE_WITH_MPI)
+  list(APPEND configure_args -DWITH_MPI=ON)
+endif()
 run_step("configuring the consumer" "${CMAKE_COMMAND}" ${configure_args})
 
 # find_package must have found the scratch install, not some other copy on the machine.
@@ -76,3 +80,13 @@ endif()
 run_step("building the consumer" "${CMAKE_COMMAND}" --build "${consumer_build}")
 run_step("running the consumer" "${consumer_build}/consumer")
 message(STATUS "${step_output}")
+if(build_DISTRIBUTE_WITH_MPI)
+  set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
+  set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
+  # As for every MPI test (see DISTRIBUTE_MPI_TEST_ENV in the top CMakeLists.txt).
+  set(ENV{TSAN_OPTIONS} "halt_on_error=1 second_deadlock_stack=1 suppressions=${SOURCE_DIR}/../sanitizers/openmpi.tsan.supp")
+  set(ENV{ASAN_OPTIONS} "detect_leaks=0:protect_shadow_gap=0")
+  run_step("running the mpi consumer on 2 workers" "${build_MPIEXEC_EXECUTABLE}" --oversubscribe --bind-to none -np 2
+           "${consumer_build}/consumer_mpi")
+  message(STATUS "${step_output}")
+endif()

@@ -30,6 +30,7 @@
 #include "distribute/strategy/context.h"
 #include "distribute/strategy/default_strategy.h"
 #include "distribute/strategy/mirrored_strategy.h"
+#include "distribute/mpi/multi_worker_mirrored_strategy.h"
 #include "distribute/strategy/one_device_strategy.h"
 #include "distribute/strategy/strategy.h"
 #include "distribute/strategy/strategy_extended.h"

@@ -1,6 +1,7 @@
 // Where distributed batches go, and from where a distributed dataset may be read.
 #include "distribute/input/internal/input_workers.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,8 +10,13 @@
 
 namespace distribute::input::internal {
 
-InputWorkers::InputWorkers(std::vector<Device> devices, const InputOptions& options)
-    : devices_(std::move(devices)), fetch_to_device_(options.experimental_fetch_to_device) {
+InputWorkers::InputWorkers(std::vector<Device> devices, const InputOptions& options,
+                           std::optional<InputContext> context)
+    : devices_(std::move(devices)),
+      context_(context.value_or(InputContext(1, 0, std::max<int>(static_cast<int>(devices_.size()), 1)))),
+      num_replicas_in_sync_(context ? context->num_replicas_in_sync() : static_cast<int>(devices_.size())),
+      first_replica_(context ? context->input_pipeline_id() * static_cast<int>(devices_.size()) : 0),
+      fetch_to_device_(options.experimental_fetch_to_device) {
   DISTRIBUTE_CHECK(!devices_.empty(), InvalidArgumentError,
                    "DistributedDataset: worker_devices is empty; it needs one device per replica");
   DISTRIBUTE_CHECK(options.experimental_per_replica_buffer_size >= 1, InvalidArgumentError,

@@ -193,7 +193,7 @@ void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_
     gradients.push_back(gradient.device() == ctx->device() ? gradient : gradient.to(ctx->device()));
   }
   if (!options.skip_gradients_aggregation) gradients = ctx->all_reduce(ReduceOp::kSum, gradients);
-  update_component(gradients, grads_and_vars, ctx->replica_id_in_sync_group());
+  update_component(gradients, grads_and_vars, ctx->local_replica_id());
 }
 
 void Optimizer::update_component(const std::vector<Tensor>& gradients,

@@ -55,15 +55,21 @@ int gather_axis(const CollectiveCall& call) {
 std::string leaf_text(const BufferRef& leaf) { return absl::StrCat(dtype_name(leaf.dtype), leaf.shape->compact()); }
 
 // "all_reduce #3: replica 1 passed X, replicas 0, 2 passed Y"
+// Replica r's name in messages: its global id, first_id + r.
+std::string named(std::vector<int> replicas, int first_id) {
+  for (int& r : replicas) r += first_id;
+  return replicas_text(replicas);
+}
+
 template <class Describe>
 std::string value_mismatch(const std::string& prefix, std::span<CollectiveCall* const> calls,
-                           const std::vector<std::vector<int>>& classes, Describe&& describe) {
+                           const std::vector<std::vector<int>>& classes, int first_id, Describe&& describe) {
   std::vector<std::string> parts;
   for (std::size_t c = 1; c < classes.size(); ++c) {
-    parts.push_back(absl::StrCat(replicas_text(classes[c]), " passed ",
+    parts.push_back(absl::StrCat(named(classes[c], first_id), " passed ",
                                  describe(*calls[static_cast<std::size_t>(classes[c][0])])));
   }
-  parts.push_back(absl::StrCat(replicas_text(classes[0]), " passed ",
+  parts.push_back(absl::StrCat(named(classes[0], first_id), " passed ",
                                describe(*calls[static_cast<std::size_t>(classes[0][0])])));
   return absl::StrCat(prefix, ": ", absl::StrJoin(parts, ", "));
 }
@@ -91,7 +97,7 @@ std::string replicas_text(const std::vector<int>& replicas) {
   return absl::StrCat(replicas.size() == 1 ? "replica " : "replicas ", absl::StrJoin(replicas, ", "));
 }
 
-std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
+std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls, int first_id) {
   const CollectiveCall& first = *calls[0];
   bool all_same_kind = true;
   for (CollectiveCall* call : calls) all_same_kind &= call->op.kind == first.op.kind;
@@ -105,12 +111,12 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
     for (std::size_t c = 1; c < classes.size(); ++c) {
       const CollectiveCall& other = *calls[static_cast<std::size_t>(classes[c][0])];
       if (other.op.kind == CollectiveKind::kReturn) {
-        parts.push_back(absl::StrCat(replicas_text(classes[c]), " returned from the replica function while ",
-                                     replicas_text(classes[0]), (classes[0].size() == 1 ? " waits in " : " wait in "), kind_name(ref.op.kind),
+        parts.push_back(absl::StrCat(named(classes[c], first_id), " returned from the replica function while ",
+                                     named(classes[0], first_id), (classes[0].size() == 1 ? " waits in " : " wait in "), kind_name(ref.op.kind),
                                      " (collective #", ref.op.sequence, ")"));
       } else {
-        parts.push_back(absl::StrCat(replicas_text(classes[c]), " called ", kind_name(other.op.kind),
-                                     " where ", replicas_text(classes[0]), " called ", kind_name(ref.op.kind),
+        parts.push_back(absl::StrCat(named(classes[c], first_id), " called ", kind_name(other.op.kind),
+                                     " where ", named(classes[0], first_id), " called ", kind_name(ref.op.kind),
                                      " (collective #", ref.op.sequence, ")"));
       }
     }
@@ -134,8 +140,8 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
     if (differs(same)) {
       auto classes = classes_of(calls, same);
       return std::make_exception_ptr(FailedPreconditionError(absl::StrCat(
-          prefix(), ": ", replicas_text(classes[1]), " passed a merge_fn or arguments of other types than ",
-          replicas_text(classes[0]), "; every replica must call merge_call with the same function")));
+          prefix(), ": ", named(classes[1], first_id), " passed a merge_fn or arguments of other types than ",
+          named(classes[0], first_id), "; every replica must call merge_call with the same function")));
     }
     return nullptr;
   }
@@ -143,14 +149,14 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
   if (first.op.kind == CollectiveKind::kAllReduce) {
     auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return a.op.op == b.op.op; };
     if (differs(same)) {
-      return invalid(value_mismatch(prefix(), calls, classes_of(calls, same), [](const CollectiveCall& c) {
+      return invalid(value_mismatch(prefix(), calls, classes_of(calls, same), first_id, [](const CollectiveCall& c) {
         return absl::StrCat("reduce op ", reduce_op_name(c.op.op));
       }));
     }
   } else {
     auto same = [](const CollectiveCall& a, const CollectiveCall& b) { return gather_axis(a) == gather_axis(b); };
     if (differs(same)) {
-      return invalid(value_mismatch(prefix(), calls, classes_of(calls, same),
+      return invalid(value_mismatch(prefix(), calls, classes_of(calls, same), first_id,
                                     [](const CollectiveCall& c) { return absl::StrCat("axis=", gather_axis(c)); }));
     }
   }
@@ -159,7 +165,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
     return a.structure_hash == b.structure_hash && a.op.inputs.size() == b.op.inputs.size();
   };
   if (differs(same_structure)) {
-    return invalid(value_mismatch(prefix(), calls, classes_of(calls, same_structure), [](const CollectiveCall& c) {
+    return invalid(value_mismatch(prefix(), calls, classes_of(calls, same_structure), first_id, [](const CollectiveCall& c) {
       return c.describe_structure(c.value);
     }) + "; the nest structure must be the same on every replica");
   }
@@ -177,7 +183,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
                              ? absl::StrCat("; all_gather needs the same dtype, rank and dimensions except axis ",
                                             normalized_axis(first.op.axis, *first.op.inputs[leaf].shape))
                              : "; all_reduce needs the same dtype and shape on every replica";
-      return invalid(value_mismatch(prefix() + where, calls, classes_of(calls, same), [&](const CollectiveCall& c) {
+      return invalid(value_mismatch(prefix() + where, calls, classes_of(calls, same), first_id, [&](const CollectiveCall& c) {
         return leaf_text(c.op.inputs[leaf]);
       }) + hint);
     }
@@ -188,7 +194,7 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls) {
            a.op.options.bytes_per_pack == b.op.options.bytes_per_pack;
   };
   if (differs(same_options)) {
-    return invalid(value_mismatch(prefix(), calls, classes_of(calls, same_options), [](const CollectiveCall& c) {
+    return invalid(value_mismatch(prefix(), calls, classes_of(calls, same_options), first_id, [](const CollectiveCall& c) {
       return absl::StrCat("options {implementation=", implementation_name(c.op.options.implementation),
                           ", bytes_per_pack=", c.op.options.bytes_per_pack, "}");
     }));

@@ -20,7 +20,8 @@ namespace distribute::detail {
 
 // Null when every replica's call matches; otherwise the error to raise on every replica
 // (InvalidArgumentError for differing values, FailedPreconditionError for differing calls).
-std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls);
+// calls[r] is the call of the replica with global id first_id + r, as messages name it.
+std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls, int first_id = 0);
 
 // "replica 1" or "replicas 0, 2, 3".
 std::string replicas_text(const std::vector<int>& replicas);

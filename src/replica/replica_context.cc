@@ -8,10 +8,10 @@
 namespace distribute {
 
 ReplicaContext::ReplicaContext(Strategy& strategy, int replica_id, int num_replicas, detail::ReplicaGroup* group,
-                               Device device, int run_depth)
+                               Device device, int run_depth, int local_replica_id)
     : strategy_(&strategy),
       replica_id_(replica_id),
-      local_replica_id_(replica_id),
+      local_replica_id_(local_replica_id < 0 ? replica_id : local_replica_id),
       num_replicas_(num_replicas),
       group_(group),
       device_(std::move(device)),
@@ -48,7 +48,7 @@ detail::ThreadMode ReplicaContext::merge_mode() const {
 void ReplicaContext::run_all_reduce(detail::CollectiveArgs& args) {
   detail::CollectiveCall& call = args.call();
   if (group_ != nullptr) {
-    group_->all_reduce(replica_id_, call);
+    group_->all_reduce(local_replica_id_, call);
     return;
   }
   // One replica: SUM and MEAN are the input itself.
@@ -63,7 +63,7 @@ void ReplicaContext::run_all_reduce(detail::CollectiveArgs& args) {
 void ReplicaContext::run_all_gather(detail::CollectiveArgs& args) {
   detail::CollectiveCall& call = args.call();
   if (group_ != nullptr) {
-    group_->all_gather(replica_id_, call);
+    group_->all_gather(local_replica_id_, call);
     return;
   }
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
@@ -74,7 +74,7 @@ void ReplicaContext::run_all_gather(detail::CollectiveArgs& args) {
 }
 
 std::shared_ptr<void> ReplicaContext::run_merge_call(detail::CollectiveCall& call) {
-  if (group_ != nullptr) return group_->merge_call(replica_id_, call);
+  if (group_ != nullptr) return group_->merge_call(local_replica_id_, call);
   call.op.sequence = 1;
   detail::CollectiveCall* calls[] = {&call};
   return call.run_merge(std::span<detail::CollectiveCall* const>(calls, 1));

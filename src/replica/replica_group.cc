@@ -2,16 +2,75 @@
 #include "replica/replica_group.h"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_join.h"
 #include "device/gpu_runtime.h"
+#include "device/kernels.h"
 #include "distribute/errors.h"
 #include "replica/fingerprint.h"
 
 namespace distribute::detail {
 
+using collective::BufferRef;
 using collective::CollectiveKind;
+
+namespace {
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t x) { return (h ^ x) * 0x9e3779b97f4a7c15 ^ ((h ^ x) >> 29); }
+
+int gather_axis_of(const collective::CollectiveOp& op, const Shape& shape) { return op.axis < 0 ? op.axis + shape.rank() : op.axis; }
+
+// Everything of a call the workers must agree on, as compare_calls checks it among replicas.
+std::uint64_t fingerprint(const CollectiveCall& call) {
+  const collective::CollectiveOp& op = call.op;
+  std::uint64_t h = mix(static_cast<std::uint64_t>(op.kind), static_cast<std::uint64_t>(op.op));
+  if (op.kind == CollectiveKind::kAllGather && !op.inputs.empty()) {
+    h = mix(h, static_cast<std::uint64_t>(gather_axis_of(op, *op.inputs[0].shape)));
+  }
+  h = mix(h, call.structure_hash);
+  h = mix(h, call.leaf_digest);
+  h = mix(h, op.inputs.size());
+  h = mix(h, static_cast<std::uint64_t>(op.options.implementation));
+  h = mix(h, static_cast<std::uint64_t>(op.options.bytes_per_pack));
+  if (call.merge_type_info != nullptr) h = mix(h, call.merge_type_info->hash_code());
+  return h;
+}
+
+// The fields of fingerprint(), readable, in the same order: {name, op or axis or merge_fn,
+// structure, leaves..., options}.
+std::vector<std::string> describe(const void* context) {
+  const CollectiveCall& call = *static_cast<const CollectiveCall*>(context);
+  const collective::CollectiveOp& op = call.op;
+  std::vector<std::string> parts{call_name(call)};
+  switch (op.kind) {
+    case CollectiveKind::kAllReduce: parts.push_back(absl::StrCat("reduce op ", reduce_op_name(op.op))); break;
+    case CollectiveKind::kAllGather:
+      parts.push_back(absl::StrCat("axis=", op.inputs.empty() ? op.axis : gather_axis_of(op, *op.inputs[0].shape)));
+      break;
+    case CollectiveKind::kMergeCall:
+      parts.push_back(absl::StrCat("a merge_fn of type ", call.merge_type_info != nullptr ? call.merge_type_info->name() : "?"));
+      break;
+    case CollectiveKind::kReturn: break;
+  }
+  parts.push_back(call.describe_structure != nullptr ? call.describe_structure(call.value) : "");
+  for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
+    const BufferRef& in = op.inputs[leaf];
+    std::vector<std::string> dims;
+    const int axis = op.kind == CollectiveKind::kAllGather ? gather_axis_of(op, *in.shape) : -1;
+    for (int d = 0; d < in.shape->rank(); ++d) dims.push_back(d == axis ? "*" : absl::StrCat((*in.shape)[d]));
+    parts.push_back(absl::StrCat(op.inputs.size() > 1 ? absl::StrCat("(leaf ", leaf, ") ") : "", dtype_name(in.dtype),
+                                 "[", absl::StrJoin(dims, ","), "]"));
+  }
+  parts.push_back(absl::StrCat("options {implementation=", implementation_name(op.options.implementation),
+                               ", bytes_per_pack=", op.options.bytes_per_pack, "}"));
+  return parts;
+}
+
+}  // namespace
 
 ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
                            CommunicationOptions defaults)
@@ -27,7 +86,15 @@ ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> c
   communicator_->set_failure_flag(&failed_);
 }
 
+void ReplicaGroup::join_workers(WorkerSync* workers, int first_id) {
+  workers_ = workers;
+  first_id_ = first_id;
+  // The small path completes an all_reduce among these replicas only.
+  small_.reset();
+}
+
 void ReplicaGroup::reset() {
+  if (workers_ != nullptr) workers_->begin_run();
   rendezvous_.reset();
   if (small_) small_->reset();
   merge_result_.reset();
@@ -50,7 +117,10 @@ void ReplicaGroup::complete_phase() {
     calls_[r] = slots_[r].call;
     ops_[r] = &calls_[r]->op;
   }
-  if (std::exception_ptr mismatch = compare_calls(calls_)) {
+  std::exception_ptr mismatch = compare_calls(calls_, first_id_);
+  if (workers_ != nullptr) {
+    if (!complete_across_workers(mismatch)) return;
+  } else if (mismatch) {
     record_failure(mismatch, mismatch);
     return;
   }
@@ -73,6 +143,129 @@ void ReplicaGroup::complete_phase() {
       record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
                                 "merge_fn of ", call_name(*calls_[0]), " raised: ", describe_exception(error)))));
     }
+  }
+}
+
+bool ReplicaGroup::complete_across_workers(std::exception_ptr local_mismatch) {
+  const CollectiveCall& first = *calls_[0];
+  WorkerCall mine;
+  mine.status = local_mismatch             ? WorkerCall::Status::kFailed
+                : first.op.kind == CollectiveKind::kReturn ? WorkerCall::Status::kReturned
+                                                           : WorkerCall::Status::kCall;
+  mine.kind = static_cast<std::uint32_t>(first.op.kind);
+  mine.sequence = first.op.sequence;
+  mine.timeout = first.op.options.timeout;
+  mine.error = local_mismatch;
+  if (mine.status == WorkerCall::Status::kCall) {
+    mine.fingerprint = fingerprint(first);
+    mine.describe = describe;
+    mine.describe_context = &first;
+  }
+  try {
+    workers_->agree(mine);
+    if (first.op.kind == CollectiveKind::kAllReduce) reduce_across_workers();
+    if (first.op.kind == CollectiveKind::kAllGather) gather_across_workers();
+    return true;
+  } catch (...) {
+    std::exception_ptr error = std::current_exception();
+    record_failure(error, error);
+    return false;
+  }
+}
+
+void ReplicaGroup::reduce_across_workers() {
+  const collective::CollectiveOp& first = *ops_[0];
+  const ReduceOp op = first.op == ReduceOp::kMean ? ReduceOp::kSum : first.op;
+  reduced_.resize(first.leaf_offsets.back());
+  absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
+  for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
+    for (std::size_t r = 0; r < inputs.size(); ++r) inputs[r] = ops_[r]->input_data[leaf];
+    std::byte* out = reduced_.data() + first.leaf_offsets[leaf];
+    reduce_buffers(first.inputs[leaf].dtype, op, inputs, out, first.inputs[leaf].num_elements(), size_);
+    // The padding up to the next leaf goes through the engine with its neighbours: zeros.
+    std::byte* end = out + first.inputs[leaf].nbytes();
+    std::memset(end, 0, static_cast<std::size_t>(reduced_.data() + first.leaf_offsets[leaf + 1] - end));
+  }
+  // One engine call per run of leaves of one dtype: the padding between them is zero and stays so.
+  const std::string what = call_name(*calls_[0]);
+  const std::int64_t replicas = std::int64_t{size_} * workers_->num_workers();
+  for (std::size_t begin = 0; begin < first.inputs.size();) {
+    const DType dtype = first.inputs[begin].dtype;
+    std::size_t end = begin + 1;
+    while (end < first.inputs.size() && first.inputs[end].dtype == dtype) ++end;
+    const std::size_t from = first.leaf_offsets[begin];
+    const std::size_t to = first.leaf_offsets[end - 1] + first.inputs[end - 1].nbytes();
+    void* data = reduced_.data() + from;
+    const auto count = static_cast<std::int64_t>((to - from) / dtype_size(dtype));
+    workers_->all_reduce(dtype, op, data, count, first.options.timeout, what);
+    if (first.op == ReduceOp::kMean) {
+      const void* in[] = {data};
+      reduce_buffers(dtype, ReduceOp::kMean, in, data, count, replicas);
+    }
+    begin = end;
+  }
+}
+
+void ReplicaGroup::gather_across_workers() {
+  const collective::CollectiveOp& first = *ops_[0];
+  const std::size_t leaves = first.inputs.size();
+  gathered_.resize(leaves);
+  gathered_shapes_.clear();
+  const std::string what = call_name(*calls_[0]);
+  absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
+  absl::InlinedVector<std::int64_t, 8> dims(static_cast<std::size_t>(size_));
+  for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
+    const Shape& shape = *first.inputs[leaf].shape;
+    const int axis = gather_axis_of(first, shape);
+    const std::int64_t outer = shape.outer_size(axis);
+    const std::size_t inner_bytes =
+        static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(first.inputs[leaf].dtype);
+    // This worker's part: its replicas' values concatenated, after its size along the axis.
+    std::int64_t local = 0;
+    for (std::size_t r = 0; r < inputs.size(); ++r) {
+      inputs[r] = ops_[r]->inputs[leaf].data;
+      dims[r] = (*ops_[r]->inputs[leaf].shape)[axis];
+      local += dims[r];
+    }
+    std::vector<std::byte> part(sizeof(local) + static_cast<std::size_t>(outer * local) * inner_bytes);
+    std::memcpy(part.data(), &local, sizeof(local));
+    concat_buffers(inputs, dims, outer, inner_bytes, part.data() + sizeof(local));
+    std::vector<std::size_t> sizes;
+    const std::vector<std::byte> all = workers_->all_gather(part, sizes, first.options.timeout, what);
+    std::vector<const void*> parts;
+    std::vector<std::int64_t> worker_dims;
+    std::int64_t total = 0;
+    std::size_t at = 0;
+    for (std::size_t size : sizes) {
+      std::int64_t dim = 0;
+      std::memcpy(&dim, all.data() + at, sizeof(dim));
+      parts.push_back(all.data() + at + sizeof(dim));
+      worker_dims.push_back(dim);
+      total += dim;
+      at += size;
+    }
+    gathered_[leaf].resize(static_cast<std::size_t>(outer * total) * inner_bytes);
+    concat_buffers(parts, worker_dims, outer, inner_bytes, gathered_[leaf].data());
+    gathered_shapes_.push_back(shape.with_dim(axis, total));
+  }
+}
+
+void ReplicaGroup::finish_run() {
+  if (workers_ == nullptr || workers_->concluded()) return;
+  WorkerCall mine;
+  mine.status = WorkerCall::Status::kFailed;
+  mine.kind = static_cast<std::uint32_t>(CollectiveKind::kReturn);
+  mine.timeout = defaults_.timeout;
+  {
+    MutexLock lock(mu_);
+    mine.error = first_error_;
+    mine.failed_replica = first_error_rank_ < 0 ? -1 : first_id_ + first_error_rank_;
+  }
+  if (!mine.error) return;
+  try {
+    workers_->agree(mine);
+  } catch (...) {
+    // The workers now know; this worker's run keeps its own error.
   }
 }
 
@@ -116,10 +309,11 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   return true;
 }
 
-void ReplicaGroup::time_out(int rank, const CollectiveCall& call, const std::vector<int>& behind) {
+void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<int> behind) {
+  for (int& r : behind) r += first_id_;
   auto error = std::make_exception_ptr(DeadlineExceededError(absl::StrCat(
       "timed out after ", call.op.options.timeout.count(), " s: ", replicas_text(behind),
-      " did not arrive while replica ", rank, " waits in ", call_name(call),
+      " did not arrive while replica ", first_id_ + rank, " waits in ", call_name(call),
       "; a replica is stuck or skipped the collective (raise CommunicationOptions::timeout if it is slow)")));
   record_failure(error, error);
   std::rethrow_exception(error);
@@ -127,13 +321,31 @@ void ReplicaGroup::time_out(int rank, const CollectiveCall& call, const std::vec
 
 void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllReduce;
-  if (synchronise(rank, call)) communicator_->all_reduce(rank, ops_);
+  if (!synchronise(rank, call)) return;
+  if (workers_ == nullptr) {
+    communicator_->all_reduce(rank, ops_);
+    return;
+  }
+  // Each replica copies the result across workers to its own outputs, in parallel; reduced_
+  // stays as it is until every replica has arrived at the next phase.
+  const collective::CollectiveOp& op = call.op;
+  for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
+    const std::size_t bytes = op.inputs[leaf].nbytes();
+    if (bytes != 0) std::memcpy(op.output_data[leaf], reduced_.data() + op.leaf_offsets[leaf], bytes);
+  }
 }
 
 void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllGather;
   synchronise(rank, call);
-  communicator_->all_gather(rank, ops_);
+  if (workers_ == nullptr) {
+    communicator_->all_gather(rank, ops_);
+    return;
+  }
+  for (std::size_t leaf = 0; leaf < gathered_.size(); ++leaf) {
+    void* out = call.op.allocate_output(call.op.allocate_context, leaf, gathered_shapes_[leaf]);
+    if (!gathered_[leaf].empty()) std::memcpy(out, gathered_[leaf].data(), gathered_[leaf].size());
+  }
 }
 
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
@@ -160,13 +372,14 @@ void ReplicaGroup::fail(int rank, std::exception_ptr error) {
       try {
         std::rethrow_exception(error);
       } catch (Error& e) {
-        if (e.replica_id() < 0) e.set_replica_id(rank);
+        if (e.replica_id() < 0) e.set_replica_id(first_id_ + rank);
       } catch (...) {
       }
+      first_error_rank_ = rank;
     }
   }
   record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
-                            "replica ", rank, " raised: ", describe_exception(error),
+                            "replica ", first_id_ + rank, " raised: ", describe_exception(error),
                             "; the other replicas were released from their collectives"))));
 }
 

@@ -6,6 +6,12 @@
 // (small_all_reduce.h), and only a mismatch takes the rendezvous, to name what differed. The group also records the run's first failure and
 // releases every waiting replica when one fails, times out or leaves early, so no replica is left
 // hanging.
+//
+// Joined to other workers (join_workers), the group is the local half of a hierarchical
+// collective: the replica that completes a phase also takes it across the workers (WorkerSync)
+// while the others wait, so that one thread per process talks to the other processes; an
+// all_reduce is reduced locally, across workers and written to every replica's outputs there, and
+// an all_gather is assembled there for the replicas to copy.
 #pragma once
 
 #include <atomic>
@@ -20,6 +26,7 @@
 #include "collective/rendezvous.h"
 #include "distribute/replica/internal/collective_call.h"
 #include "replica/small_all_reduce.h"
+#include "replica/worker_sync.h"
 
 namespace distribute::detail {
 
@@ -29,6 +36,13 @@ class ReplicaGroup {
                CommunicationOptions defaults);
 
   int size() const { return size_; }
+
+  // Makes every phase a step across the workers of `workers`, whose replicas this group's are
+  // (global ids first_id ...). Before the first run.
+  void join_workers(WorkerSync* workers, int first_id);
+  // After a run, on the caller's thread: a run that failed here before the workers learnt of it
+  // tells them now, so that no worker waits for this one's next collective.
+  void finish_run();
   const CommunicationOptions& default_options() const { return defaults_; }
 
   // Before a run, with no replica inside: clears the previous run's failure and lets the backend
@@ -65,9 +79,14 @@ class ReplicaGroup {
   // Publishes `call` as rank's part of the next phase; `small` says whether it went on the small
   // path.
   Deadline publish(int rank, CollectiveCall& call, bool& small);
-  [[noreturn]] void time_out(int rank, const CollectiveCall& call, const std::vector<int>& behind);
+  [[noreturn]] void time_out(int rank, const CollectiveCall& call, std::vector<int> behind);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
   void complete_phase();
+  // complete_phase's part across the workers; records the failure and returns false when the
+  // workers' calls differ or one of them failed.
+  bool complete_across_workers(std::exception_ptr local_mismatch);
+  void reduce_across_workers();
+  void gather_across_workers();
 
   struct alignas(64) Slot {
     CollectiveCall* call = nullptr;
@@ -86,8 +105,14 @@ class ReplicaGroup {
   std::vector<CollectiveCall*> calls_;
   std::vector<collective::CollectiveOp*> ops_;  // the calls' buffers, for the backend
   std::shared_ptr<void> merge_result_;
+  WorkerSync* workers_ = nullptr;
+  int first_id_ = 0;
+  std::vector<std::byte> reduced_;  // an all_reduce's result across workers
+  std::vector<std::vector<std::byte>> gathered_;  // an all_gather's leaves across workers
+  std::vector<Shape> gathered_shapes_;
   mutable Mutex mu_;
   std::exception_ptr first_error_ ABSL_GUARDED_BY(mu_);
+  int first_error_rank_ ABSL_GUARDED_BY(mu_) = -1;  // the replica that raised it, if one did
   std::atomic<bool> failed_{false};
 };
 

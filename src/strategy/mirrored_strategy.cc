@@ -15,6 +15,7 @@
 #include "replica/replica_group.h"
 #include "replica/replica_runner.h"
 #include "strategy/cross_device_ops.h"
+#include "strategy/mirrored_extended.h"
 #if DISTRIBUTE_HAS_NCCL
 #include "collective/nccl/communicator.h"
 #endif
@@ -88,17 +89,21 @@ std::vector<std::unique_ptr<detail::ReplicaDevice>> make_replica_devices(const s
 // paused ones.
 struct RunLevel {
   RunLevel(Strategy& strategy, const std::vector<Device>& devices, int depth, const MirroredStrategyOptions& options,
-           detail::Backend backend)
+           detail::Backend backend, detail::WorkerSync* workers)
       : replica_devices(make_replica_devices(devices)),
         bound(devices.size(), 0),
         runner(static_cast<int>(devices.size()), depth == 0 ? "distribute" : absl::StrCat("distrib.", depth),
                options.pin_threads),
         group(static_cast<int>(devices.size()), make_communicator(backend, replica_devices),
               detail::WaitPolicy::for_threads(static_cast<int>(devices.size())), options.communication) {
+    const int local = static_cast<int>(devices.size());
+    const int first_id = workers != nullptr ? workers->worker_id() * local : 0;
+    const int global = workers != nullptr ? workers->num_workers() * local : local;
+    if (workers != nullptr) group.join_workers(workers, first_id);
     contexts.reserve(devices.size());
-    for (std::size_t r = 0; r < devices.size(); ++r) {
-      contexts.push_back(std::make_unique<ReplicaContext>(strategy, static_cast<int>(r),
-                                                          static_cast<int>(devices.size()), &group, devices[r], depth));
+    for (int r = 0; r < local; ++r) {
+      contexts.push_back(std::make_unique<ReplicaContext>(strategy, first_id + r, global, &group,
+                                                          devices[static_cast<std::size_t>(r)], depth, r));
     }
   }
 
@@ -137,12 +142,17 @@ struct RunLevel {
 
 class MirroredExtended final : public StrategyExtended {
  public:
-  MirroredExtended(Strategy& container, std::vector<Device> devices, MirroredStrategyOptions options)
+  MirroredExtended(Strategy& container, std::vector<Device> devices, MirroredStrategyOptions options,
+                   std::shared_ptr<detail::WorkerSync> workers)
       : StrategyExtended(container, std::move(devices), options.communication),
         options_(options),
-        backend_(choose_backend(worker_devices(), options)) {
-    levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_);
+        backend_(choose_backend(worker_devices(), options)),
+        workers_(std::move(workers)) {
+    levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_, workers_.get());
   }
+
+  int num_workers() const override { return workers_ != nullptr ? workers_->num_workers() : 1; }
+  int worker_id() const override { return workers_ != nullptr ? workers_->worker_id() : 0; }
 
   detail::Backend backend() const { return backend_; }
 
@@ -174,6 +184,7 @@ class MirroredExtended final : public StrategyExtended {
       level.finish_device_work(r, options_.communication.timeout);
       if (borrowed_thread) device.unbind_thread();
     });
+    level.group.finish_run();
     if (std::exception_ptr error = level.group.first_error()) std::rethrow_exception(error);
   }
 
@@ -182,6 +193,7 @@ class MirroredExtended final : public StrategyExtended {
     detail::MutexLock lock(levels_mu_);
     return &levels_[0]->group.communicator();
   }
+  detail::WorkerSync* worker_sync() override { return workers_.get(); }
 
  private:
   RunLevel& level_at(int depth) {
@@ -189,23 +201,39 @@ class MirroredExtended final : public StrategyExtended {
                      " levels deep through merge_fn; at most ", kMaxRunDepth, " levels are supported");
     detail::MutexLock lock(levels_mu_);
     auto& level = levels_[static_cast<std::size_t>(depth)];
-    if (!level) level = std::make_unique<RunLevel>(container_strategy(), worker_devices(), depth, options_, backend_);
+    if (!level) {
+      level = std::make_unique<RunLevel>(container_strategy(), worker_devices(), depth, options_, backend_, workers_.get());
+    }
     return *level;
   }
 
   const MirroredStrategyOptions options_;
   const detail::Backend backend_;
+  // Declared before the levels: their groups use it until they are gone.
+  const std::shared_ptr<detail::WorkerSync> workers_;
   detail::Mutex levels_mu_;
   std::array<std::unique_ptr<RunLevel>, kMaxRunDepth> levels_ ABSL_GUARDED_BY(levels_mu_);
 };
 
 }  // namespace
 
+namespace detail {
+
+std::vector<Device> parse_mirrored_devices(const std::vector<std::string>& specs) { return parse_devices(specs); }
+
+std::unique_ptr<StrategyExtended> make_mirrored_extended(Strategy& container, std::vector<Device> devices,
+                                                         MirroredStrategyOptions options,
+                                                         std::shared_ptr<WorkerSync> workers) {
+  return std::make_unique<MirroredExtended>(container, std::move(devices), options, std::move(workers));
+}
+
+}  // namespace detail
+
 MirroredStrategy::MirroredStrategy(std::vector<std::string> devices)
     : MirroredStrategy(std::move(devices), MirroredStrategyOptions{}) {}
 
 MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, MirroredStrategyOptions options) {
-  set_extended(std::make_unique<MirroredExtended>(*this, parse_devices(devices), options));
+  set_extended(std::make_unique<MirroredExtended>(*this, parse_devices(devices), options, nullptr));
 }
 
 MirroredStrategy::~MirroredStrategy() = default;

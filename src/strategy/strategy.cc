@@ -39,8 +39,9 @@ Tensor Strategy::gather(const DistributedValues<Tensor>& value, int axis) {
 }
 
 void Strategy::check_replica_count(int num_values, const char* method) const {
-  DISTRIBUTE_CHECK(num_values == num_replicas_in_sync(), InvalidArgumentError, method, ": the value holds values for ",
-                   num_values, " replicas but ", name(), " has ", num_replicas_in_sync(),
+  DISTRIBUTE_CHECK(num_values == extended_->num_local_replicas(), InvalidArgumentError, method,
+                   ": the value holds values for ", num_values, " replicas but ", name(), " has ",
+                   extended_->num_local_replicas(), extended_->in_multi_worker_mode() ? " on this worker" : "",
                    "; pass values created by this strategy");
 }
 

@@ -2,12 +2,16 @@
 #include "distribute/strategy/strategy_extended.h"
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "collective/communicator.h"
 #include "device/kernels.h"
 #include "distribute/strategy/strategy.h"
+#include "replica/worker_sync.h"
 
 namespace distribute {
 namespace detail {
@@ -45,6 +49,15 @@ void check_same_except(std::span<const Tensor> components, std::optional<int> ax
 Tensor StrategyExtended::reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
                                            const Device& destination, const CommunicationOptions& options,
                                            const char* what) {
+  if (detail::WorkerSync* sync = worker_sync()) {
+    return reduce_across_workers(*sync, op, components, axis, destination, options, what);
+  }
+  return reduce_locally(op, components, axis, destination, options, what);
+}
+
+Tensor StrategyExtended::reduce_locally(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
+                                        const Device& destination, const CommunicationOptions& options,
+                                        const char* what) {
   detail::check_components(components, what);
   collective::Communicator* backend = checked_backend(options, what);
   const DType dtype = components[0].dtype();
@@ -85,6 +98,14 @@ Tensor StrategyExtended::reduce_components(ReduceOp op, std::span<const Tensor> 
 
 Tensor StrategyExtended::concat_components(std::span<const Tensor> components, int axis, const Device& destination,
                                            const CommunicationOptions& options, const char* what) {
+  if (detail::WorkerSync* sync = worker_sync()) {
+    return concat_across_workers(*sync, components, axis, destination, options, what);
+  }
+  return concat_locally(components, axis, destination, options, what);
+}
+
+Tensor StrategyExtended::concat_locally(std::span<const Tensor> components, int axis, const Device& destination,
+                                        const CommunicationOptions& options, const char* what) {
   detail::check_components(components, what);
   collective::Communicator* backend = checked_backend(options, what);
   DISTRIBUTE_CHECK(components[0].rank() > 0, InvalidArgumentError, what,
@@ -108,6 +129,119 @@ Tensor StrategyExtended::concat_components(std::span<const Tensor> components, i
     collective::gather_at_destination(values, dims, shape.outer_size(a), inner_bytes, out.raw_data(), destination);
   }
   return out;
+}
+
+namespace detail {
+namespace {
+
+// Agrees with the other workers on a cross-replica step. A local check that failed (`error`) is
+// reported to every worker, and rethrown here.
+void agree_across_workers(WorkerSync& sync, std::uint32_t kind, std::vector<std::string> parts, const Shape* shape,
+                          DType dtype, std::chrono::duration<double> timeout, std::exception_ptr error) {
+  WorkerCall mine;
+  mine.kind = kind;
+  mine.sequence = sync.next_cross_replica_sequence();
+  mine.timeout = timeout;
+  if (error) {
+    mine.status = WorkerCall::Status::kFailed;
+    mine.error = error;
+  } else {
+    std::uint64_t h = static_cast<std::uint64_t>(dtype) + 1;
+    for (const std::string& p : parts) h = h * 0x100000001b3 ^ std::hash<std::string>{}(p);
+    if (shape != nullptr) h = h * 0x100000001b3 ^ static_cast<std::uint64_t>(shape->rank());
+    mine.fingerprint = h;
+    mine.describe = [](const void* context) { return *static_cast<const std::vector<std::string>*>(context); };
+    mine.describe_context = &parts;
+  }
+  sync.agree(mine);
+}
+
+// "float32[*,3]": the shape with the dimension that may differ between workers left open.
+std::string leaf_text(DType dtype, const Shape& shape, std::optional<int> open) {
+  std::vector<std::string> dims;
+  for (int d = 0; d < shape.rank(); ++d) dims.push_back(open && d == *open ? "*" : absl::StrCat(shape[d]));
+  return absl::StrCat(dtype_name(dtype), "[", absl::StrJoin(dims, ","), "]");
+}
+
+}  // namespace
+}  // namespace detail
+
+Tensor StrategyExtended::reduce_across_workers(detail::WorkerSync& sync, ReduceOp op, std::span<const Tensor> components,
+                                               std::optional<int> axis, const Device& destination,
+                                               const CommunicationOptions& options, const char* what) {
+  const CommunicationOptions merged = options.merged_with(default_options_);
+  // This worker's part: SUM for MEAN (divided once the counts of every worker are known).
+  const ReduceOp local_op = op == ReduceOp::kMean ? ReduceOp::kSum : op;
+  Tensor partial;
+  std::int64_t count = 0;
+  std::vector<std::string> parts;
+  std::exception_ptr error;
+  try {
+    detail::check_components(components, what);
+    std::optional<int> a;
+    if (axis) a = normalize_axis(*axis, components[0].rank(), what);
+    partial = reduce_locally(local_op, components, a, Device::cpu(), options, what);
+    for (const Tensor& t : components) count += a ? t.shape()[*a] : 1;
+    parts = {what, absl::StrCat("reduce op ", reduce_op_name(op)),
+             a ? absl::StrCat("axis=", *a) : "axis=None", detail::leaf_text(components[0].dtype(), components[0].shape(), a)};
+  } catch (...) {
+    error = std::current_exception();
+  }
+  detail::agree_across_workers(sync, detail::WorkerSync::kReduceTo, parts, error ? nullptr : &components[0].shape(),
+                               error ? DType::kFloat32 : components[0].dtype(), merged.timeout, error);
+  sync.all_reduce(partial.dtype(), local_op, partial.raw_data(), partial.num_elements(), merged.timeout, what);
+  if (op == ReduceOp::kMean) {
+    const std::int64_t total = std::max<std::int64_t>(sync.sum(count, merged.timeout, what), 1);
+    const void* in[] = {partial.raw_data()};
+    detail::reduce_buffers(partial.dtype(), ReduceOp::kMean, in, partial.raw_data(), partial.num_elements(), total);
+  }
+  return partial.to(destination);
+}
+
+Tensor StrategyExtended::concat_across_workers(detail::WorkerSync& sync, std::span<const Tensor> components, int axis,
+                                               const Device& destination, const CommunicationOptions& options,
+                                               const char* what) {
+  const CommunicationOptions merged = options.merged_with(default_options_);
+  Tensor local;
+  int a = 0;
+  std::vector<std::string> parts;
+  std::exception_ptr error;
+  try {
+    DISTRIBUTE_CHECK(!components.empty() && components[0].defined() && components[0].rank() > 0, InvalidArgumentError,
+                     what, ": the values have rank 0 (scalars); gathering needs rank >= 1, reshape them to shape (1,) first");
+    a = normalize_axis(axis, components[0].rank(), what);
+    local = concat_locally(components, a, Device::cpu(), options, what);
+    parts = {what, absl::StrCat("axis=", a), detail::leaf_text(local.dtype(), local.shape(), a)};
+  } catch (...) {
+    error = std::current_exception();
+  }
+  detail::agree_across_workers(sync, detail::WorkerSync::kGatherTo, parts, error ? nullptr : &local.shape(),
+                               error ? DType::kFloat32 : local.dtype(), merged.timeout, error);
+  const Shape& shape = local.shape();
+  const std::int64_t outer = shape.outer_size(a);
+  const std::size_t inner_bytes = static_cast<std::size_t>(shape.inner_size(a)) * dtype_size(local.dtype());
+  // Each worker's part starts with its size along the axis.
+  const std::int64_t dim = shape[a];
+  std::vector<std::byte> mine(sizeof(dim) + local.nbytes());
+  std::memcpy(mine.data(), &dim, sizeof(dim));
+  if (local.nbytes() != 0) std::memcpy(mine.data() + sizeof(dim), local.raw_data(), local.nbytes());
+  std::vector<std::size_t> sizes;
+  const std::vector<std::byte> all = sync.all_gather(mine, sizes, merged.timeout, what);
+  std::vector<const void*> inputs;
+  std::vector<std::int64_t> dims;
+  std::int64_t total = 0;
+  std::size_t at = 0;
+  for (std::size_t size : sizes) {
+    std::int64_t d = 0;
+    std::memcpy(&d, all.data() + at, sizeof(d));
+    inputs.push_back(all.data() + at + sizeof(d));
+    dims.push_back(d);
+    total += d;
+    at += size;
+  }
+  Tensor out = Tensor::empty(local.dtype(), shape.with_dim(a, total), Device::cpu());
+  detail::concat_buffers(inputs, dims, outer, inner_bytes, out.raw_data());
+  return out.to(destination);
 }
 
 collective::Communicator* StrategyExtended::checked_backend(const CommunicationOptions& options, const char* what) {

@@ -88,7 +88,8 @@ Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::
 // Every component, in cross-replica context (one thread, no replica running or all of them
 // waiting in a merge_call).
 void update_cross_replica(const VariableState& s, VariableUpdate op, const Tensor& value, const char* method) {
-  const auto n = static_cast<std::int64_t>(s.components.size());
+  // Every worker's components: the read sums them all.
+  const auto n = static_cast<std::int64_t>(s.strategy->num_replicas_in_sync());
   if (!s.on_read() || s.aggregation != VariableAggregation::kSum || n == 1) {
     for (const Tensor& c : s.components) apply(c, op, value);
     return;
@@ -101,7 +102,8 @@ void update_cross_replica(const VariableState& s, VariableUpdate op, const Tenso
   if (!is_floating(s.dtype)) {
     const Tensor zeros = Tensor::zeros(s.dtype, s.shape, Device::cpu());
     for (const Tensor& c : s.components) {
-      apply(c, VariableUpdate::kAssign, c.same_storage(s.components[0]) ? value : zeros);
+      const bool first = c.same_storage(s.components[0]) && s.strategy->extended().worker_id() == 0;
+      apply(c, VariableUpdate::kAssign, first ? value : zeros);
     }
     return;
   }
@@ -238,11 +240,13 @@ const Tensor& Variable::component(int i) const {
 Tensor Variable::value() const {
   const VariableState& s = state("value");
   if (const ReplicaContext* ctx = replica_context_for(s, "value")) {
-    return s.components[static_cast<std::size_t>(ctx->replica_id_in_sync_group())];
+    return s.components[static_cast<std::size_t>(ctx->local_replica_id())];
   }
-  if (!s.on_read() || s.aggregation == VariableAggregation::kOnlyFirstReplica || s.components.size() == 1) {
+  if (!s.on_read() || s.aggregation == VariableAggregation::kOnlyFirstReplica ||
+      s.strategy->num_replicas_in_sync() == 1) {
     return s.components[0];
   }
+  // Across every worker's components where the strategy spans several.
   return s.strategy->extended().reduce_to(reduce_op_of(s.aggregation), DistributedValues<Tensor>(s.components),
                                           Device::cpu());
 }
@@ -269,7 +273,7 @@ void Variable::update(VariableUpdate op, const Tensor& value, const char* method
     return;
   }
   const Tensor local = value.device() == ctx->device() ? value : value.to(ctx->device());
-  const Tensor& mine = s.components[static_cast<std::size_t>(ctx->replica_id_in_sync_group())];
+  const Tensor& mine = s.components[static_cast<std::size_t>(ctx->local_replica_id())];
   if (s.on_read()) {
     apply(mine, op, local);
     return;

@@ -83,20 +83,25 @@ class DistributedDataset {
   using element_type = T;
 
   // Splits every element of `dataset` between replicas on worker_devices (one per replica, in
-  // replica order). InvalidArgumentError for no device or a buffer size < 1.
+  // replica order). InvalidArgumentError for no device or a buffer size < 1. With a `context` of
+  // several workers, each element (a global batch) is split between every worker's replicas and
+  // this worker keeps its replicas' rows.
   static DistributedDataset from_dataset(std::vector<Device> worker_devices, data::Dataset<T> dataset,
-                                         const InputOptions& options = {});
-  // Calls dataset_fn(InputContext(1, 0, worker_devices.size())) once, at once; the replicas take
-  // the elements of the data::Dataset<T> it returns in turn.
+                                         const InputOptions& options = {},
+                                         std::optional<InputContext> context = std::nullopt);
+  // Calls dataset_fn(context), by default InputContext(1, 0, worker_devices.size()), once, at
+  // once; the replicas take the elements of the data::Dataset<T> it returns in turn.
   template <class Fn>
   static DistributedDataset from_function(std::vector<Device> worker_devices, Fn&& dataset_fn,
-                                          const InputOptions& options = {});
+                                          const InputOptions& options = {},
+                                          std::optional<InputContext> context = std::nullopt);
 
   DistributedIterator<T> make_iterator() const;
   data::internal::LoopIterator<DistributedIterator<T>> begin() const { return make_iterator().begin(); }
   std::default_sentinel_t end() const { return {}; }
 
-  int num_replicas_in_sync() const { return workers_->num_replicas(); }
+  // Every worker's replicas (the PerReplica batches hold this worker's).
+  int num_replicas_in_sync() const { return workers_->num_replicas_in_sync(); }
 
  private:
   enum class Policy { kSplitEachElement, kElementPerReplica };
@@ -117,9 +122,10 @@ namespace input::internal {
 // The step of experimental_distribute_dataset: `element` cut into one batch per replica.
 template <class T>
 PerReplica<T> split_element(const T& element, const InputWorkers& workers, std::optional<std::int64_t> batch_size) {
-  const int n = workers.num_replicas();
+  const int n = workers.num_replicas_in_sync();
+  const int local = workers.num_replicas();
   std::vector<T> values;
-  values.reserve(static_cast<std::size_t>(n));
+  values.reserve(static_cast<std::size_t>(local));
   if (n == 1) {
     values.push_back(nest::map_leaves(element, [&](const Tensor& leaf) { return workers.place(leaf, 0); }));
     return PerReplica<T>(std::move(values));
@@ -127,8 +133,8 @@ PerReplica<T> split_element(const T& element, const InputWorkers& workers, std::
   std::int64_t rows = 0;
   std::size_t index = 0;
   nest::for_each_leaf(element, [&](const Tensor& leaf) { rows = split_rows(leaf, index++, rows, n); });
-  for (int r = 0; r < n; ++r) {
-    const RowRange range = replica_rows(rows, batch_size, n, r);
+  for (int r = 0; r < local; ++r) {
+    const RowRange range = replica_rows(rows, batch_size, n, workers.first_replica() + r);
     values.push_back(
         nest::map_leaves(element, [&](const Tensor& leaf) { return workers.place(leaf.slice(range.begin, range.end), r); }));
   }
@@ -192,20 +198,22 @@ PerReplica<T> DistributedIterator<T>::get_next() {
 
 template <class T>
 DistributedDataset<T> DistributedDataset<T>::from_dataset(std::vector<Device> worker_devices, data::Dataset<T> dataset,
-                                                          const InputOptions& options) {
-  return DistributedDataset(std::make_shared<const input::internal::InputWorkers>(std::move(worker_devices), options),
+                                                          const InputOptions& options,
+                                                          std::optional<InputContext> context) {
+  return DistributedDataset(
+      std::make_shared<const input::internal::InputWorkers>(std::move(worker_devices), options, context),
                             std::move(dataset), Policy::kSplitEachElement);
 }
 
 template <class T>
 template <class Fn>
 DistributedDataset<T> DistributedDataset<T>::from_function(std::vector<Device> worker_devices, Fn&& dataset_fn,
-                                                           const InputOptions& options) {
+                                                           const InputOptions& options,
+                                                           std::optional<InputContext> context) {
   static_assert(std::is_convertible_v<std::invoke_result_t<Fn&, const InputContext&>, data::Dataset<T>>,
                 "distribute_datasets_from_function: dataset_fn(const InputContext&) must return a data::Dataset");
-  auto workers = std::make_shared<const input::internal::InputWorkers>(std::move(worker_devices), options);
-  const InputContext context(1, 0, workers->num_replicas());
-  data::Dataset<T> dataset = std::invoke(dataset_fn, context);
+  auto workers = std::make_shared<const input::internal::InputWorkers>(std::move(worker_devices), options, context);
+  data::Dataset<T> dataset = std::invoke(dataset_fn, workers->input_context());
   return DistributedDataset(std::move(workers), std::move(dataset), Policy::kElementPerReplica);
 }
 

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -88,14 +89,20 @@ struct Unwrapped<std::map<K, T>> {
 // One object per (merge_fn type, argument types): its address identifies them across replicas.
 template <class... Ts>
 inline constexpr char kTypeTag = 0;
+// The same types' name, the same in every process running the same program (kTypeTag's address
+// is not): how workers compare merge_fns.
+template <class... T>
+struct TypeList {};
 
 }  // namespace detail
 
 class ReplicaContext {
  public:
   // Made by strategies: `group` is null for a single replica (collectives are then local copies).
+  // replica_id and num_replicas are global; local_replica_id is the replica's index in its worker
+  // (-1: replica_id, for a strategy of one worker).
   ReplicaContext(Strategy& strategy, int replica_id, int num_replicas, detail::ReplicaGroup* group, Device device,
-                 int run_depth);
+                 int run_depth, int local_replica_id = -1);
   // The default strategy's replica context, usable on any thread outside every scope.
   static std::unique_ptr<ReplicaContext> make_default(Strategy& default_strategy);
   ReplicaContext(const ReplicaContext&) = delete;
@@ -164,7 +171,7 @@ class ReplicaContext {
 
   Strategy* strategy_;
   int replica_id_;
-  int local_replica_id_;  // the same as replica_id_ while a strategy spans one process
+  int local_replica_id_;  // the replica's index among its worker's, and its rank in the group
   int num_replicas_;
   detail::ReplicaGroup* group_;
   Device device_;
@@ -262,11 +269,12 @@ auto ReplicaContext::merge_call(Fn&& merge_fn, Args&&... args) {
 
   detail::CollectiveCall call;
   call.merge_type = &detail::kTypeTag<F, std::decay_t<Args>...>;
+  call.merge_type_info = &typeid(detail::TypeList<F, std::decay_t<Args>...>);
   call.frame = &frame;
   call.run_merge = run;
   std::shared_ptr<void> result = run_merge_call(call);
   if constexpr (!std::is_void_v<R>) {
-    return detail::Unwrapped<std::decay_t<R>>::get(*static_cast<const std::decay_t<R>*>(result.get()), replica_id_);
+    return detail::Unwrapped<std::decay_t<R>>::get(*static_cast<const std::decay_t<R>*>(result.get()), local_replica_id_);
   } else {
     (void)result;
     return;

@@ -81,25 +81,29 @@ class Strategy {
   // A variable's components, in replica order (defined in distribute/variables/variable.h).
   inline std::vector<Tensor> experimental_local_results(const Variable& variable) const;
 
-  // Calls value_fn(ValueContext(i, n)) for each replica i and returns the results as PerReplica.
+  // Calls value_fn(ValueContext(i, n)) for each replica i of this worker (i global, n replicas in
+  // sync) and returns the results as PerReplica.
   template <class Fn>
   auto experimental_distribute_values_from_function(Fn&& value_fn);
 
   // Distributed input (input/distributed_dataset.h): each element of `dataset`, a global batch, is
-  // split between the replicas, prepared ahead on a background thread while the steps run:
+  // split between the replicas (of every worker: this worker's replicas get their rows), prepared
+  // ahead on a background thread while the steps run:
   //   for (auto batch : strategy.experimental_distribute_dataset(ds)) strategy.run(step, batch);
   template <class T>
   DistributedDataset<T> experimental_distribute_dataset(const data::Dataset<T>& dataset,
                                                         const InputOptions& options = {}) const {
-    return DistributedDataset<T>::from_dataset(extended_->worker_devices(), dataset, options);
+    return DistributedDataset<T>::from_dataset(extended_->worker_devices(), dataset, options,
+                                               extended_->input_context());
   }
-  // Calls dataset_fn(const InputContext&) once for this process's input pipeline; the replicas of
+  // Calls dataset_fn(extended().input_context()) once for this process's input pipeline (a worker
+  // shards its input by input_pipeline_id()); the replicas of
   // each step take consecutive elements (per-replica batches) of the data::Dataset it returns.
   template <class Fn>
   auto distribute_datasets_from_function(Fn&& dataset_fn, const InputOptions& options = {}) const {
     using Returned = std::decay_t<std::invoke_result_t<Fn&, const InputContext&>>;
     return DistributedDataset<typename Returned::element_type>::from_function(
-        extended_->worker_devices(), std::forward<Fn>(dataset_fn), options);
+        extended_->worker_devices(), std::forward<Fn>(dataset_fn), options, extended_->input_context());
   }
 
  protected:
@@ -152,9 +156,10 @@ decltype(auto) component(Arg& arg, int replica) {
 template <class Arg>
 void Strategy::check_distributed_argument(const Arg& arg, std::size_t index) const {
   if constexpr (Distributed<Arg>) {
-    DISTRIBUTE_CHECK(arg.num_replicas() == num_replicas_in_sync(), InvalidArgumentError, "run: argument ",
+    DISTRIBUTE_CHECK(arg.num_replicas() == extended_->num_local_replicas(), InvalidArgumentError, "run: argument ",
                      index, " holds values for ", arg.num_replicas(), " replicas but ", name(), " has ",
-                     num_replicas_in_sync(), "; create it with this strategy");
+                     extended_->num_local_replicas(), extended_->in_multi_worker_mode() ? " on this worker" : "",
+                     "; create it with this strategy");
   }
 }
 
@@ -167,13 +172,13 @@ auto Strategy::run(Fn&& fn, Args&&... args) {
   (check_distributed_argument(args, index++), ...);
   if constexpr (std::is_void_v<R>) {
     extended_->call_for_each_replica([&](ReplicaContext& ctx) {
-      std::invoke(fn, detail::component(args, ctx.replica_id_in_sync_group())...);
+      std::invoke(fn, detail::component(args, ctx.local_replica_id())...);
     });
   } else {
     using Value = std::decay_t<R>;
-    std::vector<std::optional<Value>> results(static_cast<std::size_t>(num_replicas_in_sync()));
+    std::vector<std::optional<Value>> results(static_cast<std::size_t>(extended_->num_local_replicas()));
     extended_->call_for_each_replica([&](ReplicaContext& ctx) {
-      const int id = ctx.replica_id_in_sync_group();
+      const int id = ctx.local_replica_id();
       results[static_cast<std::size_t>(id)].emplace(std::invoke(fn, detail::component(args, id)...));
     });
     std::vector<Value> values;
@@ -210,8 +215,11 @@ template <class Fn>
 auto Strategy::experimental_distribute_values_from_function(Fn&& value_fn) {
   using R = std::decay_t<std::invoke_result_t<Fn&, const ValueContext&>>;
   std::vector<R> values;
-  values.reserve(static_cast<std::size_t>(num_replicas_in_sync()));
-  for (int i = 0; i < num_replicas_in_sync(); ++i) values.push_back(value_fn(ValueContext(i, num_replicas_in_sync())));
+  const int local = extended_->num_local_replicas();
+  values.reserve(static_cast<std::size_t>(local));
+  for (int i = 0; i < local; ++i) {
+    values.push_back(value_fn(ValueContext(extended_->worker_id() * local + i, num_replicas_in_sync())));
+  }
   return PerReplica<R>(std::move(values));
 }
 

@@ -28,6 +28,9 @@ namespace distribute {
 namespace collective {
 class Communicator;  // src/collective/communicator.h
 }  // namespace collective
+namespace detail {
+class WorkerSync;  // src/replica/worker_sync.h
+}  // namespace detail
 
 class StrategyExtended {
  public:
@@ -35,8 +38,10 @@ class StrategyExtended {
   StrategyExtended(const StrategyExtended&) = delete;
   StrategyExtended& operator=(const StrategyExtended&) = delete;
 
-  int num_replicas_in_sync() const { return static_cast<int>(worker_devices_.size()); }
-  // The devices replicas run on, in replica order; and where variables live (the same here).
+  // Every worker's replicas: num_workers() * num_local_replicas().
+  int num_replicas_in_sync() const { return num_workers() * num_local_replicas(); }
+  // The devices this worker's replicas run on, in replica order; and where variables live (the
+  // same here).
   const std::vector<Device>& worker_devices() const { return worker_devices_; }
   const std::vector<Device>& parameter_devices() const { return worker_devices_; }
   // The options every collective of this strategy starts from (a constructor argument).
@@ -97,6 +102,8 @@ class StrategyExtended {
   // The backend of the cross-replica operations; null for a strategy of one replica, whose values
   // are only copied.
   virtual collective::Communicator* communicator() { return nullptr; }
+  // What joins this worker to the others; null for a strategy of one process.
+  virtual detail::WorkerSync* worker_sync() { return nullptr; }
 
  private:
   friend class Strategy;
@@ -106,6 +113,18 @@ class StrategyExtended {
                            const Device& destination, const CommunicationOptions& options, const char* what);
   Tensor concat_components(std::span<const Tensor> components, int axis, const Device& destination,
                            const CommunicationOptions& options, const char* what);
+  // The same among this worker's replicas only.
+  Tensor reduce_locally(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
+                        const Device& destination, const CommunicationOptions& options, const char* what);
+  Tensor concat_locally(std::span<const Tensor> components, int axis, const Device& destination,
+                        const CommunicationOptions& options, const char* what);
+  // The same across workers: the local checks, then the workers' agreement, then the local
+  // combination, the step across workers and the copy to destination.
+  Tensor reduce_across_workers(detail::WorkerSync& sync, ReduceOp op, std::span<const Tensor> components,
+                               std::optional<int> axis, const Device& destination, const CommunicationOptions& options,
+                               const char* what);
+  Tensor concat_across_workers(detail::WorkerSync& sync, std::span<const Tensor> components, int axis,
+                               const Device& destination, const CommunicationOptions& options, const char* what);
   // communicator(), once `options` are known to ask for no other implementation.
   collective::Communicator* checked_backend(const CommunicationOptions& options, const char* what);
 
@@ -117,9 +136,9 @@ class StrategyExtended {
 template <class Fn>
 auto StrategyExtended::update(const Mirrored<Tensor>& var, Fn&& fn) {
   require_cross_replica_or_default("extended().update");
-  DISTRIBUTE_CHECK(var.num_replicas() == num_replicas_in_sync(), InvalidArgumentError,
+  DISTRIBUTE_CHECK(var.num_replicas() == num_local_replicas(), InvalidArgumentError,
                    "extended().update: the variable has ", var.num_replicas(), " components but the strategy has ",
-                   num_replicas_in_sync(), " replicas");
+                   num_local_replicas(), " replicas", in_multi_worker_mode() ? " on this worker" : "");
   // Each component is passed as a handle of its own (Tensor&), through which fn may write it.
   using R = std::decay_t<std::invoke_result_t<Fn&, Tensor&>>;
   if constexpr (std::is_void_v<R>) {

@@ -4,20 +4,31 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "distribute/device/device.h"
 #include "distribute/device/tensor.h"
 #include "distribute/input/input_options.h"
+#include "distribute/values/value_context.h"
 
 namespace distribute::input::internal {
 
 class InputWorkers {
  public:
-  // InvalidArgumentError for an empty device list or a buffer size < 1.
-  InputWorkers(std::vector<Device> devices, const InputOptions& options);
+  // InvalidArgumentError for an empty device list or a buffer size < 1. `context` places the
+  // devices among every worker's replicas: this worker's are replicas
+  // input_pipeline_id() * devices.size() ... of context.num_replicas_in_sync() (default: all).
+  InputWorkers(std::vector<Device> devices, const InputOptions& options,
+               std::optional<InputContext> context = std::nullopt);
 
+  // This worker's replicas.
   int num_replicas() const { return static_cast<int>(devices_.size()); }
+  // Every worker's replicas, and the global id of this worker's first.
+  int num_replicas_in_sync() const { return num_replicas_in_sync_; }
+  int first_replica() const { return first_replica_; }
+  // What dataset_fn of distribute_datasets_from_function receives.
+  InputContext input_context() const { return context_; }
   const std::vector<Device>& devices() const { return devices_; }
   std::size_t buffer_size() const { return buffer_size_; }
 
@@ -29,6 +40,9 @@ class InputWorkers {
 
  private:
   std::vector<Device> devices_;
+  InputContext context_;
+  int num_replicas_in_sync_;
+  int first_replica_;
   bool fetch_to_device_;
   std::size_t buffer_size_;
 };

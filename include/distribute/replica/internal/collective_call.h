@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <typeinfo>
 
 #include "distribute/collective/internal/collective_op.h"
 
@@ -73,6 +74,7 @@ struct CollectiveCall {
   const void* value = nullptr;
   // merge_call: identifies merge_fn's type and arguments' types; `frame` is read by `run_merge`.
   const void* merge_type = nullptr;
+  const std::type_info* merge_type_info = nullptr;  // the same, comparable across processes
   const void* frame = nullptr;
   MergeRunner run_merge = nullptr;
   // When set: work of this replica's own that needs neither the other replicas nor the data

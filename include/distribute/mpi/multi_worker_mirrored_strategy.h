@@ -1,0 +1,87 @@
+// MultiWorkerMirroredStrategy: MirroredStrategy across processes (tf.distribute.
+// MultiWorkerMirroredStrategy). The same program runs as every worker of a job launched by mpirun
+// or srun; each worker has its local replicas (threads, as in MirroredStrategy) and
+// num_replicas_in_sync() counts every worker's. Replica ids are global: worker w's local replica l
+// is w * num_local_replicas() + l. run() takes and returns this worker's values (PerReplica and
+// experimental_local_results are local); collectives, merge_call and the cross-replica operations
+// are collective across the workers.
+//
+// Everything here is implemented in the separate library distribute::mpi
+// (find_package(distribute CONFIG REQUIRED COMPONENTS mpi)); this header does not include <mpi.h>.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "distribute/collective/communication_options.h"
+#include "distribute/strategy/strategy.h"
+
+namespace distribute {
+
+// The jobs of a cluster and their tasks' addresses (tf.train.ClusterSpec).
+class ClusterSpec {
+ public:
+  explicit ClusterSpec(std::map<std::string, std::vector<std::string>> jobs = {});
+  // The job names, sorted.
+  std::vector<std::string> jobs() const;
+  // 0 for a job that is not in the spec.
+  int num_tasks(std::string_view job) const;
+  // InvalidArgumentError for a job that is not in the spec.
+  const std::vector<std::string>& job_tasks(std::string_view job) const;
+
+ private:
+  std::map<std::string, std::vector<std::string>, std::less<>> jobs_;
+};
+
+// Who is in the job and who this process is (tf.distribute.cluster_resolver.ClusterResolver).
+class ClusterResolver {
+ public:
+  virtual ~ClusterResolver();
+  virtual ClusterSpec cluster_spec() const = 0;
+  virtual std::string task_type() const = 0;  // "worker" or "chief"
+  virtual int task_id() const = 0;
+};
+
+// The job MPI launched: MPI_COMM_WORLD's rank r is task ("worker", r); the addresses are the
+// ranks' host names. Initialises MPI if the program has not (see MultiWorkerMirroredStrategy).
+class MpiClusterResolver : public ClusterResolver {
+ public:
+  MpiClusterResolver();
+  ClusterSpec cluster_spec() const override { return spec_; }
+  std::string task_type() const override { return "worker"; }
+  int task_id() const override { return task_id_; }
+
+ private:
+  ClusterSpec spec_;
+  int task_id_ = 0;
+};
+
+struct MultiWorkerMirroredStrategyOptions {
+  // This worker's replicas; empty: every GPU, else {"CPU:0"}. Every worker must have as many.
+  std::vector<std::string> local_devices;
+  // The defaults of every collective: a timeout here bounds every wait for another worker too.
+  CommunicationOptions communication;
+  // Null: an MpiClusterResolver.
+  std::shared_ptr<const ClusterResolver> cluster_resolver;
+};
+
+class MultiWorkerMirroredStrategy final : public Strategy {
+ public:
+  // Collective across the workers: every worker constructs its strategy, and they agree on the
+  // number of local replicas (InvalidArgumentError when they differ). Initialises MPI when the
+  // program has not (asking for MPI_THREAD_MULTIPLE; UnavailableError below
+  // MPI_THREAD_SERIALIZED) and then finalises it at exit; a program that initialised MPI keeps it.
+  MultiWorkerMirroredStrategy();
+  explicit MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions options);
+  ~MultiWorkerMirroredStrategy() override;
+  std::string name() const override;
+  const ClusterResolver& cluster_resolver() const;
+
+ private:
+  std::shared_ptr<const ClusterResolver> resolver_;
+};
+
+}  // namespace distribute

@@ -1,0 +1,237 @@
+// MpiCrossWorker: MPI initialisation, the header exchange, and data in pieces.
+#include "mpi/mpi_cross_worker.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "distribute/errors.h"
+
+namespace distribute::detail {
+namespace {
+
+constexpr int kHeaderTag = 17;
+
+// Calls into MPI from several threads (several strategies, or the caller and a replica thread)
+// are serialised here, so that MPI_THREAD_SERIALIZED suffices.
+std::mutex& mpi_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(rc, text, &length);
+  throw UnavailableError(absl::StrCat(call, " failed: ", std::string(text, static_cast<std::size_t>(length))));
+}
+
+// Polls `done` until it returns true or `deadline` passes; returns whether it did. Sleeps a little
+// between polls once the first ones found nothing, so that a waiting worker leaves the cores to
+// the replicas still computing.
+template <class Done>
+bool poll_until(Done&& done, Deadline deadline) {
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if (Clock::now() >= deadline) return false;
+    if (i < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return MPI_FLOAT;
+    case DType::kFloat64: return MPI_DOUBLE;
+    case DType::kInt32: return MPI_INT32_T;
+    case DType::kInt64: return MPI_INT64_T;
+    default: break;
+  }
+  throw UnimplementedError(absl::StrCat("MultiWorkerMirroredStrategy: an all_reduce of ", dtype_name(dtype),
+                                        " across workers is not supported; cast to float32 first"));
+}
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+void ensure_mpi_initialized() {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    std::atexit(finalize_at_exit);
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    throw UnavailableError(
+        "MultiWorkerMirroredStrategy: MPI provides less than MPI_THREAD_SERIALIZED; the strategy calls MPI from "
+        "its replica threads. Initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let the "
+        "strategy initialise it");
+  }
+}
+
+MpiCrossWorker::MpiCrossWorker() {
+  ensure_mpi_initialized();
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCrossWorker::~MpiCrossWorker() {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm_);
+}
+
+std::vector<int> MpiCrossWorker::exchange(std::span<const std::byte> mine, std::span<std::byte> all,
+                                          Deadline deadline) {
+  const std::size_t bytes = mine.size();
+  std::memcpy(all.data() + static_cast<std::size_t>(rank_) * bytes, mine.data(), bytes);
+  if (size_ == 1) return {};
+  // Receives first (index w' for each peer), then sends; the send buffer outlives an abandoned
+  // exchange, whose requests MPI may still complete.
+  auto outgoing = std::make_unique<std::byte[]>(bytes);
+  std::memcpy(outgoing.get(), mine.data(), bytes);
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;
+  {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    for (int w = 0; w < size_; ++w) {
+      if (w == rank_) continue;
+      requests.emplace_back();
+      peers.push_back(w);
+      check(MPI_Irecv(all.data() + static_cast<std::size_t>(w) * bytes, static_cast<int>(bytes), MPI_BYTE, w,
+                      kHeaderTag, comm_, &requests.back()),
+            "MPI_Irecv");
+    }
+    for (int w = 0; w < size_; ++w) {
+      if (w == rank_) continue;
+      requests.emplace_back();
+      check(MPI_Isend(outgoing.get(), static_cast<int>(bytes), MPI_BYTE, w, kHeaderTag, comm_, &requests.back()),
+            "MPI_Isend");
+    }
+  }
+  const bool done = poll_until(
+      [&] {
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        int flag = 0;
+        MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
+        return flag != 0;
+      },
+      deadline);
+  if (done) return {};
+  std::vector<int> missing;
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i] == MPI_REQUEST_NULL) continue;
+    if (i < peers.size()) {
+      int flag = 0;
+      MPI_Test(&requests[i], &flag, MPI_STATUS_IGNORE);
+      if (flag) continue;
+      missing.push_back(peers[i]);
+      MPI_Cancel(&requests[i]);
+    }
+    MPI_Request_free(&requests[i]);
+  }
+  abandoned_.push_back(std::move(outgoing));
+  return missing;
+}
+
+void MpiCrossWorker::send_last(std::span<const std::byte> mine) {
+  if (size_ == 1) return;
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  // A header is small enough to go eagerly: each send returns without the peer receiving it, and
+  // a peer that never does (it is leaving too) leaves it unmatched.
+  for (int w = 0; w < size_; ++w) {
+    if (w != rank_) check(MPI_Send(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, w, kHeaderTag, comm_), "MPI_Send");
+  }
+}
+
+void MpiCrossWorker::wait_or_abort(MPI_Request& request, Deadline deadline, const std::string& what) {
+  const bool done = poll_until(
+      [&] {
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        int flag = 0;
+        MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+        return flag != 0;
+      },
+      deadline);
+  if (done) return;
+  std::fprintf(stderr,
+               "distribute: worker %d: the data phase of %s stalled past its timeout (a worker stopped sending "
+               "after every worker had agreed to the collective); ending the job\n",
+               rank_, what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(comm_, 1);
+}
+
+void MpiCrossWorker::all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
+                                const std::string& what) {
+  if (size_ == 1 || count == 0) return;
+  const MPI_Datatype type = mpi_type(dtype);
+  if (op != ReduceOp::kSum) throw InternalError("MpiCrossWorker::all_reduce takes SUM only");
+  const auto per_call = static_cast<std::int64_t>(kMaxBytesPerCall / dtype_size(dtype));
+  auto* bytes = static_cast<std::byte*>(data);
+  for (std::int64_t at = 0; at < count; at += per_call) {
+    const std::int64_t n = std::min(per_call, count - at);
+    MPI_Request request;
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      check(MPI_Iallreduce(MPI_IN_PLACE, bytes + static_cast<std::size_t>(at) * dtype_size(dtype),
+                           static_cast<int>(n), type, MPI_SUM, comm_, &request),
+            "MPI_Iallreduce");
+    }
+    wait_or_abort(request, deadline, what);
+  }
+}
+
+void MpiCrossWorker::all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
+                                const std::string& what) {
+  std::vector<int> counts;
+  std::vector<int> displacements;
+  std::size_t total = 0;
+  for (std::size_t s : sizes) {
+    if (total + s > static_cast<std::size_t>(INT_MAX)) {
+      throw UnimplementedError(absl::StrCat(what, ": gathering more than 2 GiB across workers is not supported"));
+    }
+    counts.push_back(static_cast<int>(s));
+    displacements.push_back(static_cast<int>(total));
+    total += s;
+  }
+  if (size_ == 1) {
+    if (total != 0) std::memcpy(out, mine, total);
+    return;
+  }
+  MPI_Request request;
+  {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    check(MPI_Iallgatherv(mine, counts[static_cast<std::size_t>(rank_)], MPI_BYTE, out, counts.data(),
+                          displacements.data(), MPI_BYTE, comm_, &request),
+          "MPI_Iallgatherv");
+  }
+  wait_or_abort(request, deadline, what);
+}
+
+}  // namespace distribute::detail

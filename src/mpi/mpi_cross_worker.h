@@ -1,0 +1,49 @@
+// distribute::detail: the cross-worker engine over MPI. One process is one worker (its rank in
+// MPI_COMM_WORLD); the engine works on its own duplicate of MPI_COMM_WORLD, so that the
+// program's own MPI traffic never matches the strategy's. Every wait polls non-blocking MPI calls
+// against the collective's deadline: a header exchange that times out names the workers that did
+// not send theirs, and a data phase that stalls past the deadline is reported and ends the job
+// (MPI_Abort), as a collective left half done cannot be taken back.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <vector>
+
+#include "replica/worker_sync.h"
+
+namespace distribute::detail {
+
+// Initialises MPI unless the program has (requesting MPI_THREAD_MULTIPLE, requiring
+// MPI_THREAD_SERIALIZED, else UnavailableError), then finalises it at exit.
+void ensure_mpi_initialized();
+
+class MpiCrossWorker final : public CrossWorker {
+ public:
+  // Open MPI 4.1's collectives slow down sharply above about 16 MiB per call.
+  static constexpr std::size_t kMaxBytesPerCall = std::size_t{16} << 20;
+
+  MpiCrossWorker();
+  ~MpiCrossWorker() override;
+  int num_workers() const override { return size_; }
+  int worker_id() const override { return rank_; }
+  std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) override;
+  void all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
+                  const std::string& what) override;
+  void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
+                  const std::string& what) override;
+  void send_last(std::span<const std::byte> mine) override;
+
+ private:
+  // Waits for `request`; past `deadline`, reports `what` and ends the job.
+  void wait_or_abort(MPI_Request& request, Deadline deadline, const std::string& what);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  // Send buffers of exchanges abandoned at a deadline, which MPI may still read.
+  std::vector<std::unique_ptr<std::byte[]>> abandoned_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace distribute::detail

@@ -1,0 +1,87 @@
+// MultiWorkerMirroredStrategy and MpiClusterResolver: MirroredStrategy's replicas on each worker,
+// joined through MPI.
+#include "distribute/mpi/multi_worker_mirrored_strategy.h"
+
+#include <mpi.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "mpi/mpi_cross_worker.h"
+#include "strategy/mirrored_extended.h"
+
+namespace distribute {
+namespace {
+
+// Every rank's host name, gathered over MPI_COMM_WORLD.
+std::vector<std::string> rank_hosts() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<std::string> hosts;
+  for (int r = 0; r < size; ++r) hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  return hosts;
+}
+
+}  // namespace
+
+MpiClusterResolver::MpiClusterResolver() {
+  detail::ensure_mpi_initialized();
+  MPI_Comm_rank(MPI_COMM_WORLD, &task_id_);
+  spec_ = ClusterSpec({{"worker", rank_hosts()}});
+}
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
+    : MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions{}) {}
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions options)
+    : resolver_(options.cluster_resolver != nullptr ? std::move(options.cluster_resolver)
+                                                    : std::make_shared<const MpiClusterResolver>()) {
+  std::vector<Device> devices = detail::parse_mirrored_devices(options.local_devices);
+  for (const Device& d : devices) {
+    DISTRIBUTE_CHECK(d.is_cpu(), UnimplementedError, "MultiWorkerMirroredStrategy: local device ", d.short_name(),
+                     " is a GPU; GPU replicas across workers (NCCL across processes) are not built yet, list CPU "
+                     "devices (\"CPU:0\", \"CPU:1\")");
+  }
+  auto engine = std::make_unique<detail::MpiCrossWorker>();
+  const int rank = engine->worker_id();
+  const int workers = engine->num_workers();
+  const int tasks = resolver_->cluster_spec().num_tasks("worker") + resolver_->cluster_spec().num_tasks("chief");
+  DISTRIBUTE_CHECK(tasks == workers, InvalidArgumentError, "MultiWorkerMirroredStrategy: the cluster resolver lists ",
+                   tasks, " tasks but MPI launched ", workers, " processes; launch one process per task");
+  // Every worker must bring as many replicas: a collective's ids and MEANs count on it.
+  const std::int64_t local = static_cast<std::int64_t>(devices.size());
+  std::vector<std::int64_t> all(static_cast<std::size_t>(workers));
+  const std::vector<int> missing = engine->exchange(std::as_bytes(std::span(&local, 1)),
+                                                    std::as_writable_bytes(std::span(all)),
+                                                    detail::deadline_after(options.communication.timeout));
+  DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "MultiWorkerMirroredStrategy: timed out after ",
+                   options.communication.timeout.count(), " s: workers ", absl::StrJoin(missing, ", "),
+                   " did not construct their strategy");
+  for (int w = 0; w < workers; ++w) {
+    DISTRIBUTE_CHECK(all[static_cast<std::size_t>(w)] == local, InvalidArgumentError,
+                     "MultiWorkerMirroredStrategy: worker ", w, " has ", all[static_cast<std::size_t>(w)],
+                     " local replicas but worker ", rank, " has ", local,
+                     "; every worker needs the same number of local devices");
+  }
+  auto sync = std::make_shared<detail::WorkerSync>(std::move(engine), static_cast<int>(local));
+  MirroredStrategyOptions mirrored;
+  mirrored.communication = options.communication;
+  set_extended(detail::make_mirrored_extended(*this, std::move(devices), mirrored, std::move(sync)));
+}
+
+MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
+
+std::string MultiWorkerMirroredStrategy::name() const {
+  std::vector<std::string> names;
+  for (const Device& d : extended().worker_devices()) names.push_back(d.short_name());
+  return absl::StrCat("MultiWorkerMirroredStrategy(worker ", extended().worker_id(), " of ", extended().num_workers(),
+                      ": ", absl::StrJoin(names, ", "), ")");
+}
+
+const ClusterResolver& MultiWorkerMirroredStrategy::cluster_resolver() const { return *resolver_; }
+
+}  // namespace distribute

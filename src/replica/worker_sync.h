@@ -1,0 +1,124 @@
+// distribute::detail: what joins the workers (processes) of a multi-worker strategy. CrossWorker
+// is the process-level engine, declared here and implemented outside the core (src/mpi/ over MPI),
+// so that the core never includes or links an engine. WorkerSync is the protocol on top of it: one
+// thread per worker takes each collective across the workers, and before any data moves the
+// workers exchange a small header (status, kind, sequence, fingerprint). Only when the headers
+// differ do they exchange descriptions, from which every worker builds the same error naming the
+// workers, their replicas and what differed; a worker that does not arrive in time makes the
+// strategy unusable, as a collective left half done cannot be taken back.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/wait.h"
+#include "distribute/device/dtype.h"
+#include "distribute/device/reduce_op.h"
+
+namespace distribute::detail {
+
+class CrossWorker {
+ public:
+  virtual ~CrossWorker() = default;
+  virtual int num_workers() const = 0;
+  virtual int worker_id() const = 0;
+  // Sends `mine` to every worker and receives worker w's bytes (of mine.size()) into
+  // all[w * mine.size(), ...). Returns the workers whose bytes had not come when `deadline`
+  // passed (then the exchange is abandoned), else nothing.
+  virtual std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) = 0;
+  // data = op(every worker's data), `count` elements of `dtype`, in place; op is not kMean.
+  // `what` names the collective if the data phase stalls past `deadline`, which ends the job.
+  virtual void all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
+                          const std::string& what) = 0;
+  // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
+  virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
+                          const std::string& what) = 0;
+  // Sends `mine` to every other worker as this worker's part of their next exchange, without
+  // waiting for theirs: this worker's last word.
+  virtual void send_last(std::span<const std::byte> mine) = 0;
+};
+
+// One worker's part in one cross-worker step.
+struct WorkerCall {
+  // kLeft: the worker destroyed its strategy (sent by the destructor, never passed to agree).
+  enum class Status : std::uint32_t { kCall, kReturned, kFailed, kLeft };
+  Status status = Status::kCall;
+  std::uint32_t kind = 0;  // collective::CollectiveKind, or WorkerSync::kReduceTo / kGatherTo
+  std::int64_t sequence = 0;
+  std::uint64_t fingerprint = 0;  // every field that must agree, hashed
+  std::chrono::duration<double> timeout{0};
+  // Made only when the workers differ. kCall: {name ("all_reduce #3"), then one entry per field
+  // in fingerprint order}; the first entry that differs is named.
+  std::vector<std::string> (*describe)(const void* context) = nullptr;
+  const void* describe_context = nullptr;
+  // kFailed: the error and the global id of the replica that raised it (-1: unknown).
+  std::exception_ptr error;
+  int failed_replica = -1;
+};
+
+class WorkerSync {
+ public:
+  static constexpr std::uint32_t kReduceTo = 100;
+  static constexpr std::uint32_t kGatherTo = 101;
+
+  WorkerSync(std::unique_ptr<CrossWorker> engine, int num_local_replicas);
+  // Tells the other workers that this one left: whoever waits for it, or calls a collective
+  // later, gets UnavailableError naming it instead of waiting.
+  ~WorkerSync();
+  WorkerSync(const WorkerSync&) = delete;
+  WorkerSync& operator=(const WorkerSync&) = delete;
+
+  int num_workers() const { return engine_->num_workers(); }
+  int worker_id() const { return engine_->worker_id(); }
+  int num_local_replicas() const { return num_local_; }
+
+  // Agrees with every other worker on `mine`. Returns when every worker made the same call (or
+  // all returned); otherwise throws, on every worker, the error naming the workers that differ
+  // (a failed worker's own error on that worker). DeadlineExceededError when a worker does not
+  // arrive within mine.timeout; after that, UnavailableError at once.
+  void agree(const WorkerCall& mine);
+  // Whether every worker knows that the current run ended: an agree() threw (on every worker
+  // alike) or found every worker returned. A run that failed on this worker alone before that
+  // must still tell the others (a kFailed agree). begin_run() starts a run.
+  bool concluded() const { return concluded_; }
+  void begin_run() { concluded_ = false; }
+  // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.
+  std::int64_t next_cross_replica_sequence() { return ++cross_replica_sequence_; }
+
+  void all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, std::chrono::duration<double> timeout,
+                  const std::string& what);
+  // Concatenates every worker's `mine` in worker order (sizes may differ); returns the bytes and
+  // fills `sizes` with each worker's count.
+  std::vector<std::byte> all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,
+                                    std::chrono::duration<double> timeout, const std::string& what);
+  // The sum over workers of `value`.
+  std::int64_t sum(std::int64_t value, std::chrono::duration<double> timeout, const std::string& what);
+
+  // "worker 1 (replicas 2, 3)" or "workers 0, 2 (replicas 0, 1, 4, 5)".
+  std::string workers_text(const std::vector<int>& workers) const;
+
+ private:
+  void check_usable() const;
+  // Every worker's description of its call, exchanged when the headers differ.
+  std::vector<std::vector<std::string>> exchange_descriptions(const WorkerCall& mine, Deadline deadline);
+  [[noreturn]] void time_out(const WorkerCall& mine, const std::vector<int>& missing);
+  void agree_or_throw(const WorkerCall& mine);
+
+  std::unique_ptr<CrossWorker> engine_;
+  const int num_local_;
+  std::int64_t cross_replica_sequence_ = 0;
+  // Written by whichever thread takes the run's current step across the workers; the steps of
+  // a run are ordered by its rendezvous, and the run's end by its runner.
+  bool concluded_ = false;
+  std::atomic<bool> broken_{false};
+  std::string broken_reason_;  // written once, before broken_ is set
+};
+
+}  // namespace distribute::detail

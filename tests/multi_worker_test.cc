@@ -1,0 +1,478 @@
+// MultiWorkerMirroredStrategy across real processes: ctest launches this binary under
+// `mpirun -np W` with `--local_replicas=L` (2x2, 3x1, 4x1, 1x2), and every process checks the
+// same expectations from its own side: global replica ids, the values of TF's test cases
+// generalised to W x L (for 2 x 2: SUM of 1.0 is 4.0, SUM of ids 6, [1,2,3,4][g] sums to 10 and
+// averages 2.5, all_gather of (1,2,2) gives (4,2,2), (1,8,2), (1,2,8)), merge_call once per worker,
+// Strategy::reduce with uneven batches (an exact MEAN), gather, reduce_to, batch_reduce_to; and the
+// errors that name the worker and replicas when workers differ, raise or return early, after which
+// the strategy stays usable; a worker that does not arrive gives DeadlineExceededError and then
+// UnavailableError.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distribute/distribute.h"
+
+namespace distribute {
+namespace {
+
+using ::testing::HasSubstr;
+
+int g_local_replicas = 2;
+
+std::vector<std::string> local_devices() {
+  std::vector<std::string> devices;
+  for (int l = 0; l < g_local_replicas; ++l) devices.push_back("CPU:" + std::to_string(l));
+  return devices;
+}
+
+// One strategy for the whole binary: constructing one is collective across the workers, and the
+// error tests check that it stays usable.
+MultiWorkerMirroredStrategy& strategy() {
+  static MultiWorkerMirroredStrategy* s = [] {
+    MultiWorkerMirroredStrategyOptions options;
+    options.local_devices = local_devices();
+    options.communication.timeout = std::chrono::seconds(20);
+    return new MultiWorkerMirroredStrategy(options);
+  }();
+  return *s;
+}
+
+class MultiWorker : public ::testing::Test {
+ protected:
+  // "worker 1 (replicas 2, 3)", "workers 1, 2 (replicas 1, 2)": workers [first, last] as errors name them.
+  std::string workers_text(int first, int last) const {
+    std::string ws;
+    std::string rs;
+    for (int w = first; w <= last; ++w) {
+      ws += (w == first ? "" : ", ") + std::to_string(w);
+      for (int l = 0; l < local(); ++l) rs += (rs.empty() ? "" : ", ") + std::to_string(w * local() + l);
+    }
+    return (first == last ? "worker " : "workers ") + ws + (local() == 1 && first == last ? " (replica " : " (replicas ") +
+           rs + ")";
+  }
+  MultiWorkerMirroredStrategy& s = strategy();
+  int workers() const { return s.extended().num_workers(); }
+  int worker() const { return s.extended().worker_id(); }
+  int local() const { return s.extended().num_local_replicas(); }
+  int n() const { return s.num_replicas_in_sync(); }
+};
+
+TEST_F(MultiWorker, IdsAndPlaceInTheJobAreGlobal) {
+  int size = 0;
+  EXPECT_EQ(local(), g_local_replicas);
+  EXPECT_EQ(n(), workers() * local());
+  EXPECT_EQ(s.extended().in_multi_worker_mode(), workers() > 1);
+  EXPECT_EQ(s.extended().should_checkpoint(), worker() == 0);
+  EXPECT_EQ(s.extended().should_save_summary(), worker() == 0);
+  EXPECT_EQ(s.cluster_resolver().task_type(), "worker");
+  EXPECT_EQ(s.cluster_resolver().task_id(), worker());
+  size = s.cluster_resolver().cluster_spec().num_tasks("worker");
+  EXPECT_EQ(size, workers());
+  const InputContext input = s.extended().input_context();
+  EXPECT_EQ(input.num_input_pipelines(), workers());
+  EXPECT_EQ(input.input_pipeline_id(), worker());
+  EXPECT_EQ(input.num_replicas_in_sync(), n());
+
+  PerReplica<int> ids = s.run([] { return get_replica_context()->replica_id_in_sync_group(); });
+  PerReplica<int> locals = s.run([] { return get_replica_context()->local_replica_id(); });
+  PerReplica<int> sizes = s.run([] { return get_replica_context()->num_replicas_in_sync(); });
+  std::vector<int> expected_ids(static_cast<std::size_t>(local()));
+  std::iota(expected_ids.begin(), expected_ids.end(), worker() * local());
+  std::vector<int> expected_locals(static_cast<std::size_t>(local()));
+  std::iota(expected_locals.begin(), expected_locals.end(), 0);
+  EXPECT_EQ(s.experimental_local_results(ids), expected_ids);  // 2x2: [0,1] on worker 0, [2,3] on worker 1
+  EXPECT_EQ(s.experimental_local_results(locals), expected_locals);
+  EXPECT_EQ(sizes.values(), std::vector<int>(static_cast<std::size_t>(local()), n()));
+}
+
+TEST_F(MultiWorker, AllReduceSumsAndAveragesOverEveryWorker) {
+  PerReplica<float> sum = s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+  PerReplica<float> mean = s.run([] { return get_replica_context()->all_reduce(ReduceOp::kMean, 1.0f); });
+  PerReplica<std::int32_t> ids = s.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    return ctx.all_reduce(ReduceOp::kSum, static_cast<std::int32_t>(ctx.replica_id_in_sync_group()));
+  });
+  // Replica g passes [1, 2, ..., N][g]: 2x2 sums to 10 and averages 2.5.
+  PerReplica<Tensor> values = s.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    const auto g = static_cast<float>(ctx.replica_id_in_sync_group());
+    return ctx.all_reduce(ReduceOp::kSum, Tensor::from_vector<float>({g + 1, 10 * (g + 1)}, Shape{2}));
+  });
+  PerReplica<Tensor> means = s.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    const auto g = static_cast<double>(ctx.replica_id_in_sync_group());
+    return ctx.all_reduce(ReduceOp::kMean, Tensor::scalar<double>(g + 1));
+  });
+  const double total = n() * (n() + 1) / 2.0;
+  for (int l = 0; l < local(); ++l) {
+    EXPECT_EQ(sum[l], static_cast<float>(n()));
+    EXPECT_EQ(mean[l], 1.0f);
+    EXPECT_EQ(ids[l], n() * (n() - 1) / 2);
+    EXPECT_EQ(values[l].to_vector<float>(), (std::vector<float>{static_cast<float>(total), static_cast<float>(10 * total)}));
+    EXPECT_DOUBLE_EQ(means[l].item<double>(), (n() + 1) / 2.0);
+  }
+}
+
+TEST_F(MultiWorker, AllReduceOfANestOfManyLeavesAndDtypes) {
+  // Leaves of several dtypes in one call, and a large leaf (more than one 16 MiB engine call).
+  constexpr std::int64_t kLarge = (std::int64_t{16} << 20) / 4 + 1000;
+  auto result = s.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    const int g = ctx.replica_id_in_sync_group();
+    std::vector<Tensor> leaves{Tensor::from_vector<std::int64_t>({g, 1}, Shape{2}),
+                               Tensor::from_vector<float>(std::vector<float>(kLarge, 1.0f), Shape{kLarge}),
+                               Tensor::scalar<std::int32_t>(g)};
+    return ctx.all_reduce(ReduceOp::kSum, leaves);
+  });
+  for (int l = 0; l < local(); ++l) {
+    const std::vector<Tensor>& leaves = result[l];
+    EXPECT_EQ(leaves[0].to_vector<std::int64_t>(), (std::vector<std::int64_t>{n() * (n() - 1) / 2, n()}));
+    const std::vector<float> large = leaves[1].to_vector<float>();
+    EXPECT_EQ(large.front(), static_cast<float>(n()));
+    EXPECT_EQ(large.back(), static_cast<float>(n()));
+    EXPECT_EQ(leaves[2].item<std::int32_t>(), n() * (n() - 1) / 2);
+  }
+}
+
+TEST_F(MultiWorker, AllGatherConcatenatesEveryWorkersReplicasInIdOrder) {
+  for (int axis = 0; axis < 3; ++axis) {
+    PerReplica<Tensor> gathered = s.run([axis] {
+      ReplicaContext& ctx = *get_replica_context();
+      const auto g = static_cast<float>(ctx.replica_id_in_sync_group());
+      return ctx.all_gather(Tensor::from_vector<float>({g, g, g, g}, Shape{1, 2, 2}), axis);
+    });
+    std::vector<std::int64_t> dims{1, 2, 2};
+    dims[static_cast<std::size_t>(axis)] *= n();
+    for (int l = 0; l < local(); ++l) {
+      const Tensor& t = gathered[l];
+      EXPECT_EQ(t.shape(), Shape(dims)) << "axis " << axis;  // 2x2: (4,2,2), (1,8,2), (1,2,8)
+      const std::vector<float> v = t.to_vector<float>();
+      // Along axis 0 replica g's four values come g-th; along the others each row holds every
+      // replica's values in id order.
+      if (axis == 0) {
+        for (int g = 0; g < n(); ++g) EXPECT_EQ(v[static_cast<std::size_t>(4 * g)], static_cast<float>(g));
+      } else if (axis == 2) {
+        for (int g = 0; g < n(); ++g) EXPECT_EQ(v[static_cast<std::size_t>(2 * g + 1)], static_cast<float>(g));
+      }
+    }
+  }
+}
+
+TEST_F(MultiWorker, AllGatherTakesUnevenSizesAlongTheAxis) {
+  PerReplica<Tensor> gathered = s.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    const int g = ctx.replica_id_in_sync_group();
+    // Replica g brings g + 1 rows of [g, g].
+    return ctx.all_gather(Tensor::from_vector<std::int32_t>(std::vector<std::int32_t>(2 * (g + 1), g), Shape{g + 1, 2}), 0);
+  });
+  std::vector<std::int32_t> expected;
+  for (int g = 0; g < n(); ++g) expected.insert(expected.end(), static_cast<std::size_t>(2 * (g + 1)), g);
+  for (int l = 0; l < local(); ++l) {
+    EXPECT_EQ(gathered[l].shape(), (Shape{n() * (n() + 1) / 2, 2}));
+    EXPECT_EQ(gathered[l].to_vector<std::int32_t>(), expected);
+  }
+}
+
+TEST_F(MultiWorker, MergeCallRunsOncePerWorkerAndItsReduceIsCollective) {
+  int calls = 0;
+  PerReplica<float> result = s.run([&] {
+    ReplicaContext& ctx = *get_replica_context();
+    const auto g = static_cast<float>(ctx.replica_id_in_sync_group());
+    return ctx.merge_call(
+        [&](Strategy& strategy, const PerReplica<float>& values) {
+          ++calls;
+          EXPECT_EQ(values.num_replicas(), local());
+          return strategy.reduce(ReduceOp::kSum, values, std::nullopt);
+        },
+        g);
+  });
+  EXPECT_EQ(calls, 1);
+  for (int l = 0; l < local(); ++l) EXPECT_EQ(result[l], static_cast<float>(n() * (n() - 1) / 2));
+}
+
+TEST_F(MultiWorker, StrategyReduceIsExactOverUnevenBatches) {
+  // Replica g holds g + 1 rows of value g: the MEAN over rows is sum(g (g + 1)) / sum(g + 1).
+  PerReplica<Tensor> batches = s.experimental_distribute_values_from_function([](const ValueContext& ctx) {
+    const int g = ctx.replica_id_in_sync_group();
+    return Tensor::from_vector<double>(std::vector<double>(static_cast<std::size_t>(g + 1), g), Shape{g + 1});
+  });
+  double weighted = 0;
+  double rows = 0;
+  for (int g = 0; g < n(); ++g) {
+    weighted += g * (g + 1.0);
+    rows += g + 1;
+  }
+  EXPECT_DOUBLE_EQ(s.reduce(ReduceOp::kMean, batches, 0).item<double>(), weighted / rows);
+  EXPECT_DOUBLE_EQ(s.reduce(ReduceOp::kSum, batches, 0).item<double>(), weighted);
+  PerReplica<float> ones = s.run([] { return 1.0f; });
+  EXPECT_EQ(s.reduce(ReduceOp::kSum, ones, std::nullopt), static_cast<float>(n()));
+  EXPECT_EQ(s.reduce(ReduceOp::kMean, ones, std::nullopt), 1.0f);
+  // The ValueContext is global too.
+  PerReplica<int> ids = s.experimental_distribute_values_from_function(
+      [](const ValueContext& ctx) { return ctx.replica_id_in_sync_group() * 100 + ctx.num_replicas_in_sync(); });
+  for (int l = 0; l < local(); ++l) EXPECT_EQ(ids[l], (worker() * local() + l) * 100 + n());
+}
+
+TEST_F(MultiWorker, GatherReduceToAndBatchReduceToCoverEveryWorker) {
+  PerReplica<Tensor> values = s.experimental_distribute_values_from_function([](const ValueContext& ctx) {
+    const int g = ctx.replica_id_in_sync_group();
+    return Tensor::from_vector<float>({static_cast<float>(g)}, Shape{1});
+  });
+  std::vector<float> ids(static_cast<std::size_t>(n()));
+  std::iota(ids.begin(), ids.end(), 0.0f);
+  EXPECT_EQ(s.gather(values, 0).to_vector<float>(), ids);
+  const float total = n() * (n() - 1) / 2.0f;
+  EXPECT_EQ(s.extended().reduce_to(ReduceOp::kSum, values, Device::cpu()).to_vector<float>(), std::vector<float>{total});
+  std::vector<Tensor> batch = s.extended().batch_reduce_to(ReduceOp::kMean, {{values, Device::cpu()}, {values, Device::cpu()}});
+  ASSERT_EQ(batch.size(), 2u);
+  for (const Tensor& t : batch) EXPECT_EQ(t.to_vector<float>(), std::vector<float>{total / static_cast<float>(n())});
+}
+
+TEST_F(MultiWorker, EachWorkerReadsItsShardOfTheGlobalBatch) {
+  // Global batches of 2 rows per replica, row i holding i: replica g gets rows 2g and 2g + 1.
+  const std::int64_t batch = 2 * n();
+  auto dataset = data::range(3 * batch).batch(batch);
+  EXPECT_EQ(s.experimental_distribute_dataset(dataset).num_replicas_in_sync(), n());
+  std::int64_t step = 0;
+  for (const PerReplica<Tensor>& rows : s.experimental_distribute_dataset(dataset)) {
+    ASSERT_EQ(rows.num_replicas(), local());
+    for (int l = 0; l < local(); ++l) {
+      const std::int64_t g = worker() * local() + l;
+      EXPECT_EQ(rows[l].to_vector<std::int64_t>(),
+                (std::vector<std::int64_t>{step * batch + 2 * g, step * batch + 2 * g + 1}));
+    }
+    ++step;
+  }
+  EXPECT_EQ(step, 3);
+  // dataset_fn sees this worker's place, to shard its own pipeline.
+  InputContext seen;
+  auto from_function = s.distribute_datasets_from_function([&](const InputContext& ctx) {
+    seen = ctx;
+    return data::range(4).batch(1).shard(ctx.num_input_pipelines(), ctx.input_pipeline_id());
+  });
+  EXPECT_EQ(seen.num_input_pipelines(), workers());
+  EXPECT_EQ(seen.input_pipeline_id(), worker());
+  EXPECT_EQ(seen.num_replicas_in_sync(), n());
+  EXPECT_EQ(from_function.num_replicas_in_sync(), n());
+}
+
+TEST_F(MultiWorker, MirroredVariableUpdatesStayInSyncAcrossWorkers) {
+  Variable sum;
+  Variable mean;
+  {
+    StrategyScope scope = s.scope();
+    sum = Variable(0.0f, {.name = "sum", .aggregation = VariableAggregation::kSum});
+    mean = Variable(0.0f, {.name = "mean", .aggregation = VariableAggregation::kMean});
+  }
+  EXPECT_EQ(s.experimental_local_results(sum).size(), static_cast<std::size_t>(local()));
+  s.run([&] {
+    const auto g = static_cast<float>(get_replica_context()->replica_id_in_sync_group());
+    sum.assign_add(Tensor::scalar(g));
+    mean.assign_add(Tensor::scalar(g));
+  });
+  for (const Tensor& c : s.experimental_local_results(sum)) EXPECT_EQ(c.item<float>(), n() * (n() - 1) / 2.0f);
+  for (const Tensor& c : s.experimental_local_results(mean)) EXPECT_EQ(c.item<float>(), (n() - 1) / 2.0f);
+}
+
+TEST_F(MultiWorker, OnReadVariableReadsAggregateEveryWorkersComponents) {
+  Variable count;
+  {
+    StrategyScope scope = s.scope();
+    count = Variable(0.0f, {.name = "count",
+                            .synchronization = VariableSynchronization::kOnRead,
+                            .aggregation = VariableAggregation::kSum});
+    count.assign(Tensor::scalar(10.0f));  // each of the n components gets 10 / n
+  }
+  s.run([&] { count.assign_add(Tensor::scalar(1.0f)); });  // no collective: each replica its own
+  StrategyScope scope = s.scope();
+  EXPECT_FLOAT_EQ(count.value().item<float>(), 10.0f + static_cast<float>(n()));
+}
+
+// Worker 1's replicas pass float32[12], the others float32[10].
+TEST_F(MultiWorker, ShapeMismatchOnOneWorkerNamesItOnEveryWorker) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int w = worker();
+  try {
+    s.run([w] {
+      get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::zeros(DType::kFloat32, Shape{w == 1 ? 12 : 10}));
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("all_reduce #1: worker 1 ("));
+    EXPECT_THAT(e.what(), HasSubstr(") passed float32[12], worker"));
+    EXPECT_THAT(e.what(), HasSubstr(") passed float32[10]"));
+    if (workers() == 2 && local() == 2) {
+      EXPECT_STREQ(e.what(),
+                   "all_reduce #1: worker 1 (replicas 2, 3) passed float32[12], worker 0 (replicas 0, 1) passed "
+                   "float32[10]; every worker's replicas must pass the same kind of value");
+    }
+  }
+  // The strategy stays usable.
+  PerReplica<float> sum = s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+  EXPECT_EQ(sum[0], static_cast<float>(n()));
+}
+
+TEST_F(MultiWorker, DifferentCollectivesOnOneWorkerAreAFailedPrecondition) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int w = worker();
+  try {
+    s.run([w] {
+      ReplicaContext& ctx = *get_replica_context();
+      if (w == 1) {
+        ctx.all_gather(Tensor::zeros(DType::kFloat32, Shape{1}), 0);
+      } else {
+        ctx.all_reduce(ReduceOp::kSum, Tensor::zeros(DType::kFloat32, Shape{1}));
+      }
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const FailedPreconditionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("worker 1 ("));
+    EXPECT_THAT(e.what(), HasSubstr(") called all_gather #1 where worker"));
+    EXPECT_THAT(e.what(), HasSubstr(") called all_reduce #1"));
+  }
+  EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
+}
+
+TEST_F(MultiWorker, ReplicaRaisingOnOneWorkerReleasesEveryWorker) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int w = worker();
+  const int last = 2 * local() - 1;  // worker 1's last replica
+  try {
+    s.run([w] {
+      ReplicaContext& ctx = *get_replica_context();
+      if (w == 1 && ctx.local_replica_id() == get_strategy().extended().num_local_replicas() - 1) {
+        throw std::runtime_error("boom");
+      }
+      ctx.all_reduce(ReduceOp::kSum, 1.0f);
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const AbortedError& e) {
+    EXPECT_NE(w, 1);
+    EXPECT_STREQ(e.what(), ("worker 1 (replica " + std::to_string(last) +
+                            ") raised: boom; the other workers were released from their collectives")
+                               .c_str());
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(w, 1);
+    EXPECT_STREQ(e.what(), "boom");
+  }
+  EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
+}
+
+// merge_fn raises on worker 1 while worker 0's merge_fn is in a cross-replica reduce.
+TEST_F(MultiWorker, MergeFnRaisingOnOneWorkerReleasesTheOthersMidReduce) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int w = worker();
+  try {
+    s.run([w] {
+      get_replica_context()->merge_call(
+          [w](Strategy& strategy, const PerReplica<float>& values) {
+            if (w == 1) throw std::runtime_error("merge boom");
+            return strategy.reduce(ReduceOp::kSum, values, std::nullopt);
+          },
+          1.0f);
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const AbortedError& e) {
+    EXPECT_NE(w, 1);
+    EXPECT_THAT(e.what(), ::testing::StartsWith("worker 1 ("));
+    EXPECT_THAT(e.what(), HasSubstr(") raised: merge boom; the other workers were released"));
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(w, 1);
+    EXPECT_STREQ(e.what(), "merge boom");
+  }
+  // Every worker knows the run ended: the next one starts in step.
+  EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
+  EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 2); })[0], 2 * n());
+}
+
+TEST_F(MultiWorker, EarlyReturnOnOneWorkerNamesIt) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int w = worker();
+  try {
+    s.run([w] {
+      if (w == 0) return;
+      get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f);
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const FailedPreconditionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("worker 0 ("));
+    EXPECT_THAT(e.what(), HasSubstr(") returned from the replica function while worker"));
+    EXPECT_THAT(e.what(), HasSubstr(") wait in all_reduce #1"));
+  }
+  EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
+}
+
+TEST_F(MultiWorker, WorkerDestroyingItsStrategyReleasesTheOthers) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  auto doomed = std::make_unique<MultiWorkerMirroredStrategy>(options);
+  if (worker() != 0) {
+    doomed.reset();  // while worker 0 waits in a collective of it
+    return;
+  }
+  try {
+    doomed->run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+    ADD_FAILURE() << "no error";
+  } catch (const UnavailableError& e) {
+    EXPECT_STREQ(e.what(), (workers_text(1, workers() - 1) + " destroyed its strategy while " + workers_text(0, 0) +
+                            " waits in all_reduce #1; every worker must make the same calls before destroying its "
+                            "strategy")
+                               .c_str());
+  }
+  // Unusable from then on.
+  EXPECT_THROW(doomed->run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); }), UnavailableError);
+}
+
+TEST_F(MultiWorker, WorkerThatDoesNotArriveTimesOutThenTheStrategyIsUnavailable) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  options.communication.timeout = std::chrono::milliseconds(500);
+  MultiWorkerMirroredStrategy timed(options);
+  // The others wait for worker 0 in the binary's strategy, keeping `timed` alive (destroying it
+  // would release worker 0 at once) but never calling its collective.
+  const auto meet = [this] { s.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); }); };
+  if (worker() != 0) {
+    meet();
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    timed.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+    ADD_FAILURE() << "no error";
+  } catch (const DeadlineExceededError& e) {
+    EXPECT_STREQ(e.what(), ("timed out after 0.5 s: " + workers_text(1, workers() - 1) + " did not arrive while " +
+                            workers_text(0, 0) + " waits in all_reduce #1; a worker is stuck, slow or skipped the collective")
+                               .c_str());
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  try {
+    timed.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+    ADD_FAILURE() << "no error";
+  } catch (const UnavailableError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unusable after an earlier failure"));
+  }
+  meet();
+}
+
+}  // namespace
+}  // namespace distribute
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--local_replicas=", 0) == 0) distribute::g_local_replicas = std::stoi(arg.substr(17));
+  }
+  return RUN_ALL_TESTS();
+}
