@@ -5,7 +5,8 @@
 // averages 2.5, all_gather of (1,2,2) gives (4,2,2), (1,8,2), (1,2,8)), merge_call once per worker,
 // Strategy::reduce with uneven batches (an exact MEAN), gather, reduce_to, batch_reduce_to; and the
 // errors that name the worker and replicas when workers differ, raise or return early, after which
-// the strategy stays usable; a worker that does not arrive gives DeadlineExceededError and then
+// the strategy stays usable; workers with different local replica counts get InvalidArgumentError
+// at construction; a worker that does not arrive gives DeadlineExceededError and then
 // UnavailableError.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -431,6 +432,28 @@ TEST_F(MultiWorker, WorkerDestroyingItsStrategyReleasesTheOthers) {
   }
   // Unusable from then on.
   EXPECT_THROW(doomed->run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); }), UnavailableError);
+}
+
+TEST_F(MultiWorker, DifferentLocalReplicaCountsAreAnInvalidArgumentOnEveryWorker) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  // Worker 0 brings one replica more than the others; every worker learns it at construction.
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  if (worker() == 0) options.local_devices.push_back("CPU:" + std::to_string(local()));
+  const std::string others = std::to_string(local());
+  const std::string more = std::to_string(local() + 1);
+  try {
+    MultiWorkerMirroredStrategy uneven(options);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    const std::string expected =
+        worker() == 0 ? "MultiWorkerMirroredStrategy: worker 1 has " + others + " local replicas but worker 0 has " + more
+                      : "MultiWorkerMirroredStrategy: worker 0 has " + more + " local replicas but worker " +
+                            std::to_string(worker()) + " has " + others;
+    EXPECT_EQ(e.what(), expected + "; every worker needs the same number of local devices");
+  }
+  // The binary's strategy is untouched.
+  EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
 }
 
 TEST_F(MultiWorker, WorkerThatDoesNotArriveTimesOutThenTheStrategyIsUnavailable) {
