@@ -456,6 +456,34 @@ TEST_F(MultiWorker, DifferentLocalReplicaCountsAreAnInvalidArgumentOnEveryWorker
   EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
 }
 
+// A resolver that lists one worker more than mpirun launched.
+class OneTaskTooMany : public ClusterResolver {
+ public:
+  explicit OneTaskTooMany(int workers) : workers_(workers) {}
+  ClusterSpec cluster_spec() const override {
+    return ClusterSpec({{"worker", std::vector<std::string>(static_cast<std::size_t>(workers_) + 1, "localhost")}});
+  }
+  std::string task_type() const override { return "worker"; }
+  int task_id() const override { return 0; }
+
+ private:
+  int workers_;
+};
+
+TEST_F(MultiWorker, ResolverListingOtherTasksThanLaunchedIsAnInvalidArgument) {
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  options.cluster_resolver = std::make_shared<OneTaskTooMany>(workers());
+  try {
+    MultiWorkerMirroredStrategy mismatched(options);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(std::string(e.what()), "MultiWorkerMirroredStrategy: the cluster resolver lists " +
+                                         std::to_string(workers() + 1) + " tasks but MPI launched " +
+                                         std::to_string(workers()) + " processes; launch one process per task");
+  }
+}
+
 TEST_F(MultiWorker, WorkerThatDoesNotArriveTimesOutThenTheStrategyIsUnavailable) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";
   MultiWorkerMirroredStrategyOptions options;
