@@ -220,32 +220,22 @@ void ReplicaGroup::gather_across_workers() {
     const std::int64_t outer = shape.outer_size(axis);
     const std::size_t inner_bytes =
         static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(first.inputs[leaf].dtype);
-    // This worker's part: its replicas' values concatenated, after its size along the axis.
+    // This worker's part: its replicas' values concatenated.
     std::int64_t local = 0;
     for (std::size_t r = 0; r < inputs.size(); ++r) {
       inputs[r] = ops_[r]->inputs[leaf].data;
       dims[r] = (*ops_[r]->inputs[leaf].shape)[axis];
       local += dims[r];
     }
-    std::vector<std::byte> part(sizeof(local) + static_cast<std::size_t>(outer * local) * inner_bytes);
-    std::memcpy(part.data(), &local, sizeof(local));
-    concat_buffers(inputs, dims, outer, inner_bytes, part.data() + sizeof(local));
-    std::vector<std::size_t> sizes;
-    const std::vector<std::byte> all = workers_->all_gather(part, sizes, first.options.timeout, what);
-    std::vector<const void*> parts;
-    std::vector<std::int64_t> worker_dims;
     std::int64_t total = 0;
-    std::size_t at = 0;
-    for (std::size_t size : sizes) {
-      std::int64_t dim = 0;
-      std::memcpy(&dim, all.data() + at, sizeof(dim));
-      parts.push_back(all.data() + at + sizeof(dim));
-      worker_dims.push_back(dim);
-      total += dim;
-      at += size;
-    }
-    gathered_[leaf].resize(static_cast<std::size_t>(outer * total) * inner_bytes);
-    concat_buffers(parts, worker_dims, outer, inner_bytes, gathered_[leaf].data());
+    workers_->all_gather_along_axis(
+        local, outer, inner_bytes, [&](std::byte* out) { concat_buffers(inputs, dims, outer, inner_bytes, out); },
+        [&](std::int64_t all) {
+          total = all;
+          gathered_[leaf].resize(static_cast<std::size_t>(outer * total) * inner_bytes);
+          return gathered_[leaf].data();
+        },
+        first.options.timeout, what);
     gathered_shapes_.push_back(shape.with_dim(axis, total));
   }
 }

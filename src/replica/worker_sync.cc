@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "distribute/collective/internal/collective_op.h"
 #include "distribute/errors.h"
+#include "device/kernels.h"
 #include "replica/fingerprint.h"
 
 namespace distribute::detail {
@@ -299,6 +300,32 @@ std::vector<std::byte> WorkerSync::all_gather(std::span<const std::byte> mine, s
   std::vector<std::byte> out(total);
   engine_->all_gather(mine.data(), sizes, out.data(), deadline, what);
   return out;
+}
+
+void WorkerSync::all_gather_along_axis(std::int64_t dim, std::int64_t outer, std::size_t inner_bytes,
+                                       absl::FunctionRef<void(std::byte*)> write_part,
+                                       absl::FunctionRef<std::byte*(std::int64_t total)> output,
+                                       std::chrono::duration<double> timeout, const std::string& what) {
+  // Each part starts with its size along the axis: with an empty outer or inner extent the byte
+  // counts alone would not tell it.
+  std::vector<std::byte> part(sizeof(dim) + static_cast<std::size_t>(outer * dim) * inner_bytes);
+  std::memcpy(part.data(), &dim, sizeof(dim));
+  write_part(part.data() + sizeof(dim));
+  std::vector<std::size_t> sizes;
+  const std::vector<std::byte> all = all_gather(part, sizes, timeout, what);
+  std::vector<const void*> parts;
+  std::vector<std::int64_t> dims;
+  std::int64_t total = 0;
+  std::size_t at = 0;
+  for (std::size_t size : sizes) {
+    std::int64_t d = 0;
+    std::memcpy(&d, all.data() + at, sizeof(d));
+    parts.push_back(all.data() + at + sizeof(d));
+    dims.push_back(d);
+    total += d;
+    at += size;
+  }
+  concat_buffers(parts, dims, outer, inner_bytes, output(total));
 }
 
 std::int64_t WorkerSync::sum(std::int64_t value, std::chrono::duration<double> timeout, const std::string& what) {

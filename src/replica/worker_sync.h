@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "base/wait.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/reduce_op.h"
@@ -98,6 +99,14 @@ class WorkerSync {
   // fills `sizes` with each worker's count.
   std::vector<std::byte> all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,
                                     std::chrono::duration<double> timeout, const std::string& what);
+  // Concatenates every worker's part of a tensor along an axis, in worker order; the parts may
+  // differ in size along the axis only. This worker's part has `dim` entries along the axis, each
+  // of the `outer` outer slices `inner_bytes` long, and `write_part` fills its bytes. `output(total)`
+  // gets the size along the axis over every worker and returns where the result goes.
+  void all_gather_along_axis(std::int64_t dim, std::int64_t outer, std::size_t inner_bytes,
+                             absl::FunctionRef<void(std::byte*)> write_part,
+                             absl::FunctionRef<std::byte*(std::int64_t total)> output,
+                             std::chrono::duration<double> timeout, const std::string& what);
   // The sum over workers of `value`.
   std::int64_t sum(std::int64_t value, std::chrono::duration<double> timeout, const std::string& what);
 

@@ -220,27 +220,17 @@ Tensor StrategyExtended::concat_across_workers(detail::WorkerSync& sync, std::sp
   const Shape& shape = local.shape();
   const std::int64_t outer = shape.outer_size(a);
   const std::size_t inner_bytes = static_cast<std::size_t>(shape.inner_size(a)) * dtype_size(local.dtype());
-  // Each worker's part starts with its size along the axis.
-  const std::int64_t dim = shape[a];
-  std::vector<std::byte> mine(sizeof(dim) + local.nbytes());
-  std::memcpy(mine.data(), &dim, sizeof(dim));
-  if (local.nbytes() != 0) std::memcpy(mine.data() + sizeof(dim), local.raw_data(), local.nbytes());
-  std::vector<std::size_t> sizes;
-  const std::vector<std::byte> all = sync.all_gather(mine, sizes, merged.timeout, what);
-  std::vector<const void*> inputs;
-  std::vector<std::int64_t> dims;
-  std::int64_t total = 0;
-  std::size_t at = 0;
-  for (std::size_t size : sizes) {
-    std::int64_t d = 0;
-    std::memcpy(&d, all.data() + at, sizeof(d));
-    inputs.push_back(all.data() + at + sizeof(d));
-    dims.push_back(d);
-    total += d;
-    at += size;
-  }
-  Tensor out = Tensor::empty(local.dtype(), shape.with_dim(a, total), Device::cpu());
-  detail::concat_buffers(inputs, dims, outer, inner_bytes, out.raw_data());
+  Tensor out;
+  sync.all_gather_along_axis(
+      shape[a], outer, inner_bytes,
+      [&](std::byte* part) {
+        if (local.nbytes() != 0) std::memcpy(part, local.raw_data(), local.nbytes());
+      },
+      [&](std::int64_t total) {
+        out = Tensor::empty(local.dtype(), shape.with_dim(a, total), Device::cpu());
+        return static_cast<std::byte*>(out.raw_data());
+      },
+      merged.timeout, what);
   return out.to(destination);
 }
 
