@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common.h"
+#include "mpi_barrier.h"
 
 namespace distribute::bench {
 namespace {
@@ -21,17 +22,6 @@ namespace {
 float input_value(int rank, std::size_t i) { return static_cast<float>(static_cast<int>(i % 7) + rank); }
 
 float expected_sum(int n, std::size_t i) { return static_cast<float>(n * static_cast<int>(i % 7) + n * (n - 1) / 2); }
-
-// A barrier that sleeps instead of polling at full speed (Open MPI's blocking calls spin), so the
-// waiting ranks leave the cores to rank 0 while it measures memcpy.
-void sleeping_barrier() {
-  MPI_Request request;
-  MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  int done = 0;
-  while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
 
 // mpirun binds each rank to a core by default; the baseline's two threads must be free to use
 // two cores, as the replica threads of all_reduce_bench are. Measures with every CPU allowed,

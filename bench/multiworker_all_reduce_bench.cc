@@ -16,19 +16,11 @@
 #include <vector>
 
 #include "common.h"
+#include "mpi_barrier.h"
 #include "distribute/distribute.h"
 
 namespace distribute::bench {
 namespace {
-
-void sleeping_barrier() {
-  MPI_Request request;
-  MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  int done = 0;
-  while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
 
 // The slowest rank's seconds for `unit`.
 double slowest(const std::function<void()>& unit) {

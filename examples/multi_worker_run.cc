@@ -25,19 +25,14 @@
 #include <string>
 
 #include "distribute/distribute.h"
+#include "expect.h"
 
 namespace {
 
 using namespace distribute;
 
-int failures = 0;
-
-void expect(bool ok, const char* what) {
-  if (!ok) {
-    std::cerr << "MISMATCH: " << what << '\n';
-    ++failures;
-  }
-}
+using examples::expect;
+using examples::failures;
 
 // Prints `line` on every worker in worker order: each waits for the ones before it through an
 // all_reduce, which every worker calls as often.

@@ -156,20 +156,14 @@
 #include <vector>
 
 #include "distribute/distribute.h"
+#include "expect.h"
 
 namespace {
 
 using namespace distribute;
 
-int failures = 0;
-
-// Records a value that differs from the documented one; main's exit status reports it.
-void expect(bool ok, const char* what) {
-  if (!ok) {
-    std::cerr << "MISMATCH: " << what << '\n';
-    ++failures;
-  }
-}
+using examples::expect;
+using examples::failures;
 
 template <class T>
 bool equals(const Tensor& t, const Shape& shape, const std::vector<T>& values) {
