@@ -93,6 +93,10 @@ MpiCrossWorker::MpiCrossWorker() {
   check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  MPI_Comm host;
+  check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
+  MPI_Comm_size(host, &on_host_);
+  MPI_Comm_free(&host);
 }
 
 MpiCrossWorker::~MpiCrossWorker() {

@@ -28,6 +28,7 @@ class MpiCrossWorker final : public CrossWorker {
   ~MpiCrossWorker() override;
   int num_workers() const override { return size_; }
   int worker_id() const override { return rank_; }
+  int workers_on_this_host() const override { return on_host_; }
   std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) override;
   void all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
                   const std::string& what) override;
@@ -44,6 +45,7 @@ class MpiCrossWorker final : public CrossWorker {
   std::vector<std::unique_ptr<std::byte[]>> abandoned_;
   int rank_ = 0;
   int size_ = 1;
+  int on_host_ = 1;
 };
 
 }  // namespace distribute::detail

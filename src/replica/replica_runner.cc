@@ -11,8 +11,8 @@
 
 namespace distribute::detail {
 
-ReplicaRunner::ReplicaRunner(int num_replicas, const std::string& name, bool pin_threads)
-    : num_replicas_(num_replicas), policy_(WaitPolicy::for_threads(num_replicas)) {
+ReplicaRunner::ReplicaRunner(int num_replicas, const std::string& name, bool pin_threads, WaitPolicy policy)
+    : num_replicas_(num_replicas), policy_(policy) {
   threads_.reserve(static_cast<std::size_t>(num_replicas));
   for (int r = 1; r < num_replicas; ++r) {
     threads_.emplace_back([this, r, pin_threads] { worker(r, pin_threads); });

@@ -19,8 +19,9 @@ namespace distribute::detail {
 class ReplicaRunner {
  public:
   // `name` prefixes the threads' names ("<name>/r3"); with pin_threads, the thread of replica i
-  // runs on core i % cores (replica 0 runs on the caller's thread, which is left as it is).
-  ReplicaRunner(int num_replicas, const std::string& name, bool pin_threads);
+  // runs on core i % cores (replica 0 runs on the caller's thread, which is left as it is);
+  // `policy` says how its threads wait for work.
+  ReplicaRunner(int num_replicas, const std::string& name, bool pin_threads, WaitPolicy policy);
   ~ReplicaRunner();
   ReplicaRunner(const ReplicaRunner&) = delete;
   ReplicaRunner& operator=(const ReplicaRunner&) = delete;

@@ -30,6 +30,9 @@ class CrossWorker {
   virtual ~CrossWorker() = default;
   virtual int num_workers() const = 0;
   virtual int worker_id() const = 0;
+  // How many workers (this one included) share this worker's machine: their replica threads
+  // compete for the same cores, which decides whether waiting threads may spin.
+  virtual int workers_on_this_host() const = 0;
   // Sends `mine` to every worker and receives worker w's bytes (of mine.size()) into
   // all[w * mine.size(), ...). Returns the workers whose bytes had not come when `deadline`
   // passed (then the exchange is abandoned), else nothing.
@@ -79,6 +82,7 @@ class WorkerSync {
   int num_workers() const { return engine_->num_workers(); }
   int worker_id() const { return engine_->worker_id(); }
   int num_local_replicas() const { return num_local_; }
+  int workers_on_this_host() const { return engine_->workers_on_this_host(); }
 
   // Agrees with every other worker on `mine`. Returns when every worker made the same call (or
   // all returned); otherwise throws, on every worker, the error naming the workers that differ

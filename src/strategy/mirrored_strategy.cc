@@ -58,16 +58,16 @@ detail::Backend choose_backend(const std::vector<Device>& devices, const Mirrore
 }
 
 std::unique_ptr<collective::Communicator> make_communicator(detail::Backend backend,
-                                                             const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices) {
+                                                             const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
+                                                             const detail::WaitPolicy& policy) {
   const int n = static_cast<int>(devices.size());
   std::vector<detail::ReplicaDevice*> raw;
   for (const auto& d : devices) raw.push_back(d.get());
   switch (backend) {
     case detail::Backend::kSharedMemory:
-      return std::make_unique<collective::cpu::CpuCommunicator>(n, detail::WaitPolicy::for_threads(n));
+      return std::make_unique<collective::cpu::CpuCommunicator>(n, policy);
     case detail::Backend::kReductionToOneDevice:
-      return std::make_unique<collective::one_device::OneDeviceCommunicator>(std::move(raw),
-                                                                             detail::WaitPolicy::for_threads(n));
+      return std::make_unique<collective::one_device::OneDeviceCommunicator>(std::move(raw), policy);
     case detail::Backend::kNccl:
 #if DISTRIBUTE_HAS_NCCL
       return std::make_unique<collective::nccl::NcclCommunicator>(std::move(raw));
@@ -84,6 +84,12 @@ std::vector<std::unique_ptr<detail::ReplicaDevice>> make_replica_devices(const s
   return out;
 }
 
+// Replica threads may spin while they wait only when every worker's replicas on this machine
+// together fit on its cores.
+detail::WaitPolicy wait_policy(int local_replicas, const detail::WorkerSync* workers) {
+  return detail::WaitPolicy::for_threads(local_replicas * (workers != nullptr ? workers->workers_on_this_host() : 1));
+}
+
 // Everything one level of run needs: threads, the collective group and the replica contexts.
 // A run from inside a merge_fn uses the next level, so its replicas are separate from the
 // paused ones.
@@ -92,10 +98,11 @@ struct RunLevel {
            detail::Backend backend, detail::WorkerSync* workers)
       : replica_devices(make_replica_devices(devices)),
         bound(devices.size(), 0),
+        policy(wait_policy(static_cast<int>(devices.size()), workers)),
         runner(static_cast<int>(devices.size()), depth == 0 ? "distribute" : absl::StrCat("distrib.", depth),
-               options.pin_threads),
-        group(static_cast<int>(devices.size()), make_communicator(backend, replica_devices),
-              detail::WaitPolicy::for_threads(static_cast<int>(devices.size())), options.communication) {
+               options.pin_threads, policy),
+        group(static_cast<int>(devices.size()), make_communicator(backend, replica_devices, policy), policy,
+              options.communication) {
     const int local = static_cast<int>(devices.size());
     const int first_id = workers != nullptr ? workers->worker_id() * local : 0;
     const int global = workers != nullptr ? workers->num_workers() * local : local;
@@ -135,6 +142,7 @@ struct RunLevel {
   std::vector<std::unique_ptr<detail::ReplicaDevice>> replica_devices;
   std::vector<unsigned char> bound;  // bound[r]: replica r's thread has bound its device
   detail::Mutex run_mu;  // one run at a time per level: held for the whole run
+  detail::WaitPolicy policy;
   detail::ReplicaRunner runner;
   detail::ReplicaGroup group;
   std::vector<std::unique_ptr<ReplicaContext>> contexts;
