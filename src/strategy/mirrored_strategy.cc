@@ -85,9 +85,14 @@ std::vector<std::unique_ptr<detail::ReplicaDevice>> make_replica_devices(const s
 }
 
 // Replica threads may spin while they wait only when every worker's replicas on this machine
-// together fit on its cores.
+// together fit on its cores. When they do not and other workers share the machine, a waiting
+// replica parks at once: yielding would still take turns on the cores from the other processes'
+// replicas and MPI progress, which the waits across workers depend on.
 detail::WaitPolicy wait_policy(int local_replicas, const detail::WorkerSync* workers) {
-  return detail::WaitPolicy::for_threads(local_replicas * (workers != nullptr ? workers->workers_on_this_host() : 1));
+  const int on_host = workers != nullptr ? workers->workers_on_this_host() : 1;
+  detail::WaitPolicy policy = detail::WaitPolicy::for_threads(local_replicas * on_host);
+  if (on_host > 1 && policy.spin.count() == 0) policy.yield = std::chrono::nanoseconds::zero();
+  return policy;
 }
 
 // Everything one level of run needs: threads, the collective group and the replica contexts.
