@@ -148,6 +148,32 @@ TEST_F(MultiWorker, AllReduceOfANestOfManyLeavesAndDtypes) {
   }
 }
 
+TEST_F(MultiWorker, HalfPrecisionAllReducesAddInFloat32AcrossWorkers) {
+  const auto reduce = [this](ReduceOp op) {
+    return s.run([op] {
+      ReplicaContext& ctx = *get_replica_context();
+      const auto g = static_cast<float>(ctx.replica_id_in_sync_group());
+      std::vector<Tensor> leaves{Tensor::from_vector<Half>({Half(g + 1), Half(0.5f)}, Shape{2}),
+                                 Tensor::from_vector<BFloat16>({BFloat16(g + 1), BFloat16(0.25f)}, Shape{2})};
+      return ctx.all_reduce(op, leaves);
+    });
+  };
+  const PerReplica<std::vector<Tensor>> all_sums = reduce(ReduceOp::kSum);
+  const PerReplica<std::vector<Tensor>> all_means = reduce(ReduceOp::kMean);
+  const float total = static_cast<float>(n() * (n() + 1) / 2);
+  for (int l = 0; l < local(); ++l) {
+    const std::vector<Tensor>& sums = all_sums[l];
+    const std::vector<Tensor>& means = all_means[l];
+    EXPECT_EQ(sums[0].dtype(), DType::kFloat16);
+    EXPECT_EQ(sums[0].to_vector<Half>(), (std::vector<Half>{Half(total), Half(0.5f * static_cast<float>(n()))}));
+    EXPECT_EQ(sums[1].to_vector<BFloat16>(),
+              (std::vector<BFloat16>{BFloat16(total), BFloat16(0.25f * static_cast<float>(n()))}));
+    EXPECT_EQ(means[0].to_vector<Half>(), (std::vector<Half>{Half(total / static_cast<float>(n())), Half(0.5f)}));
+    EXPECT_EQ(means[1].to_vector<BFloat16>(),
+              (std::vector<BFloat16>{BFloat16(total / static_cast<float>(n())), BFloat16(0.25f)}));
+  }
+}
+
 TEST_F(MultiWorker, AllGatherConcatenatesEveryWorkersReplicasInIdOrder) {
   for (int axis = 0; axis < 3; ++axis) {
     PerReplica<Tensor> gathered = s.run([axis] {

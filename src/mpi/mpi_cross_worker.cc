@@ -56,8 +56,7 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::kInt64: return MPI_INT64_T;
     default: break;
   }
-  throw UnimplementedError(absl::StrCat("MultiWorkerMirroredStrategy: an all_reduce of ", dtype_name(dtype),
-                                        " across workers is not supported; cast to float32 first"));
+  throw InternalError(absl::StrCat("MpiCrossWorker: no MPI type for ", dtype_name(dtype)));
 }
 
 void finalize_at_exit() {
@@ -191,9 +190,27 @@ void MpiCrossWorker::wait_or_abort(MPI_Request& request, Deadline deadline, cons
   MPI_Abort(comm_, 1);
 }
 
+// float16 and bfloat16 cross the workers as float32, MPI having no type for them: each worker's
+// sum is widened, the workers' sums are added in float32, and the total is rounded once.
+namespace {
+
+template <class T>
+void all_reduce_widened(MpiCrossWorker& engine, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
+                        const std::string& what) {
+  T* values = static_cast<T*>(data);
+  std::vector<float> wide(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) wide[static_cast<std::size_t>(i)] = static_cast<float>(values[i]);
+  engine.all_reduce(DType::kFloat32, op, wide.data(), count, deadline, what);
+  for (std::int64_t i = 0; i < count; ++i) values[i] = static_cast<T>(wide[static_cast<std::size_t>(i)]);
+}
+
+}  // namespace
+
 void MpiCrossWorker::all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
                                 const std::string& what) {
   if (size_ == 1 || count == 0) return;
+  if (dtype == DType::kFloat16) return all_reduce_widened<Half>(*this, op, data, count, deadline, what);
+  if (dtype == DType::kBFloat16) return all_reduce_widened<BFloat16>(*this, op, data, count, deadline, what);
   const MPI_Datatype type = mpi_type(dtype);
   if (op != ReduceOp::kSum) throw InternalError("MpiCrossWorker::all_reduce takes SUM only");
   const auto per_call = static_cast<std::int64_t>(kMaxBytesPerCall / dtype_size(dtype));
