@@ -314,6 +314,39 @@ TEST_F(MultiWorker, MirroredVariableUpdatesStayInSyncAcrossWorkers) {
   for (const Tensor& c : s.experimental_local_results(mean)) EXPECT_EQ(c.item<float>(), (n() - 1) / 2.0f);
 }
 
+TEST_F(MultiWorker, OnlyFirstReplicaAndNoneUpdatesTakeGlobalReplicaZerosValue) {
+  Variable first;
+  Variable none;
+  {
+    StrategyScope scope = s.scope();
+    first = Variable(0.0f, {.name = "first", .aggregation = VariableAggregation::kOnlyFirstReplica});
+    none = Variable(0.0f, {.name = "none", .aggregation = VariableAggregation::kNone});
+  }
+  s.run([&] {
+    const auto g = static_cast<float>(get_replica_context()->replica_id_in_sync_group());
+    first.assign(Tensor::scalar(g + 5));  // replica 0 on worker 0 passes 5
+    none.assign(Tensor::scalar(7.0f));
+  });
+  for (const Tensor& c : s.experimental_local_results(first)) EXPECT_EQ(c.item<float>(), 5.0f);
+  for (const Tensor& c : s.experimental_local_results(none)) EXPECT_EQ(c.item<float>(), 7.0f);
+  // With NONE, a replica on the last worker that passes another value is named on every worker.
+  const int odd = n() - 1;
+  try {
+    s.run([&] {
+      const int g = get_replica_context()->replica_id_in_sync_group();
+      none.assign(Tensor::scalar(g == odd ? 8.0f : 7.0f));
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(std::string(e.what()), "Variable 'none': assign with aggregation NONE in replica context needs the same "
+                                     "value on every replica, but replica " + std::to_string(odd) +
+                                         " passed another value than replica 0; give the variable an aggregation "
+                                         "(SUM, MEAN, ONLY_FIRST_REPLICA) or pass equal values");
+  }
+  for (const Tensor& c : s.experimental_local_results(none)) EXPECT_EQ(c.item<float>(), 7.0f);
+  expect_still_usable();
+}
+
 TEST_F(MultiWorker, OnReadVariableReadsAggregateEveryWorkersComponents) {
   Variable count;
   {

@@ -10,6 +10,7 @@
 #include "distribute/device/number_format.h"
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/context.h"
+#include "distribute/strategy/strategy.h"
 
 namespace distribute {
 
@@ -114,9 +115,56 @@ void update_cross_replica(const VariableState& s, VariableUpdate op, const Tenso
 
 // An on-write update with aggregation NONE or ONLY_FIRST_REPLICA in replica context: one
 // merge_call, whose merge_fn checks that the replicas agree and writes every component.
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+// The value an ONLY_FIRST_REPLICA or NONE update applies: global replica 0's. Across workers that
+// is worker 0's first replica, which reaches every worker as a SUM to which every other replica
+// adds zeros. With NONE every replica must have passed that value; the replicas that did not are
+// gathered from every worker, so that each raises the same error.
+Tensor first_replica_value(Strategy& strategy, const VariableState& var, VariableUpdate op,
+                           const PerReplica<Tensor>& values) {
+  const StrategyExtended& extended = strategy.extended();
+  const bool across_workers = extended.num_workers() > 1;
+  const int local = values.num_replicas();
+  Tensor first = values[0];
+  if (across_workers) {
+    std::vector<Tensor> parts;
+    for (int r = 0; r < local; ++r) {
+      const Tensor& v = values[r];
+      parts.push_back(r == 0 && extended.worker_id() == 0 ? v : Tensor::zeros(v.dtype(), v.shape(), v.device()));
+    }
+    first = strategy.extended().reduce_to(ReduceOp::kSum, PerReplica<Tensor>(std::move(parts)), first.device());
+  }
+  if (var.aggregation != VariableAggregation::kNone) return first;
+  std::vector<int> differing;
+  if (across_workers) {
+    std::vector<Tensor> flags;
+    for (int r = 0; r < local; ++r) {
+      flags.push_back(Tensor::from_vector<std::int32_t>({same_bytes(values[r], first) ? 0 : 1}, Shape{1}, Device::cpu()));
+    }
+    const std::vector<std::int32_t> all =
+        strategy.extended().gather_to(PerReplica<Tensor>(std::move(flags)), Device::cpu(), 0).to_vector<std::int32_t>();
+    for (std::size_t g = 0; g < all.size(); ++g) {
+      if (all[g] != 0) differing.push_back(static_cast<int>(g));
+    }
+  } else {
+    for (int r = 1; r < local; ++r) {
+      if (!same_bytes(values[r], first)) differing.push_back(r);
+    }
+  }
+  DISTRIBUTE_CHECK(differing.empty(), InvalidArgumentError, "Variable '", var.name, "': ", update_name(op),
+                   " with aggregation NONE in replica context needs the same value on every replica, but ",
+                   differing.size() == 1 ? "replica " : "replicas ", absl::StrJoin(differing, ", "),
+                   " passed another value than replica 0; give the variable an aggregation (SUM, MEAN, "
+                   "ONLY_FIRST_REPLICA) or pass equal values");
+  return first;
+}
+
 void update_in_merge_call(ReplicaContext& ctx, const VariableState& s, VariableUpdate op, const Tensor& value) {
   ctx.merge_call(
-      [](Strategy&, const PerReplica<Tensor>& values, const PerReplica<const VariableState*>& states,
+      [](Strategy& strategy, const PerReplica<Tensor>& values, const PerReplica<const VariableState*>& states,
          const PerReplica<VariableUpdate>& ops) {
         const VariableState& var = *states[0];
         for (int r = 1; r < states.num_replicas(); ++r) {
@@ -125,21 +173,8 @@ void update_in_merge_call(ReplicaContext& ctx, const VariableState& s, VariableU
                            " called ", update_name(ops[r]), " of '", states[r]->name,
                            "'; every replica must make the same updates in the same order");
         }
-        if (var.aggregation == VariableAggregation::kNone) {
-          std::vector<int> differing;
-          for (int r = 1; r < values.num_replicas(); ++r) {
-            const std::size_t bytes = values[0].nbytes();
-            if (bytes != 0 && std::memcmp(values[r].raw_data(), values[0].raw_data(), bytes) != 0) {
-              differing.push_back(r);
-            }
-          }
-          DISTRIBUTE_CHECK(differing.empty(), InvalidArgumentError, "Variable '", var.name, "': ",
-                           update_name(ops[0]), " with aggregation NONE in replica context needs the same value on "
-                           "every replica, but ", differing.size() == 1 ? "replica " : "replicas ",
-                           absl::StrJoin(differing, ", "), " passed another value than replica 0; give the variable "
-                           "an aggregation (SUM, MEAN, ONLY_FIRST_REPLICA) or pass equal values");
-        }
-        for (const Tensor& c : var.components) apply(c, ops[0], values[0]);
+        const Tensor first = first_replica_value(strategy, var, ops[0], values);
+        for (const Tensor& c : var.components) apply(c, ops[0], first);
       },
       value, &s, op);
 }
