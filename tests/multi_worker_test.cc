@@ -7,7 +7,7 @@
 // errors that name the worker and replicas when workers differ, raise or return early, after which
 // the strategy stays usable; workers with different local replica counts get InvalidArgumentError
 // at construction; a worker that does not arrive gives DeadlineExceededError and then
-// UnavailableError.
+// UnavailableError; strategies on sub-communicators have their ranks as workers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "distribute/distribute.h"
+#include "distribute/mpi/mpi_communicator.h"
 
 namespace distribute {
 namespace {
@@ -543,6 +544,47 @@ TEST_F(MultiWorker, ResolverListingOtherTasksThanLaunchedIsAnInvalidArgument) {
     EXPECT_EQ(std::string(e.what()), "MultiWorkerMirroredStrategy: the cluster resolver lists " +
                                          std::to_string(workers() + 1) + " tasks but MPI launched " +
                                          std::to_string(workers()) + " processes; launch one process per task");
+  }
+}
+
+TEST_F(MultiWorker, StrategiesOnSubCommunicatorsHaveTheirRanksAsWorkers) {
+  // Even and odd ranks form two jobs that run side by side (one job with a single process).
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm half = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half), MPI_SUCCESS);
+  const int size = rank % 2 == 0 ? (workers() + 1) / 2 : workers() / 2;
+  {
+    MultiWorkerMirroredStrategyOptions options;
+    options.local_devices = local_devices();
+    options.communication.timeout = std::chrono::seconds(20);
+    options.cluster_resolver = mpi_cluster_resolver(half);
+    MultiWorkerMirroredStrategy sub(options);
+    EXPECT_EQ(sub.extended().num_workers(), size);
+    EXPECT_EQ(sub.extended().worker_id(), rank / 2);
+    EXPECT_EQ(sub.cluster_resolver().task_id(), rank / 2);
+    EXPECT_EQ(sub.cluster_resolver().cluster_spec().num_tasks("worker"), size);
+    EXPECT_EQ(sub.num_replicas_in_sync(), size * local());
+    PerReplica<float> sum = sub.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+    EXPECT_EQ(sum.values(), std::vector<float>(static_cast<std::size_t>(local()), static_cast<float>(size * local())));
+    PerReplica<int> ids = sub.run([] { return get_replica_context()->replica_id_in_sync_group(); });
+    std::vector<int> expected_ids(static_cast<std::size_t>(local()));
+    std::iota(expected_ids.begin(), expected_ids.end(), rank / 2 * local());
+    EXPECT_EQ(sub.experimental_local_results(ids), expected_ids);
+  }
+  MPI_Comm_free(&half);
+  expect_still_usable();
+}
+
+TEST(MpiClusterResolver, NullCommunicatorIsAnInvalidArgument) {
+  strategy();  // MPI is up
+  try {
+    mpi_cluster_resolver(MPI_COMM_NULL);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "MpiClusterResolver: the communicator is MPI_COMM_NULL; only the processes that are its ranks "
+              "(MPI_Comm_split gave the others MPI_COMM_NULL) can be its workers");
   }
 }
 

@@ -86,10 +86,10 @@ void ensure_mpi_initialized() {
   }
 }
 
-MpiCrossWorker::MpiCrossWorker() {
+MpiCrossWorker::MpiCrossWorker(MPI_Comm base) {
   ensure_mpi_initialized();
   std::lock_guard<std::mutex> lock(mpi_mutex());
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+  check(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm host;

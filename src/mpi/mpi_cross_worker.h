@@ -1,6 +1,7 @@
 // distribute::detail: the cross-worker engine over MPI. One process is one worker (its rank in
-// MPI_COMM_WORLD); the engine works on its own duplicate of MPI_COMM_WORLD, so that the
-// program's own MPI traffic never matches the strategy's. Every wait polls non-blocking MPI calls
+// MPI_COMM_WORLD, or in the communicator the cluster resolver names); the engine works on its own
+// duplicate of that communicator, so that the program's own MPI traffic never matches the
+// strategy's. Every wait polls non-blocking MPI calls
 // against the collective's deadline: a header exchange that times out names the workers that did
 // not send theirs, and a data phase that stalls past the deadline is reported and ends the job
 // (MPI_Abort), as a collective left half done cannot be taken back.
@@ -24,7 +25,8 @@ class MpiCrossWorker final : public CrossWorker {
   // Open MPI 4.1's collectives slow down sharply above about 16 MiB per call.
   static constexpr std::size_t kMaxBytesPerCall = std::size_t{16} << 20;
 
-  MpiCrossWorker();
+  // The workers are the ranks of `base`.
+  explicit MpiCrossWorker(MPI_Comm base);
   ~MpiCrossWorker() override;
   int num_workers() const override { return size_; }
   int worker_id() const override { return rank_; }

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include "distribute/mpi/mpi_communicator.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "mpi/mpi_cross_worker.h"
@@ -12,15 +13,15 @@
 namespace distribute {
 namespace {
 
-// Every rank's host name, gathered over MPI_COMM_WORLD.
-std::vector<std::string> rank_hosts() {
+// Every rank's host name, gathered over `comm`.
+std::vector<std::string> rank_hosts(MPI_Comm comm) {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int length = 0;
   MPI_Get_processor_name(name, &length);
   int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_size(comm, &size);
   std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm);
   std::vector<std::string> hosts;
   for (int r = 0; r < size; ++r) hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
   return hosts;
@@ -31,7 +32,22 @@ std::vector<std::string> rank_hosts() {
 MpiClusterResolver::MpiClusterResolver() {
   detail::ensure_mpi_initialized();
   MPI_Comm_rank(MPI_COMM_WORLD, &task_id_);
-  spec_ = ClusterSpec({{"worker", rank_hosts()}});
+  spec_ = ClusterSpec({{"worker", rank_hosts(MPI_COMM_WORLD)}});
+}
+
+MpiClusterResolver::MpiClusterResolver(const Communicator& comm) {
+  detail::ensure_mpi_initialized();
+  DISTRIBUTE_CHECK(comm.comm != MPI_COMM_NULL, InvalidArgumentError,
+                   "MpiClusterResolver: the communicator is MPI_COMM_NULL; only the processes that are its ranks "
+                   "(MPI_Comm_split gave the others MPI_COMM_NULL) can be its workers");
+  int inter = 0;
+  MPI_Comm_test_inter(comm.comm, &inter);
+  DISTRIBUTE_CHECK(!inter, InvalidArgumentError,
+                   "MpiClusterResolver: the communicator is an intercommunicator; pass an intracommunicator "
+                   "(MPI_Intercomm_merge makes one)");
+  MPI_Comm_rank(comm.comm, &task_id_);
+  spec_ = ClusterSpec({{"worker", rank_hosts(comm.comm)}});
+  comm_ = std::make_shared<const Communicator>(comm);
 }
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
@@ -46,7 +62,10 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
                      " is a GPU; GPU replicas across workers (NCCL across processes) are not built yet, list CPU "
                      "devices (\"CPU:0\", \"CPU:1\")");
   }
-  auto engine = std::make_unique<detail::MpiCrossWorker>();
+  // The workers are the ranks of the resolver's communicator, else of MPI_COMM_WORLD.
+  const auto* mpi_resolver = dynamic_cast<const MpiClusterResolver*>(resolver_.get());
+  const MpiClusterResolver::Communicator* comm = mpi_resolver != nullptr ? mpi_resolver->communicator() : nullptr;
+  auto engine = std::make_unique<detail::MpiCrossWorker>(comm != nullptr ? comm->comm : MPI_COMM_WORLD);
   const int rank = engine->worker_id();
   const int workers = engine->num_workers();
   const int tasks = resolver_->cluster_spec().num_tasks("worker") + resolver_->cluster_spec().num_tasks("chief");

@@ -50,13 +50,22 @@ class ClusterResolver {
 class MpiClusterResolver : public ClusterResolver {
  public:
   MpiClusterResolver();
+  // The workers are the ranks of another communicator (a subset of the job's processes, or a
+  // program's own layout), given as Communicator{comm} from <distribute/mpi/mpi_communicator.h>,
+  // which includes <mpi.h>. InvalidArgumentError for MPI_COMM_NULL (a process that is not one of
+  // its ranks) or an intercommunicator.
+  struct Communicator;
+  explicit MpiClusterResolver(const Communicator& comm);
   ClusterSpec cluster_spec() const override { return spec_; }
   std::string task_type() const override { return "worker"; }
   int task_id() const override { return task_id_; }
+  // The communicator given at construction; null for MPI_COMM_WORLD.
+  const Communicator* communicator() const { return comm_.get(); }
 
  private:
   ClusterSpec spec_;
   int task_id_ = 0;
+  std::shared_ptr<const Communicator> comm_;
 };
 
 struct MultiWorkerMirroredStrategyOptions {

@@ -1,0 +1,32 @@
+// MultiWorkerMirroredStrategy on a communicator other than MPI_COMM_WORLD: the workers are its
+// ranks, so a program can give the strategy some of its processes and keep the others for its own
+// MPI work (the others must not construct a strategy on it). The strategy works on its own
+// duplicate of the communicator. Unlike multi_worker_mirrored_strategy.h this header includes
+// <mpi.h>:
+//
+//   MPI_Comm trainers;
+//   MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &trainers);
+//   if (trainers != MPI_COMM_NULL) {
+//     MultiWorkerMirroredStrategy strategy({.local_devices = {"CPU:0", "CPU:1"},
+//                                           .cluster_resolver = mpi_cluster_resolver(trainers)});
+//     ...
+//   }
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "distribute/mpi/multi_worker_mirrored_strategy.h"
+
+namespace distribute {
+
+struct MpiClusterResolver::Communicator {
+  MPI_Comm comm;
+};
+
+inline std::shared_ptr<const MpiClusterResolver> mpi_cluster_resolver(MPI_Comm comm) {
+  return std::make_shared<const MpiClusterResolver>(MpiClusterResolver::Communicator{comm});
+}
+
+}  // namespace distribute
