@@ -1,16 +1,18 @@
-// MultiWorkerMirroredStrategy's all_reduce beside raw MPI, in one launch on two processes:
-//   mpirun -np 2 --bind-to none ./build/default/bench/multiworker_all_reduce_bench
-// For each size, alternately: the library's all_reduce (float32, sum) by 2 workers x 2 local
-// replicas (--local 2), and raw MPI_Allreduce in place by the 2 processes on a buffer of the
-// same size (the cross-process step the library's one thread per worker performs). nccl-tests
-// columns, with the same-run 2-thread memcpy bandwidth measured by rank 0 while rank 1 sleeps.
-// busbw counts the library's 4 replicas and MPI's 2 ranks. The flat 4-process MPI_Allreduce is
-// mpi_all_reduce_bench under `mpirun -np 4`.
+// MultiWorkerMirroredStrategy's all_reduce beside raw MPI, in one launch of four processes:
+//   mpirun -np 4 --bind-to none ./build/default/bench/multiworker_all_reduce_bench
+// For each size, alternately and on buffers of the same size: the library's all_reduce (float32,
+// sum) by ranks 0 and 1 as 2 workers x 2 local replicas (--replicas 2) on a sub-communicator; raw
+// MPI_Allreduce in place by the same 2 processes (the cross-process step the library's one thread
+// per worker performs); and flat MPI_Allreduce by all 4 processes, one per replica. Ranks 2 and 3
+// sleep while the 2-process rows run. nccl-tests columns, with the same-run 2-thread memcpy
+// bandwidth measured by rank 0 while the others sleep; busbw counts the library's 4 replicas and
+// MPI's ranks. Under `mpirun -np 2` the flat rows are left out.
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,17 +20,18 @@
 #include "common.h"
 #include "mpi_barrier.h"
 #include "distribute/distribute.h"
+#include "distribute/mpi/mpi_communicator.h"
 
 namespace distribute::bench {
 namespace {
 
-// The slowest rank's seconds for `unit`.
-double slowest(const std::function<void()>& unit) {
-  MPI_Barrier(MPI_COMM_WORLD);
+// The slowest rank's seconds for `unit`, over the ranks of `comm`.
+double slowest(const std::function<void()>& unit, MPI_Comm comm) {
+  MPI_Barrier(comm);
   const auto start = std::chrono::steady_clock::now();
   unit();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm);
   return seconds;
 }
 
@@ -42,16 +45,22 @@ int run(int argc, char** argv) {
   using namespace distribute;
   using namespace distribute::bench;
   int rank = 0;
-  int workers = 1;
+  int processes = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &workers);
+  MPI_Comm_size(MPI_COMM_WORLD, &processes);
   Options options = parse_options(argc, argv,
-                                  "MultiWorkerMirroredStrategy all_reduce (float32, sum) beside MPI_Allreduce; "
-                                  "workers come from mpirun, --replicas L sets the local replicas (default 2)",
+                                  "MultiWorkerMirroredStrategy all_reduce (float32, sum) by 2 workers beside "
+                                  "MPI_Allreduce by the same 2 processes and by 4; launch with mpirun -np 4 (or 2); "
+                                  "--replicas L sets the local replicas (default 2)",
                                   {2});
+  if (processes != 2 && processes != 4) {
+    if (rank == 0) std::fprintf(stderr, "multiworker_all_reduce_bench: launch 4 processes (or 2), not %d\n", processes);
+    return 2;
+  }
   // Every rank must time as many repeats: no adaptive count.
   if (options.iters == 0) options.iters = 5;
   const int local = options.replicas.empty() ? 2 : options.replicas[0];
+  const int flat = processes == 4 ? 4 : 0;
   const std::vector<std::size_t> sizes = sweep_sizes(options);
 
   std::vector<double> memcpy_bw(sizes.size());
@@ -62,78 +71,108 @@ int run(int argc, char** argv) {
   }
   sleeping_barrier();
 
-  MultiWorkerMirroredStrategyOptions strategy_options;
-  for (int l = 0; l < local; ++l) strategy_options.local_devices.push_back("CPU:" + std::to_string(l));
-  MultiWorkerMirroredStrategy strategy(strategy_options);
-  const int n = strategy.num_replicas_in_sync();
+  // Ranks 0 and 1 are the library's workers and the 2-process MPI rows' ranks.
+  const bool pair = rank < 2;
+  MPI_Comm pair_comm = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, pair ? 0 : MPI_UNDEFINED, rank, &pair_comm);
+  std::optional<MultiWorkerMirroredStrategy> strategy;
+  if (pair) {
+    MultiWorkerMirroredStrategyOptions strategy_options;
+    for (int l = 0; l < local; ++l) strategy_options.local_devices.push_back("CPU:" + std::to_string(l));
+    strategy_options.cluster_resolver = mpi_cluster_resolver(pair_comm);
+    strategy.emplace(strategy_options);
+  }
+  const int n = 2 * local;
 
   std::vector<Row> library_rows;
-  std::vector<Row> mpi_rows;
+  std::vector<Row> pair_rows;
+  std::vector<Row> flat_rows;
   for (std::size_t s = 0; s < sizes.size(); ++s) {
     const auto count = static_cast<std::int64_t>(std::max<std::size_t>(sizes[s] / sizeof(float), 1));
     const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(float);
     const int ops = ops_per_unit(bytes, options);
-    PerReplica<Tensor> inputs = strategy.experimental_distribute_values_from_function(
-        [&](const ValueContext&) { return Tensor::zeros(DType::kFloat32, Shape{count}); });
-    PerReplica<Tensor> outputs = strategy.experimental_distribute_values_from_function(
-        [&](const ValueContext&) { return Tensor::zeros(DType::kFloat32, Shape{count}); });
     std::vector<float> buffer(static_cast<std::size_t>(count), 0.0f);
+    std::optional<PerReplica<Tensor>> inputs;
+    if (pair) {
+      inputs = strategy->experimental_distribute_values_from_function(
+          [&](const ValueContext&) { return Tensor::zeros(DType::kFloat32, Shape{count}); });
+    }
     const auto library_unit = [&] {
-      strategy.run(
+      strategy->run(
           [&](const Tensor& in) {
             for (int k = 0; k < ops; ++k) get_replica_context()->all_reduce(ReduceOp::kSum, in);
           },
-          inputs);
+          *inputs);
     };
-    const auto mpi_unit = [&] {
-      for (int k = 0; k < ops; ++k) {
-        MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      }
+    const auto mpi_unit = [&](MPI_Comm comm) {
+      return [&, comm] {
+        for (int k = 0; k < ops; ++k) {
+          MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm);
+        }
+      };
     };
-    for (int i = 0; i < options.warmup; ++i) {
-      slowest(library_unit);
-      slowest(mpi_unit);
-    }
     std::vector<double> library_times;
-    std::vector<double> mpi_times;
-    for (int i = 0; i < options.iters; ++i) {  // alternately, so that both see the same machine
-      library_times.push_back(slowest(library_unit) / ops);
-      mpi_times.push_back(slowest(mpi_unit) / ops);
+    std::vector<double> pair_times;
+    std::vector<double> flat_times;
+    // Alternately, so that all three see the same machine; the warm-up rounds are not kept.
+    for (int i = 0; i < options.warmup + options.iters; ++i) {
+      const bool kept = i >= options.warmup;
+      if (pair) {
+        const double library = slowest(library_unit, pair_comm) / ops;
+        const double raw = slowest(mpi_unit(pair_comm), pair_comm) / ops;
+        if (kept) library_times.push_back(library);
+        if (kept) pair_times.push_back(raw);
+      }
+      if (flat != 0) {
+        sleeping_barrier();
+        const double all = slowest(mpi_unit(MPI_COMM_WORLD), MPI_COMM_WORLD) / ops;
+        if (kept) flat_times.push_back(all);
+      }
     }
-    Row library{.bytes = bytes, .count = static_cast<std::size_t>(count), .seconds = median(library_times),
-                .bus_factor = bus_factor(Collective::kAllReduce, n), .memcpy_bytes_per_s = memcpy_bw[s]};
-    if (options.check) {
-      PerReplica<Tensor> ones = strategy.experimental_distribute_values_from_function(
-          [&](const ValueContext& ctx) {
-            return Tensor::from_vector<float>(std::vector<float>(static_cast<std::size_t>(count),
-                                                                 static_cast<float>(ctx.replica_id_in_sync_group())),
-                                              Shape{count});
-          });
+    const auto row = [&](const std::vector<double>& times, int ranks) {
+      return Row{.bytes = bytes, .count = static_cast<std::size_t>(count), .seconds = times.empty() ? 0 : median(times),
+                 .bus_factor = bus_factor(Collective::kAllReduce, ranks), .memcpy_bytes_per_s = memcpy_bw[s]};
+    };
+    Row library = row(library_times, n);
+    if (options.check && pair) {
+      PerReplica<Tensor> ones = strategy->experimental_distribute_values_from_function([&](const ValueContext& ctx) {
+        return Tensor::from_vector<float>(
+            std::vector<float>(static_cast<std::size_t>(count), static_cast<float>(ctx.replica_id_in_sync_group())),
+            Shape{count});
+      });
       PerReplica<Tensor> sums =
-          strategy.run([](const Tensor& in) { return get_replica_context()->all_reduce(ReduceOp::kSum, in); }, ones);
+          strategy->run([](const Tensor& in) { return get_replica_context()->all_reduce(ReduceOp::kSum, in); }, ones);
       std::int64_t wrong = 0;
       for (const Tensor& t : sums.values()) {
         for (float v : t.to_vector<float>()) wrong += v != static_cast<float>(n * (n - 1) / 2) ? 1 : 0;
       }
-      MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, pair_comm);
       library.wrong = wrong;
     }
     library_rows.push_back(library);
-    mpi_rows.push_back(Row{.bytes = bytes, .count = static_cast<std::size_t>(count), .seconds = median(mpi_times),
-                           .bus_factor = bus_factor(Collective::kAllReduce, workers),
-                           .memcpy_bytes_per_s = memcpy_bw[s]});
+    pair_rows.push_back(row(pair_times, 2));
+    flat_rows.push_back(row(flat_times, 4));
+    sleeping_barrier();
   }
   if (rank == 0) {
-    print_table_header("MultiWorkerMirroredStrategy all_reduce, " + std::to_string(workers) + " workers x " +
-                       std::to_string(local) + " replicas");
+    print_table_header("MultiWorkerMirroredStrategy all_reduce, 2 workers x " + std::to_string(local) + " replicas");
     for (const Row& row : library_rows) print_row(row);
-    print_table_header("MPI_Allreduce in place, " + std::to_string(workers) + " ranks (the cross-process step)");
-    for (const Row& row : mpi_rows) print_row(row);
-    std::printf("#\n# %10s %14s\n", "size", "mpi/library");
+    print_table_header("MPI_Allreduce in place, the same 2 processes (the cross-process step)");
+    for (const Row& row : pair_rows) print_row(row);
+    if (flat != 0) {
+      print_table_header("MPI_Allreduce in place, 4 processes (flat, one per replica)");
+      for (const Row& row : flat_rows) print_row(row);
+    }
+    std::printf("#\n# time ratios, higher is better for the library\n# %10s %16s %16s\n", "size",
+                "2-process/library", flat != 0 ? "flat/library" : "");
     for (std::size_t s = 0; s < sizes.size(); ++s) {
-      std::printf("  %10zu %14.2f\n", library_rows[s].bytes, mpi_rows[s].seconds / library_rows[s].seconds);
+      std::printf("  %10zu %16.2f", library_rows[s].bytes, pair_rows[s].seconds / library_rows[s].seconds);
+      if (flat != 0) std::printf(" %16.2f", flat_rows[s].seconds / library_rows[s].seconds);
+      std::printf("\n");
     }
   }
+  strategy.reset();
+  if (pair_comm != MPI_COMM_NULL) MPI_Comm_free(&pair_comm);
   return 0;
 }
 
