@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     }
     strategy.run(all_reduce_big);
     std::cout << "worker 0 was not stopped" << std::endl;
-    freeze.join();
+    if (freeze.joinable()) freeze.join();
     return 0;
   }
   if (strategy.extended().worker_id() == 1) {

@@ -1,10 +1,10 @@
 // distribute::detail: the cross-worker engine over MPI. One process is one worker (its rank in
 // MPI_COMM_WORLD, or in the communicator the cluster resolver names); the engine works on its own
 // duplicate of that communicator, so that the program's own MPI traffic never matches the
-// strategy's. Every wait polls non-blocking MPI calls
-// against the collective's deadline: a header exchange that times out names the workers that did
-// not send theirs, and a data phase that stalls past the deadline is reported and ends the job
-// (MPI_Abort), as a collective left half done cannot be taken back.
+// strategy's. Every wait polls non-blocking MPI calls against the collective's deadline: a header
+// exchange that times out names the workers that did not send theirs, and a data phase that
+// stalls past the deadline is reported and ends the job (MPI_Abort), as a collective left half
+// done cannot be taken back.
 #pragma once
 
 #include <mpi.h>

@@ -4,9 +4,9 @@
 
 #include <mpi.h>
 
-#include "distribute/mpi/mpi_communicator.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "distribute/mpi/mpi_communicator.h"
 #include "mpi/mpi_cross_worker.h"
 #include "strategy/mirrored_extended.h"
 
