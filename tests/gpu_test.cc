@@ -295,6 +295,65 @@ TEST_F(OnGpu, TheReplicaStreamOrdersUserWork) {
   EXPECT_EQ(streams[0], again[0]);  // created once, with the strategy
 }
 
+// Device memory a training loop holds stays flat: after a warm-up, 10,000 more steps (a gradient
+// list all-reduced, a gather, a merge_call) leave the pool's bytes in use, the pool's reserve and
+// the device's free memory where they were. Runs over NCCL (GPU:0) and over two logical GPUs.
+struct DeviceMemory {
+  std::size_t pool_used = 0;
+  std::size_t pool_reserved = 0;
+  std::size_t device_free = 0;
+};
+
+DeviceMemory device_memory() {
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaMemPool_t pool = nullptr;
+  EXPECT_EQ(cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
+  std::uint64_t used = 0;
+  std::uint64_t reserved = 0;
+  EXPECT_EQ(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved), cudaSuccess);
+  std::size_t free = 0;
+  std::size_t total = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  return {static_cast<std::size_t>(used), static_cast<std::size_t>(reserved), free};
+}
+
+void train_steps(MirroredStrategy& strategy, int steps) {
+  for (int step = 0; step < steps; ++step) {
+    strategy.run([step] {
+      ReplicaContext& ctx = *get_replica_context();
+      const float r = static_cast<float>(ctx.replica_id_in_sync_group());
+      std::vector<Tensor> grads = {Tensor::zeros(DType::kFloat32, Shape{256, 1024}), Tensor::zeros(DType::kFloat32, Shape{1000}),
+                                   Tensor::from_vector<float>({r})};
+      grads = ctx.all_reduce(ReduceOp::kMean, grads);
+      Tensor gathered = ctx.all_gather(Tensor::from_vector<std::int64_t>({step}), 0);
+      return ctx.merge_call([](Strategy& s, const PerReplica<Tensor>& g) { return s.extended().reduce_to(ReduceOp::kSum, g, g); },
+                            gathered);
+    });
+  }
+}
+
+TEST_F(OnGpu, NoDeviceMemoryGrowsOverTenThousandSteps) {
+  testing::Watchdog watchdog(std::chrono::seconds(55), "memory growth test");
+  split_gpu0(2);
+  MirroredStrategyOptions nccl_options;
+  nccl_options.cross_device_ops = DISTRIBUTE_HAS_NCCL ? CrossDeviceOps::kNcclAllReduce : CrossDeviceOps::kAuto;
+  MirroredStrategy physical({"GPU:0"}, nccl_options);
+  MirroredStrategy logical({"GPU:0", "GPU:1"});
+  for (MirroredStrategy* strategy : {&physical, &logical}) {
+    train_steps(*strategy, 200);
+    const DeviceMemory before = device_memory();
+    train_steps(*strategy, 10'000);
+    const DeviceMemory after = device_memory();
+    const std::string ops(strategy->cross_device_ops());
+    std::printf("%s: pool in use %zu -> %zu bytes, pool reserved %zu -> %zu, device free %zu -> %zu\n", ops.c_str(), before.pool_used, after.pool_used, before.pool_reserved,
+                after.pool_reserved, before.device_free, after.device_free);
+    EXPECT_LE(after.pool_used, before.pool_used) << ops;
+    EXPECT_LE(after.pool_reserved, before.pool_reserved) << ops;
+    EXPECT_GE(after.device_free, before.device_free) << ops;
+  }
+}
+
 // experimental_distribute_dataset places each replica's rows on that replica's GPU (read there by
 // the replica's step), or leaves them in host memory when fetch_to_device is off.
 void expect_batches_on_each_replicas_gpu(MirroredStrategy& strategy) {

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The GPU checks in one command, for a machine with a GPU: every test of the GPU-facing test
+# programs (each test in its own process, as ctest runs them, since a logical-GPU split is fixed
+# per process), the examples, and gpu_collectives_bench (the library against raw NCCL from 8 B to
+# 1 GiB, then the one-device path over 2 and 4 logical GPUs). Prints a test summary and the
+# benchmark tables; exits non-zero when a test or an example fails.
+#
+#   bench/gpu_run.sh [BUILD_DIR]        BUILD_DIR defaults to build/default, configured with CUDA
+#                                       and NCCL found (the README's default build does that)
+#
+# Libraries: BUILD_DIR/lib goes first on LD_LIBRARY_PATH when it exists (for a build made on
+# another machine), and where no libnccl.so.2 is installed the one in PyTorch's NCCL wheel serves.
+set -uo pipefail
+build=${1:-build/default}
+# Programs that split GPUs into logical ones run one process per test; the rest run whole.
+per_test=(gpu_test gpu_rules_test errors_test)
+whole=(variable_test distributed_input_test device_test tensor_test collectives_test misuse_test)
+examples=(quickstart nested_structures merge_call_update train_checkpoint)
+
+if [ -d "$build/lib" ]; then
+  export LD_LIBRARY_PATH="$(cd "$build/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+  wheel=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+  if [ -n "$wheel" ] && [ -e "$wheel/libnccl.so.2" ]; then
+    export LD_LIBRARY_PATH="$wheel${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+fi
+
+echo "=== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi failed"
+
+echo "=== tests"
+passed=0
+skipped=0
+failures=()
+# run_gtest PROGRAM [FILTER]: runs it, counts its passed and skipped tests, shows what failed or skipped.
+run_gtest() {
+  local program=$1 exe="$build/tests/$1" log rc
+  if [ ! -x "$exe" ]; then
+    failures+=("$program: not built")
+    return
+  fi
+  log=$(timeout 300 "$exe" ${2:+--gtest_filter="$2"} 2>&1)
+  rc=$?
+  passed=$((passed + $(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' <<<"$log" | tail -1)))
+  skipped=$((skipped + $(grep -c '^\[  SKIPPED \] .* ms)$' <<<"$log")))
+  grep '^\[  SKIPPED \] .* ms)$' <<<"$log" | sed "s/^\[  SKIPPED \]/  skipped: $program/"
+  grep -m1 -A1 ': Skipped$' <<<"$log" | tail -1 | sed 's/^/    because: /'
+  grep -E '^(NcclAllReduce|ReductionToOneDevice): pool' <<<"$log"
+  if [ $rc -ne 0 ]; then
+    failures+=("$program ${2:-} (exit $rc)")
+    echo "FAILED $program ${2:-}"
+    tail -60 <<<"$log"
+  fi
+}
+for program in "${per_test[@]}"; do
+  [ -x "$build/tests/$program" ] || { failures+=("$program: not built"); continue; }
+  for name in $("$build/tests/$program" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
+    run_gtest "$program" "$name"
+  done
+done
+for program in "${whole[@]}"; do run_gtest "$program"; done
+
+echo "=== examples"
+for example in "${examples[@]}"; do
+  exe="$build/examples/$example"
+  if log=$(timeout 120 "$exe" 2>&1); then
+    echo "ok $example"
+  else
+    failures+=("example $example")
+    echo "FAILED example $example"
+    echo "$log" | tail -40
+  fi
+  [ "$example" = quickstart ] && grep -A2 '^strategy: MirroredStrategy(GPU' <<<"$log"
+done
+
+echo "=== tests: $passed passed, $skipped skipped, ${#failures[@]} failed"
+for f in "${failures[@]}"; do echo "  failed: $f"; done
+
+echo "=== gpu_collectives_bench: library against raw NCCL"
+bench="$build/bench/gpu_collectives_bench"
+timeout 300 "$bench" --max-bytes 1G || failures+=("gpu_collectives_bench")
+for logical in 2 4; do
+  echo "=== gpu_collectives_bench --logical $logical"
+  timeout 120 "$bench" --logical "$logical" --max-bytes 256M --factor 4 || failures+=("gpu_collectives_bench --logical $logical")
+done
+
+[ ${#failures[@]} -eq 0 ]
