@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
 #include "device/cuda/cuda_error.h"
@@ -56,6 +58,15 @@ class DeviceGuard {
  private:
   int previous_ = -1;
 };
+
+// cudaFreeAsync on `physical` from any thread; it runs in storage release, so it cannot throw.
+void free_on(int physical, void* block, cudaStream_t stream) {
+  int previous = -1;
+  cudaGetDevice(&previous);
+  if (previous != physical) cudaSetDevice(physical);
+  cudaFreeAsync(block, stream);
+  if (previous >= 0 && previous != physical) cudaSetDevice(previous);
+}
 
 struct DeviceCount {
   int count = 0;
@@ -105,18 +116,61 @@ std::atomic<std::size_t>& bytes_in_use(const Device& gpu) {
   return counters[static_cast<std::size_t>(gpu.index())];
 }
 
-// A replica's stream, shared with every storage allocated on it.
+// A replica's stream, shared with every storage allocated on it, and the blocks of up to
+// kMaxKeptBlock bytes freed on it, kept for its next allocations of the same size. Stream order
+// makes that reuse safe, as a cudaFreeAsync and a cudaMallocAsync on the stream would be, and it
+// spares each collective output the two pool calls: about 1 us together, a quarter of a small
+// NCCL collective (measured on an H200). Larger blocks go back to the pool, where their transfers
+// hide the calls; an allocation that fails frees the kept blocks and tries again.
 struct Stream {
+  static constexpr std::size_t kMaxKeptBlock = std::size_t{8} << 20;
+  static constexpr std::size_t kMaxKeptBytes = std::size_t{64} << 20;
+
   Stream(int physical_gpu, cudaStream_t s) : physical(physical_gpu), stream(s) {}
   ~Stream() {
     int previous = -1;
     cudaGetDevice(&previous);
     cudaSetDevice(physical);
+    release_kept();
     cudaStreamDestroy(stream);  // pending work still completes
     if (previous >= 0) cudaSetDevice(previous);
   }
+
+  // A kept block of exactly `nbytes`, or null.
+  void* take(std::size_t nbytes) {
+    if (nbytes > kMaxKeptBlock) return nullptr;
+    MutexLock lock(mu);
+    auto it = kept.find(nbytes);
+    if (it == kept.end() || it->second.empty()) return nullptr;
+    void* block = it->second.back();
+    it->second.pop_back();
+    kept_bytes -= nbytes;
+    return block;
+  }
+  // Keeps a freed block for reuse; false when it is large or the stream keeps enough already.
+  bool keep(void* block, std::size_t nbytes) {
+    if (nbytes > kMaxKeptBlock) return false;
+    MutexLock lock(mu);
+    if (kept_bytes + nbytes > kMaxKeptBytes) return false;
+    kept[nbytes].push_back(block);
+    kept_bytes += nbytes;
+    return true;
+  }
+  // Frees every kept block on the stream (when an allocation fails, and at the end).
+  void release_kept() {
+    MutexLock lock(mu);
+    for (auto& [nbytes, blocks] : kept) {
+      for (void* block : blocks) cudaFreeAsync(block, stream);
+    }
+    kept.clear();
+    kept_bytes = 0;
+  }
+
   const int physical;
   const cudaStream_t stream;
+  Mutex mu;
+  absl::flat_hash_map<std::size_t, absl::InlinedVector<void*, 2>> kept ABSL_GUARDED_BY(mu);
+  std::size_t kept_bytes ABSL_GUARDED_BY(mu) = 0;
 };
 
 class CudaReplicaDevice;
@@ -236,20 +290,35 @@ StorageRef allocate(const Device& gpu, std::size_t nbytes) {
                                               " in use); free tensors or raise the limit"));
   }
   try {
+    std::shared_ptr<Stream> stream = stream_for(physical);
+    const auto release_on_replica_stream = [&stream, &in_use] {
+      return [stream, &in_use](void* p, std::size_t n) {
+        if (!stream->keep(p, n)) free_on(stream->physical, p, stream->stream);
+        in_use.fetch_sub(n, std::memory_order_relaxed);
+      };
+    };
+    if (stream) {
+      if (void* kept = stream->take(nbytes)) return make_storage(kept, nbytes, gpu, release_on_replica_stream());
+    }
     DeviceGuard guard(physical);
     configure_pool(physical);
-    std::shared_ptr<Stream> stream = stream_for(physical);
-    const cudaStream_t s = stream ? stream->stream : cudaStreamLegacy;
     void* data = nullptr;
-    DISTRIBUTE_CUDA_CHECK(cudaMallocAsync(&data, nbytes, s), "allocating ", nbytes, " bytes on ", gpu.short_name());
-    return make_storage(data, nbytes, gpu, [stream, s, physical, &in_use](void* p, std::size_t n) {
-      int previous = -1;
-      cudaGetDevice(&previous);
-      if (previous != physical) cudaSetDevice(physical);
-      cudaFreeAsync(p, s);
-      if (previous >= 0 && previous != physical) cudaSetDevice(previous);
-      in_use.fetch_sub(n, std::memory_order_relaxed);
-    });
+    if (!stream) {
+      DISTRIBUTE_CUDA_CHECK(cudaMallocAsync(&data, nbytes, cudaStreamLegacy), "allocating ", nbytes, " bytes on ",
+                            gpu.short_name());
+      return make_storage(data, nbytes, gpu, [physical, &in_use](void* p, std::size_t n) {
+        free_on(physical, p, cudaStreamLegacy);
+        in_use.fetch_sub(n, std::memory_order_relaxed);
+      });
+    }
+    cudaError_t error = cudaMallocAsync(&data, nbytes, stream->stream);
+    if (error == cudaErrorMemoryAllocation) {  // what this stream keeps may be what is missing
+      cudaGetLastError();
+      stream->release_kept();
+      error = cudaMallocAsync(&data, nbytes, stream->stream);
+    }
+    DISTRIBUTE_CUDA_CHECK(error, "allocating ", nbytes, " bytes on ", gpu.short_name());
+    return make_storage(data, nbytes, gpu, release_on_replica_stream());
   } catch (...) {
     in_use.fetch_sub(nbytes, std::memory_order_relaxed);
     throw;
