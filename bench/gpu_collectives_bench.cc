@@ -6,11 +6,15 @@
 // physical GPUs, each with its own non-blocking stream. For each size S (default 8 B .. 1 GiB,
 // factor 2) every GPU gets a cudaMalloc'd send and receive buffer, once per size:
 //   library: one strategy.run in which every replica calls all_reduce(kSum, x) (all_gather(x, 0))
-//            K times on x = Tensor::from_blob(its send buffer); run returns once every replica's
-//            stream has drained.
+//            K times on x = Tensor::from_blob(its send buffer), dropping each result before the
+//            next call (raw NCCL reuses one receive buffer; a dropped output's block is reused,
+//            so both read and write the same addresses); run returns once every replica's stream
+//            has drained.
 //   NCCL:    K times {ncclGroupStart; ncclAllReduce (ncclAllGather) on every GPU; ncclGroupEnd},
 //            then cudaStreamSynchronize on every stream: the single-thread multi-GPU pattern.
-// time = median over repeats of (unit time / K), as in the CPU benchmarks (bench/common.h).
+// time = median over repeats of (unit time / K), as in the CPU benchmarks (bench/common.h), with
+// K at least 20 (nccl-tests' default iterations between synchronisations), so that one run's
+// start and end do not count as a large collective's cost.
 // Columns follow nccl-tests: algbw = S / time, busbw = algbw * 2(n-1)/n (all_reduce) or
 // algbw * (n-1)/n (all_gather); #wrong counts result elements that differ from the exact
 // expected value after timing; lib/nccl = library time / NCCL time (1.00 = no overhead).
@@ -203,6 +207,12 @@ struct Setup {
   const Options* options = nullptr;
 };
 
+// Collectives per timed unit: the CPU benchmarks' rule, but never fewer than nccl-tests' 20.
+int gpu_ops_per_unit(std::size_t bytes, const Options& options) {
+  constexpr int kMinOps = 20;
+  return options.ops > 0 ? options.ops : std::max(kMinOps, ops_per_unit(bytes, options));
+}
+
 PerReplica<Tensor> wrap(const DeviceBuffers& buffers, int n, std::size_t count) {
   std::vector<Tensor> tensors;
   for (int r = 0; r < n; ++r) {
@@ -216,7 +226,7 @@ GpuRow bench_all_reduce(const Setup& setup, std::size_t count) {
   const Options& options = *setup.options;
   const int n = setup.n;
   const std::size_t bytes = count * sizeof(float);
-  const int ops = ops_per_unit(bytes, options);
+  const int ops = gpu_ops_per_unit(bytes, options);
   const auto expected = [n](std::size_t i) { return reduce_expected(n, i); };
   GpuRow row{.bytes = bytes, .count = count, .bus_factor = bus_factor(Collective::kAllReduce, n)};
 
@@ -224,7 +234,8 @@ GpuRow bench_all_reduce(const Setup& setup, std::size_t count) {
   for (int r = 0; r < n; ++r) send.fill(r, count, [r](std::size_t i) { return reduce_input(r, i); });
 
   std::vector<Tensor> results(static_cast<std::size_t>(n));
-  row.library.seconds = time_all_reduce(*setup.strategy, wrap(send, n, count), results, ops, options).median_s;
+  row.library.seconds =
+      time_all_reduce(*setup.strategy, wrap(send, n, count), results, ops, options, PreviousResult::kDropped).median_s;
   if (options.check) {
     row.library.wrong = 0;
     for (const Tensor& result : results) *row.library.wrong += count_wrong(result.to_vector<float>(), count, expected);
@@ -249,7 +260,7 @@ GpuRow bench_all_gather(const Setup& setup, std::size_t per_rank) {
   const int n = setup.n;
   const std::size_t count = per_rank * static_cast<std::size_t>(n);
   const std::size_t bytes = count * sizeof(float);
-  const int ops = ops_per_unit(bytes, options);
+  const int ops = gpu_ops_per_unit(bytes, options);
   const auto expected = [per_rank](std::size_t i) {
     return gather_input(static_cast<int>(i / per_rank), i % per_rank);
   };
@@ -260,7 +271,8 @@ GpuRow bench_all_gather(const Setup& setup, std::size_t per_rank) {
 
   std::vector<Tensor> results(static_cast<std::size_t>(n));
   row.library.seconds =
-      time_all_gather(*setup.strategy, wrap(send, n, per_rank), results, 0, ops, options).median_s;
+      time_all_gather(*setup.strategy, wrap(send, n, per_rank), results, 0, ops, options, PreviousResult::kDropped)
+          .median_s;
   if (options.check) {
     row.library.wrong = 0;
     for (const Tensor& result : results) *row.library.wrong += count_wrong(result.to_vector<float>(), count, expected);
@@ -426,10 +438,10 @@ void print_gpu_preamble(const Options& options, std::optional<int> logical) {
               options.iters > 0 ? std::to_string(options.iters).c_str() : "auto (3..20, ~0.3 s per size)",
               options.check ? 1 : 0);
   std::printf("# library: one strategy.run, every replica calling the collective K times on Tensor::from_blob of its "
-              "send buffer\n");
+              "send buffer, dropping each result before the next call\n");
   std::printf("# NCCL: K x {ncclGroupStart; the collective on every GPU; ncclGroupEnd} on the same send buffers, then "
               "cudaStreamSynchronize of every stream\n");
-  std::printf("# time: median over repeats of (time of one repeat / K); K = 16 MiB / size, 1..1000 (--ops K)\n");
+  std::printf("# time: median over repeats of (time of one repeat / K); K = 16 MiB / size, 20..1000 (--ops K)\n");
   std::printf("# GB/s = 1e9 bytes/s; algbw = size / time; busbw = algbw * 2(n-1)/n (all_reduce), algbw * (n-1)/n "
               "(all_gather); lib/nccl = library time / NCCL time (1.00 = no overhead)\n");
   std::fflush(stdout);

@@ -17,11 +17,17 @@ inline std::vector<std::string> cpu_devices(int n) {
   return devices;
 }
 
+// What a replica does with its previous result when it calls the collective again.
+enum class PreviousResult {
+  kHeld,     // held until the new one arrives (so two outputs alternate)
+  kDropped,  // dropped first, as a raw NCCL loop reuses one receive buffer (its block is reused)
+};
+
 // Times runs in which every replica applies `collective` (ReplicaContext&, const V&) -> V to its
 // component of `inputs` `ops` times; each replica's last result stays in results[replica].
 template <class V, class Collective>
 Timing time_collective(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int ops,
-                       const Options& options, Collective collective) {
+                       const Options& options, PreviousResult previous, Collective collective) {
   return time_unit(
       [&] {
         strategy.run(
@@ -29,7 +35,10 @@ Timing time_collective(MirroredStrategy& strategy, const PerReplica<V>& inputs, 
               ReplicaContext& ctx = *get_replica_context();
               V& result = results[static_cast<std::size_t>(ctx.replica_id_in_sync_group())];
               result = V();  // the previous repeat's result goes back to the pool first
-              for (int k = 0; k < ops; ++k) result = collective(ctx, in);
+              for (int k = 0; k < ops; ++k) {
+                if (previous == PreviousResult::kDropped) result = V();
+                result = collective(ctx, in);
+              }
             },
             inputs);
       },
@@ -39,16 +48,16 @@ Timing time_collective(MirroredStrategy& strategy, const PerReplica<V>& inputs, 
 // `ops` SUM all_reduces per run.
 template <class V>
 Timing time_all_reduce(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int ops,
-                       const Options& options) {
-  return time_collective(strategy, inputs, results, ops, options,
+                       const Options& options, PreviousResult previous = PreviousResult::kHeld) {
+  return time_collective(strategy, inputs, results, ops, options, previous,
                          [](ReplicaContext& ctx, const V& in) { return ctx.all_reduce(ReduceOp::kSum, in); });
 }
 
 // `ops` all_gathers along `axis` per run.
 template <class V>
 Timing time_all_gather(MirroredStrategy& strategy, const PerReplica<V>& inputs, std::vector<V>& results, int axis,
-                       int ops, const Options& options) {
-  return time_collective(strategy, inputs, results, ops, options,
+                       int ops, const Options& options, PreviousResult previous = PreviousResult::kHeld) {
+  return time_collective(strategy, inputs, results, ops, options, previous,
                          [axis](ReplicaContext& ctx, const V& in) { return ctx.all_gather(in, axis); });
 }
 
