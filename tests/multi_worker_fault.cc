@@ -3,9 +3,10 @@
 //   exit:   worker 1 exits with status 3 in the middle of a step (as a crashed worker does,
 //           without MPI_Finalize) while worker 0 waits in an all_reduce with no timeout;
 //   signal: the same, worker 1 killed by SIGKILL;
-//   stall:  worker 1 freezes (SIGSTOP) after both workers agreed on a 128 MiB all_reduce, in the
-//           middle of its data phase: worker 0 reports the stalled data phase once the timeout
-//           passes and ends the job, since a collective left half done cannot be taken back.
+//   stall:  worker 1 freezes (SIGSTOP) after every worker agreed on a 128 MiB all_reduce, in the
+//           middle of its data phase: once the timeout passes, the other workers report the
+//           stalled data phase, naming worker 1 as the one that does not answer, and end the
+//           job, since a collective left half done cannot be taken back. Any number of workers.
 #include <chrono>
 #include <csignal>
 #include <cstdlib>

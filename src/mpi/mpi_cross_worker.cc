@@ -10,12 +10,21 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "distribute/errors.h"
 
 namespace distribute::detail {
 namespace {
 
 constexpr int kHeaderTag = 17;
+// A worker whose data phase stalled asks every other worker whether it is alive (kQueryTag, the
+// query's number); a worker that waits in the strategy answers (kAnswerTag, the same number).
+constexpr int kQueryTag = 18;
+constexpr int kAnswerTag = 19;
+// What the first worker to conclude found (text), sent to the others before it ends the job.
+constexpr int kFindingTag = 20;
+// How long a stalled worker waits for the answers before it ends the job.
+constexpr auto kAnswerGrace = std::chrono::seconds(1);
 
 // Calls into MPI from several threads (several strategies, or the caller and a replica thread)
 // are serialised here, so that MPI_THREAD_SERIALIZED suffices.
@@ -34,9 +43,9 @@ void check(int rc, const char* call) {
 
 // Polls `done` until it returns true or `deadline` passes; returns whether it did. Sleeps a little
 // between polls once the first ones found nothing, so that a waiting worker leaves the cores to
-// the replicas still computing.
-template <class Done>
-bool poll_until(Done&& done, Deadline deadline) {
+// the replicas still computing; while it sleeps between polls, `idle` runs before each poll.
+template <class Done, class Idle>
+bool poll_until(Done&& done, Deadline deadline, Idle&& idle) {
   for (int i = 0;; ++i) {
     if (done()) return true;
     if (Clock::now() >= deadline) return false;
@@ -44,6 +53,7 @@ bool poll_until(Done&& done, Deadline deadline) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
+      idle();
     }
   }
 }
@@ -90,6 +100,7 @@ MpiCrossWorker::MpiCrossWorker(MPI_Comm base) {
   ensure_mpi_initialized();
   std::lock_guard<std::mutex> lock(mpi_mutex());
   check(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup");
+  check(MPI_Comm_dup(base, &probe_comm_), "MPI_Comm_dup");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm host;
@@ -102,7 +113,22 @@ MpiCrossWorker::~MpiCrossWorker() {
   std::lock_guard<std::mutex> lock(mpi_mutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm_);
+  if (finalized) return;
+  MPI_Comm_free(&comm_);
+  MPI_Comm_free(&probe_comm_);
+}
+
+void MpiCrossWorker::answer_queries() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, probe_comm_, &flag, &status);
+    if (!flag) return;
+    std::int64_t query = 0;
+    MPI_Recv(&query, sizeof query, MPI_BYTE, status.MPI_SOURCE, kQueryTag, probe_comm_, MPI_STATUS_IGNORE);
+    // Eight bytes go eagerly: the send returns without waiting for the asker.
+    MPI_Send(&query, sizeof query, MPI_BYTE, status.MPI_SOURCE, kAnswerTag, probe_comm_);
+  }
 }
 
 std::vector<int> MpiCrossWorker::exchange(std::span<const std::byte> mine, std::span<std::byte> all,
@@ -140,7 +166,11 @@ std::vector<int> MpiCrossWorker::exchange(std::span<const std::byte> mine, std::
         MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
         return flag != 0;
       },
-      deadline);
+      deadline,
+      [this] {
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        answer_queries();
+      });
   if (done) return {};
   std::vector<int> missing;
   std::lock_guard<std::mutex> lock(mpi_mutex());
@@ -173,21 +203,99 @@ void MpiCrossWorker::send_last(std::span<const std::byte> mine) {
 }
 
 void MpiCrossWorker::wait_or_abort(MPI_Request& request, Deadline deadline, const std::string& what) {
+  const auto test = [&] {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    int flag = 0;
+    MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+    return flag != 0;
+  };
+  const auto answer = [this] {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    answer_queries();
+  };
+  if (poll_until(test, deadline, answer)) return;
+  // Past the deadline: ask every other worker whether it is alive. Those that wait in the
+  // strategy answer; one that is stopped, hung or busy elsewhere does not, and is named. The first
+  // worker to conclude tells the others its finding before it ends the job, since ending it wakes
+  // a stopped worker, which would then answer the others' queries.
+  const std::int64_t query = ++queries_;
+  std::vector<char> answered(static_cast<std::size_t>(size_), 0);
+  answered[static_cast<std::size_t>(rank_)] = 1;
+  send_to_others(&query, sizeof query, kQueryTag);
+  std::string reported;  // another worker's finding, with its id
+  const auto all_answered = [&] {
+    return std::all_of(answered.begin(), answered.end(), [](char a) { return a != 0; });
+  };
   const bool done = poll_until(
       [&] {
+        if (test()) return true;
         std::lock_guard<std::mutex> lock(mpi_mutex());
         int flag = 0;
-        MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
-        return flag != 0;
+        MPI_Status status;
+        MPI_Iprobe(MPI_ANY_SOURCE, kFindingTag, probe_comm_, &flag, &status);
+        if (flag) {
+          int length = 0;
+          MPI_Get_count(&status, MPI_CHAR, &length);
+          std::string finding(static_cast<std::size_t>(length), '\0');
+          MPI_Recv(finding.data(), length, MPI_CHAR, status.MPI_SOURCE, kFindingTag, probe_comm_, MPI_STATUS_IGNORE);
+          reported = absl::StrCat("worker ", status.MPI_SOURCE, " found: ", finding);
+          return true;
+        }
+        answer_queries();
+        for (;;) {
+          MPI_Iprobe(MPI_ANY_SOURCE, kAnswerTag, probe_comm_, &flag, &status);
+          if (!flag) break;
+          std::int64_t answer_to = 0;
+          MPI_Recv(&answer_to, sizeof answer_to, MPI_BYTE, status.MPI_SOURCE, kAnswerTag, probe_comm_, MPI_STATUS_IGNORE);
+          if (answer_to == query) answered[static_cast<std::size_t>(status.MPI_SOURCE)] = 1;
+        }
+        return all_answered();
       },
-      deadline);
-  if (done) return;
+      Clock::now() + kAnswerGrace, answer);
+  if (done && reported.empty() && test()) return;
+  std::string finding = reported;
+  if (finding.empty()) {
+    std::vector<int> silent;
+    std::vector<int> waiting;
+    for (int w = 0; w < size_; ++w) {
+      if (w != rank_) (answered[static_cast<std::size_t>(w)] ? waiting : silent).push_back(w);
+    }
+    const auto workers = [](const std::vector<int>& ids) {
+      return absl::StrCat(ids.size() == 1 ? "worker " : "workers ", absl::StrJoin(ids, ", "));
+    };
+    if (silent.empty()) {
+      finding = "every worker answered and waits in it too (the transport is stuck, not a worker)";
+    } else {
+      finding = absl::StrCat(workers(silent), " did not answer within ",
+                             std::chrono::duration_cast<std::chrono::seconds>(kAnswerGrace).count(),
+                             " s (stopped, hung, or busy outside the strategy)");
+      if (!waiting.empty()) {
+        absl::StrAppend(&finding, "; ", workers(waiting), waiting.size() == 1 ? " waits" : " wait", " in it too");
+      }
+    }
+    send_to_others(finding.data(), finding.size(), kFindingTag);
+  }
   std::fprintf(stderr,
-               "distribute: worker %d: the data phase of %s stalled past its timeout (a worker stopped sending "
-               "after every worker had agreed to the collective); ending the job\n",
-               rank_, what.c_str());
+               "distribute: worker %d: the data phase of %s stalled past its timeout (every worker had agreed to "
+               "the collective); %s; ending the job\n",
+               rank_, what.c_str(), finding.c_str());
   std::fflush(stderr);
   MPI_Abort(comm_, 1);
+}
+
+void MpiCrossWorker::send_to_others(const void* data, std::size_t bytes, int tag) {
+  // The message outlives this call: a worker that never reads it leaves the send pending. It is
+  // small, so it goes eagerly.
+  auto outgoing = std::make_unique<std::byte[]>(bytes);
+  std::memcpy(outgoing.get(), data, bytes);
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  for (int w = 0; w < size_; ++w) {
+    if (w == rank_) continue;
+    MPI_Request sent;
+    MPI_Isend(outgoing.get(), static_cast<int>(bytes), MPI_BYTE, w, tag, probe_comm_, &sent);
+    MPI_Request_free(&sent);
+  }
+  abandoned_.push_back(std::move(outgoing));
 }
 
 // float16 and bfloat16 cross the workers as float32, MPI having no type for them: each worker's

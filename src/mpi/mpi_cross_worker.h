@@ -3,12 +3,13 @@
 // duplicate of that communicator, so that the program's own MPI traffic never matches the
 // strategy's. Every wait polls non-blocking MPI calls against the collective's deadline: a header
 // exchange that times out names the workers that did not send theirs, and a data phase that
-// stalls past the deadline is reported and ends the job (MPI_Abort), as a collective left half
-// done cannot be taken back.
+// stalls past the deadline is reported, naming the workers that do not answer a liveness query,
+// and ends the job (MPI_Abort), as a collective left half done cannot be taken back.
 #pragma once
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -39,11 +40,19 @@ class MpiCrossWorker final : public CrossWorker {
   void send_last(std::span<const std::byte> mine) override;
 
  private:
-  // Waits for `request`; past `deadline`, reports `what` and ends the job.
+  // Waits for `request`; past `deadline`, reports `what` and the workers that do not answer a
+  // liveness query, and ends the job.
   void wait_or_abort(MPI_Request& request, Deadline deadline, const std::string& what);
+  // Answers other workers' liveness queries (the caller holds the MPI lock).
+  void answer_queries();
+  // Sends a copy of `bytes` at `data` to every other worker on the liveness communicator.
+  void send_to_others(const void* data, std::size_t bytes, int tag);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  // Send buffers of exchanges abandoned at a deadline, which MPI may still read.
+  MPI_Comm probe_comm_ = MPI_COMM_NULL;  // liveness queries, apart from the collectives' traffic
+  std::int64_t queries_ = 0;
+  // Send buffers of exchanges abandoned at a deadline, and of liveness queries: MPI may still
+  // read them.
   std::vector<std::unique_ptr<std::byte[]>> abandoned_;
   int rank_ = 0;
   int size_ = 1;
