@@ -7,7 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <numeric>
+#include <sstream>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -352,6 +356,198 @@ TEST_F(OnGpu, NoDeviceMemoryGrowsOverTenThousandSteps) {
     EXPECT_LE(after.pool_reserved, before.pool_reserved) << ops;
     EXPECT_GE(after.device_free, before.device_free) << ops;
   }
+}
+
+// Variables on GPUs: each component lives on its replica's GPU and every update runs there, with
+// the same aggregation rules as on the host.
+void expect_variables_work(MirroredStrategy& strategy) {
+  const int n = strategy.num_replicas_in_sync();
+  Variable mean;
+  Variable total;
+  Variable on_read;
+  Variable first;
+  Variable none;
+  {
+    StrategyScope scope = strategy.scope();
+    mean = Variable(Tensor::from_vector<float>({1, 2}), {.name = "mean", .aggregation = VariableAggregation::kMean});
+    total = Variable(std::int32_t{0}, {.name = "total", .aggregation = VariableAggregation::kSum});
+    on_read = Variable(0.0f, {.name = "on_read",
+                              .synchronization = VariableSynchronization::kOnRead,
+                              .aggregation = VariableAggregation::kSum});
+    first = Variable(0.0, {.name = "first", .aggregation = VariableAggregation::kOnlyFirstReplica});
+    none = Variable(1.0f, {.name = "none"});
+  }
+  for (const Variable* v : {&mean, &total, &on_read, &first, &none}) {
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(v->component(r).device(), strategy.extended().worker_devices()[static_cast<std::size_t>(r)])
+          << v->name();
+    }
+  }
+  strategy.run([&] {
+    const int r = get_replica_context()->replica_id_in_sync_group();
+    mean.assign_add(Tensor::from_vector<float>({static_cast<float>(r), static_cast<float>(2 * r)}));
+    total.assign_add(std::int32_t{r + 2});
+    total.assign_sub(std::int32_t{1});
+    on_read.assign_add(static_cast<float>(r + 1));
+    first.assign(10.0 + r);
+    none.assign(3.0f);
+  });
+  const float m = static_cast<float>(n - 1) / 2.0f;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(mean.component(r).to_vector<float>(), (std::vector<float>{1 + m, 2 + 2 * m})) << "replica " << r;
+    EXPECT_EQ(total.component(r).to_vector<std::int32_t>(), (std::vector<std::int32_t>{n * (n + 1) / 2})) << r;
+    EXPECT_EQ(first.component(r).to_vector<double>(), (std::vector<double>{10.0})) << "replica " << r;
+    EXPECT_EQ(none.component(r).to_vector<float>(), (std::vector<float>{3.0f})) << "replica " << r;
+    EXPECT_EQ(on_read.component(r).to_vector<float>(), (std::vector<float>{static_cast<float>(r + 1)})) << r;
+  }
+  EXPECT_EQ(on_read.value().to_vector<float>(), (std::vector<float>{static_cast<float>(n * (n + 1) / 2)}));
+  // Cross-replica updates write every component from the host.
+  mean.assign(Tensor::from_vector<float>({5, 6}));
+  on_read.assign(static_cast<float>(2 * n));
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(mean.component(r).to_vector<float>(), (std::vector<float>{5, 6})) << "replica " << r;
+    EXPECT_EQ(on_read.component(r).to_vector<float>(), (std::vector<float>{2.0f})) << "replica " << r;
+  }
+  std::ostringstream printed;
+  printed << mean;
+  EXPECT_NE(printed.str().find("numpy=[5.0, 6.0]"), std::string::npos) << printed.str();
+  if (n > 1) {
+    expect_error<InvalidArgumentError>(
+        [&] { strategy.run([&] { none.assign(static_cast<float>(get_replica_context()->replica_id_in_sync_group())); }); },
+        {"Variable 'none': assign with aggregation NONE in replica context needs the same value on every replica",
+         "replica"});
+  }
+}
+
+// Weights after `steps` steps of `optimizer` (made by make()) in replica context, each replica
+// passing gradient (step + 1) * (k - 1.5) * (replica + 1) for element k, summed over replicas.
+template <class T, class MakeOptimizer>
+std::vector<double> train(Strategy& strategy, MakeOptimizer make, int steps, std::int64_t* iterations = nullptr) {
+  Variable w;
+  std::unique_ptr<optimizers::Optimizer> optimizer;
+  {
+    StrategyScope scope = strategy.scope();
+    w = Variable(Tensor::from_vector<T>({T(1), T(-2), T(0.5), T(3)}), {.name = "w"});
+    optimizer = make();
+  }
+  for (int step = 0; step < steps; ++step) {
+    strategy.run([&] {
+      const T scale = static_cast<T>((step + 1) * (get_replica_context()->replica_id_in_sync_group() + 1));
+      std::vector<T> g;
+      for (int k = 0; k < 4; ++k) g.push_back(scale * static_cast<T>(k - 1.5));
+      optimizer->apply_gradients({{Tensor::from_vector<T>(g), w}});
+    });
+  }
+  // And one step from the host, in cross-replica context.
+  optimizer->apply_gradients({{Tensor::from_vector<T>({T(0.25), T(-0.5), T(1), T(2)}, Shape{4}, Device::cpu()), w}});
+  if (iterations != nullptr) *iterations = optimizer->iterations().value().to_vector<std::int64_t>()[0];
+  std::vector<double> out;
+  for (int r = 0; r < w.num_components(); ++r) {
+    EXPECT_EQ(w.component(r).device(), strategy.extended().worker_devices()[static_cast<std::size_t>(r)]);
+    for (T v : w.component(r).to_vector<T>()) out.push_back(static_cast<double>(v));
+  }
+  return out;
+}
+
+// The optimizers step on the GPU as they do on the host (the kernels round each operation as the
+// host loops do, so the results agree to the last bits or within a few units in the last place).
+void expect_optimizers_step_as_on_the_host(MirroredStrategy& gpu, MirroredStrategy& cpu) {
+  using optimizers::Adam;
+  using optimizers::SGD;
+  const std::vector<std::pair<std::string, std::function<std::unique_ptr<optimizers::Optimizer>()>>> kinds = {
+      {"SGD", [] { return std::make_unique<SGD>(0.1); }},
+      {"SGD momentum", [] { return std::make_unique<SGD>(0.1, 0.9); }},
+      {"SGD Nesterov", [] { return std::make_unique<SGD>(0.1, 0.9, true); }},
+      {"Adam", [] { return std::make_unique<Adam>(0.01); }},
+  };
+  for (const auto& [name, make] : kinds) {
+    std::int64_t gpu_steps = 0;
+    const std::vector<double> on_gpu = train<float>(gpu, make, 5, &gpu_steps);
+    const std::vector<double> on_cpu = train<float>(cpu, make, 5);
+    EXPECT_EQ(gpu_steps, 6) << name;
+    ASSERT_EQ(on_gpu.size(), on_cpu.size()) << name;
+    double worst = 0;
+    for (std::size_t i = 0; i < on_gpu.size(); ++i) {
+      EXPECT_NEAR(on_gpu[i], on_cpu[i], 1e-6 * std::max(1.0, std::abs(on_cpu[i]))) << name << " element " << i;
+      worst = std::max(worst, std::abs(on_gpu[i] - on_cpu[i]));
+    }
+    const std::vector<double> on_gpu64 = train<double>(gpu, make, 5);
+    const std::vector<double> on_cpu64 = train<double>(cpu, make, 5);
+    for (std::size_t i = 0; i < on_gpu64.size(); ++i) {
+      EXPECT_NEAR(on_gpu64[i], on_cpu64[i], 1e-12 * std::max(1.0, std::abs(on_cpu64[i]))) << name << " float64 " << i;
+      worst = std::max(worst, std::abs(on_gpu64[i] - on_cpu64[i]));
+    }
+    std::printf("%s on %s: largest difference from the host %.3g\n", name.c_str(), gpu.name().c_str(), worst);
+  }
+}
+
+TEST_F(OnGpu, VariablesLiveAndUpdateOnTheReplicasGpu) {
+  MirroredStrategy strategy({"GPU:0"});
+  expect_variables_work(strategy);
+}
+
+TEST_F(OnGpu, VariablesOnLogicalGpus) {
+  split_gpu0(2);
+  MirroredStrategy strategy({"GPU:0", "GPU:1"});
+  expect_variables_work(strategy);
+}
+
+TEST_F(OnGpu, OptimizersStepOnTheGpuAsOnTheHost) {
+  MirroredStrategy gpu({"GPU:0"});
+  MirroredStrategy cpu({"CPU:0"});
+  expect_optimizers_step_as_on_the_host(gpu, cpu);
+}
+
+TEST_F(OnGpu, OptimizersOnLogicalGpusStepAsOnTwoCpuReplicas) {
+  split_gpu0(2);
+  MirroredStrategy gpu({"GPU:0", "GPU:1"});
+  MirroredStrategy cpu({"CPU:0", "CPU:1"});
+  expect_optimizers_step_as_on_the_host(gpu, cpu);
+}
+
+// A checkpoint of variables on GPUs (weights and Adam's slots) saves them through the host and
+// restores them into every replica's component.
+TEST_F(OnGpu, CheckpointOfGpuVariablesRoundTrips) {
+  split_gpu0(2);
+  MirroredStrategy strategy({"GPU:0", "GPU:1"});
+  Variable w;
+  std::unique_ptr<optimizers::Adam> adam;
+  {
+    StrategyScope scope = strategy.scope();
+    w = Variable(Tensor::from_vector<float>({1, 2, 3}), {.name = "w"});
+    adam = std::make_unique<optimizers::Adam>(0.1);
+  }
+  const auto step = [&] {
+    strategy.run([&] { adam->apply_gradients({{Tensor::from_vector<float>({0.5f, -1.0f, 2.0f}), w}}); });
+  };
+  step();
+  std::vector<std::pair<std::string, Variable>> saved = {{"w", w}};
+  for (const Variable& v : adam->variables()) saved.emplace_back(v.name(), v);
+  Checkpoint checkpoint(saved);
+  const std::string path = ::testing::TempDir() + "gpu_variables.safetensors";
+  checkpoint.save(path);
+  const std::vector<float> at_save = w.component(0).to_vector<float>();
+  step();
+  step();
+  ASSERT_NE(w.component(1).to_vector<float>(), at_save);
+  checkpoint.restore(path);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(w.component(r).device(), Device::gpu(r));
+    EXPECT_EQ(w.component(r).to_vector<float>(), at_save) << "replica " << r;
+  }
+  EXPECT_EQ(adam->iterations().value().to_vector<std::int64_t>(), (std::vector<std::int64_t>{1}));
+  step();  // the restored slots and step count carry on as after the first step
+  Variable fresh;
+  std::unique_ptr<optimizers::Adam> reference;
+  {
+    StrategyScope scope = strategy.scope();
+    fresh = Variable(Tensor::from_vector<float>({1, 2, 3}), {.name = "w"});
+    reference = std::make_unique<optimizers::Adam>(0.1);
+  }
+  for (int k = 0; k < 2; ++k) {
+    strategy.run([&] { reference->apply_gradients({{Tensor::from_vector<float>({0.5f, -1.0f, 2.0f}), fresh}}); });
+  }
+  EXPECT_EQ(w.component(0).to_vector<float>(), fresh.component(0).to_vector<float>());
 }
 
 // experimental_distribute_dataset places each replica's rows on that replica's GPU (read there by

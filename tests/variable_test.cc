@@ -156,15 +156,6 @@ TEST(Variable, SynchronizationNoneWithOneReplicaBehavesAsOnWrite) {
   EXPECT_EQ(v.value().item<float>(), 3.0f);
 }
 
-TEST(Variable, OnGpuDevicesIsUnimplemented) {
-  if (list_logical_gpus().size() < 1) GTEST_SKIP() << "no GPU is visible: " << gpu_unavailable_reason();
-  OneDeviceStrategy gpu("GPU:0");
-  StrategyScope scope = gpu.scope();
-  expect_error<UnimplementedError>([] { Variable v(1.0f, {.name = "w"}); },
-                                   {"Variable 'w': OneDeviceStrategy(GPU:0) places it on GPU:0",
-                                    "variables on GPU devices are not supported yet"});
-}
-
 TEST(Variable, UndefinedVariableAndComponentOutOfRange) {
   const Variable undefined;
   expect_error<FailedPreconditionError>([&] { (void)undefined.value(); },

@@ -35,6 +35,14 @@ void fill_zero(void* data, const Device& gpu, std::size_t nbytes);
 // kernel; ordered like copy(), and complete on return unless issued on the calling replica's stream.
 void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
             std::int64_t mean_denominator, const Device& gpu);
+// dst -= src, `count` elements of `dtype` on `gpu`; ordered like reduce().
+void subtract(DType dtype, void* dst, const void* src, std::int64_t count, const Device& gpu);
+// The optimizers' steps on float32 or float64 buffers on `gpu` (formulas in cuda/update_kernels.h:
+// no momentum slot when `m` is null); ordered like reduce().
+void sgd_step(DType dtype, void* w, const void* g, void* m, std::int64_t count, double learning_rate, double momentum,
+              bool nesterov, const Device& gpu);
+void adam_step(DType dtype, void* w, const void* g, void* m, void* v, std::int64_t count, double alpha,
+               double one_minus_b1, double one_minus_b2, double epsilon, const Device& gpu);
 // Waits for the calling replica thread's stream to drain; nothing on other threads.
 void synchronize_bound_stream();
 

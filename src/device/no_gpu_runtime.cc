@@ -34,6 +34,18 @@ void reduce(DType, ReduceOp, std::span<const void* const>, void*, std::int64_t, 
   no_backend(absl::StrCat("cannot reduce on ", gpu.short_name()));
 }
 
+void subtract(DType, void*, const void*, std::int64_t, const Device& gpu) {
+  no_backend(absl::StrCat("cannot update on ", gpu.short_name()));
+}
+
+void sgd_step(DType, void*, const void*, void*, std::int64_t, double, double, bool, const Device& gpu) {
+  no_backend(absl::StrCat("cannot update on ", gpu.short_name()));
+}
+
+void adam_step(DType, void*, const void*, void*, void*, std::int64_t, double, double, double, double, const Device& gpu) {
+  no_backend(absl::StrCat("cannot update on ", gpu.short_name()));
+}
+
 void synchronize_bound_stream() {}
 
 std::unique_ptr<ReplicaDevice> create_replica_device(const Device& gpu) {

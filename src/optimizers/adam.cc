@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/multiversion.h"
+#include "device/gpu_runtime.h"
 #include "optimizers/update_loop.h"
 
 namespace distribute::optimizers {
@@ -48,6 +49,12 @@ void Adam::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads
 void Adam::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, std::int64_t step) const {
   const auto t = static_cast<double>(step);
   const double alpha = learning_rate() * std::sqrt(1.0 - std::pow(beta_2_, t)) / (1.0 - std::pow(beta_1_, t));
+  if (variable.device().is_gpu()) {
+    detail::gpu::adam_step(variable.dtype(), variable.raw_data(), gradient.raw_data(), slots[0].raw_data(),
+                           slots[1].raw_data(), variable.num_elements(), alpha, 1.0 - beta_1_, 1.0 - beta_2_, epsilon_,
+                           variable.device());
+    return;
+  }
   internal::dispatch_floating(variable.dtype(), [&]<class T>(TypeTag<T>) {
     adam_step<T>(variable.data<T>(), gradient.data<T>(), slots[0].data<T>(), slots[1].data<T>(),
                  variable.num_elements(), static_cast<T>(alpha), static_cast<T>(1.0 - beta_1_),

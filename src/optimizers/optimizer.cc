@@ -198,18 +198,23 @@ void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_
 
 void Optimizer::update_component(const std::vector<Tensor>& gradients,
                                  const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component) const {
+  // The step count is read on the host; a GPU component's comes over and goes back (a few bytes).
   Tensor counter = iterations_.component(component);
-  std::int64_t& count = counter.data<std::int64_t>()[0];
-  const std::int64_t step = count + 1;
+  const bool counter_on_host = counter.device().is_cpu();
+  Tensor count = counter_on_host ? counter : counter.to(Device::cpu());
+  const std::int64_t step = count.data<std::int64_t>()[0] + 1;
   absl::InlinedVector<Tensor, 2> slots;
   for (std::size_t k = 0; k < grads_and_vars.size(); ++k) {
     const Variable& variable = grads_and_vars[k].second;
     slots.clear();
     for (const Variable& slot : slots_->find(variable)->slots) slots.push_back(slot.component(component));
     Tensor target = variable.component(component);
-    update_step(gradients[k], target, std::span<Tensor>(slots.data(), slots.size()), step);
+    const Tensor& gradient = gradients[k];
+    update_step(gradient.device() == target.device() ? gradient : gradient.to(target.device()), target,
+                std::span<Tensor>(slots.data(), slots.size()), step);
   }
-  count = step;
+  count.data<std::int64_t>()[0] = step;
+  if (!counter_on_host) detail::copy_bytes(counter.raw_data(), counter.device(), count.raw_data(), Device::cpu(), sizeof step);
 }
 
 }  // namespace distribute::optimizers

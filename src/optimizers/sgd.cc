@@ -1,6 +1,7 @@
 // SGD: plain, momentum and Nesterov steps as Keras defines them.
 #include "distribute/optimizers/sgd.h"
 
+#include "device/gpu_runtime.h"
 #include "optimizers/update_loop.h"
 
 namespace distribute::optimizers {
@@ -21,6 +22,12 @@ SGD::SGD(double learning_rate, double momentum, bool nesterov)
 void SGD::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) { apply(grads_and_vars); }
 
 void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, std::int64_t) const {
+  if (variable.device().is_gpu()) {
+    detail::gpu::sgd_step(variable.dtype(), variable.raw_data(), gradient.raw_data(),
+                          slots.empty() ? nullptr : slots[0].raw_data(), variable.num_elements(), learning_rate(),
+                          momentum_, nesterov_, variable.device());
+    return;
+  }
   internal::dispatch_floating(variable.dtype(), [&]<class T>(TypeTag<T>) {
     auto w = variable.flat<T>();
     const auto g = gradient.flat<T>();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "device/gpu_runtime.h"
 #include "distribute/device/number_format.h"
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/context.h"
@@ -71,8 +72,25 @@ void check_value(const VariableState& s, const Tensor& value, const char* method
                    s.shape.to_string());
 }
 
-// dst op= src on the host; both of the variable's dtype and shape.
+// dst op= src; both of the variable's dtype and shape. A GPU component is updated by the device's
+// kernels, on the calling replica's stream (elsewhere on the device's legacy stream, waited for).
 void apply(Tensor dst, VariableUpdate op, const Tensor& src) {
+  if (dst.device().is_gpu()) {
+    const Tensor from = src.device() == dst.device() ? src : src.to(dst.device());
+    switch (op) {
+      case VariableUpdate::kAssign:
+        detail::gpu::copy(dst.raw_data(), dst.device(), from.raw_data(), from.device(), dst.nbytes());
+        return;
+      case VariableUpdate::kAdd: {
+        const void* const inputs[] = {dst.raw_data(), from.raw_data()};
+        detail::gpu::reduce(dst.dtype(), ReduceOp::kSum, inputs, dst.raw_data(), dst.num_elements(), 1, dst.device());
+        return;
+      }
+      case VariableUpdate::kSub:
+        detail::gpu::subtract(dst.dtype(), dst.raw_data(), from.raw_data(), dst.num_elements(), dst.device());
+        return;
+    }
+  }
   dispatch_dtype(dst.dtype(), [&]<class T>(TypeTag<T>) {
     auto out = dst.flat<T>();
     const auto in = src.flat<T>();
@@ -116,7 +134,10 @@ void update_cross_replica(const VariableState& s, VariableUpdate op, const Tenso
 // An on-write update with aggregation NONE or ONLY_FIRST_REPLICA in replica context: one
 // merge_call, whose merge_fn checks that the replicas agree and writes every component.
 bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+  if (a.nbytes() == 0) return true;
+  const Tensor x = on_host(a);
+  const Tensor y = on_host(b);
+  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 
 // The value an ONLY_FIRST_REPLICA or NONE update applies: global replica 0's. Across workers that
@@ -239,12 +260,7 @@ Variable::Variable(const Tensor& initial_value, VariableOptions options) {
                    "initial value is ", dtype_name(initial_value.dtype()), "; use SUM or ONLY_FIRST_REPLICA");
   std::vector<Tensor> components;
   components.reserve(devices.size());
-  for (const Device& device : devices) {
-    DISTRIBUTE_CHECK(device.is_cpu(), UnimplementedError, "Variable '", name, "': ", strategy.name(), " places it on ",
-                     device.short_name(), ", and variables on GPU devices are not supported yet (their updates are "
-                     "computed on the host)");
-    components.push_back(initial_value.to(device));
-  }
+  for (const Device& device : devices) components.push_back(initial_value.to(device));
   state_ = std::make_shared<VariableState>(VariableState{std::move(name), initial_value.dtype(), initial_value.shape(),
                                                          options.trainable, synchronization, options.aggregation,
                                                          &strategy, std::move(components)});

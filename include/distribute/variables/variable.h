@@ -40,7 +40,7 @@
 // Checks, all InvalidArgumentError naming the variable: an update's dtype and shape must be the
 // variable's (a scalar given as a C++ number is converted when the variable's dtype holds it
 // exactly, as TF converts Python numbers); MEAN needs a floating-point dtype; ON_READ needs an
-// aggregation. Updates compute on the host: variables on GPU devices are an UnimplementedError.
+// aggregation. Components on GPUs are updated by the device's kernels, on the replica's stream.
 //
 // Threading: in replica context replica r writes component r only; every other update happens on
 // one thread while no replica runs (cross-replica context) or while all wait in a merge_call.

@@ -25,6 +25,7 @@
 #include "base/mutex.h"
 #include "device/cuda/cuda_error.h"
 #include "device/cuda/reduce_kernel.h"
+#include "device/cuda/update_kernels.h"
 #include "device/gpu_runtime.h"
 #include "device/gpu_topology.h"
 #include "device/replica_device.h"
@@ -353,20 +354,62 @@ void fill_zero(void* data, const Device& gpu, std::size_t nbytes) {
                         nbytes, " bytes on ", gpu.short_name());
 }
 
-void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
-            std::int64_t mean_denominator, const Device& gpu) {
+namespace {
+
+// Enqueues launch(stream) on the calling replica's stream when the replica is on `gpu`'s physical
+// GPU; elsewhere on the legacy default stream, and waits for it. `what` names the work in errors.
+template <class Launch, class... What>
+void launch_ordered(const Device& gpu, Launch&& launch, const What&... what) {
   const int physical = gpu_topology().physical_of(gpu);
-  if (count == 0) return;
   const bool on_replica = bound_replica != nullptr && bound_replica->memory_space() == physical;
   DeviceGuard guard(physical);
   const cudaStream_t s = on_replica ? bound_replica->stream() : cudaStreamLegacy;
-  DISTRIBUTE_CUDA_CHECK(launch_reduce(static_cast<KernelDType>(dtype), op == ReduceOp::kMean, inputs.data(),
-                                      inputs.size(), out, count, mean_denominator, s),
-                        "reducing ", inputs.size(), " buffers of ", count, " ", dtype_name(dtype), " on ",
-                        gpu.short_name());
-  if (!on_replica) {
-    DISTRIBUTE_CUDA_CHECK(cudaStreamSynchronize(s), "reducing ", inputs.size(), " buffers on ", gpu.short_name());
-  }
+  DISTRIBUTE_CUDA_CHECK(launch(s), what..., " on ", gpu.short_name());
+  if (!on_replica) DISTRIBUTE_CUDA_CHECK(cudaStreamSynchronize(s), what..., " on ", gpu.short_name());
+}
+
+}  // namespace
+
+void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
+            std::int64_t mean_denominator, const Device& gpu) {
+  if (count == 0) return;
+  launch_ordered(
+      gpu,
+      [&](cudaStream_t s) {
+        return launch_reduce(static_cast<KernelDType>(dtype), op == ReduceOp::kMean, inputs.data(), inputs.size(), out,
+                             count, mean_denominator, s);
+      },
+      "reducing ", inputs.size(), " buffers of ", count, " ", dtype_name(dtype));
+}
+
+void subtract(DType dtype, void* dst, const void* src, std::int64_t count, const Device& gpu) {
+  if (count == 0) return;
+  launch_ordered(
+      gpu, [&](cudaStream_t s) { return launch_subtract(static_cast<KernelDType>(dtype), dst, src, count, s); },
+      "subtracting ", count, " ", dtype_name(dtype));
+}
+
+void sgd_step(DType dtype, void* w, const void* g, void* m, std::int64_t count, double learning_rate, double momentum,
+              bool nesterov, const Device& gpu) {
+  if (count == 0) return;
+  launch_ordered(
+      gpu,
+      [&](cudaStream_t s) {
+        return launch_sgd(static_cast<KernelDType>(dtype), w, g, m, count, learning_rate, momentum, nesterov, s);
+      },
+      "an SGD step over ", count, " ", dtype_name(dtype));
+}
+
+void adam_step(DType dtype, void* w, const void* g, void* m, void* v, std::int64_t count, double alpha,
+               double one_minus_b1, double one_minus_b2, double epsilon, const Device& gpu) {
+  if (count == 0) return;
+  launch_ordered(
+      gpu,
+      [&](cudaStream_t s) {
+        return launch_adam(static_cast<KernelDType>(dtype), w, g, m, v, count, alpha, one_minus_b1, one_minus_b2,
+                           epsilon, s);
+      },
+      "an Adam step over ", count, " ", dtype_name(dtype));
 }
 
 void synchronize_bound_stream() {

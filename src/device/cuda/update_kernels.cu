@@ -1,0 +1,149 @@
+// The GPU kernels behind variable updates and optimizer steps; see update_kernels.h.
+#include "device/cuda/update_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace distribute::detail::gpu {
+namespace {
+
+constexpr std::int64_t kThreads = 256;
+constexpr std::int64_t kMaxBlocks = 4096;
+
+unsigned blocks_for(std::int64_t count) {
+  const std::int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+// Grid-stride loop over [0, count).
+#define DISTRIBUTE_FOR_EACH_ELEMENT(k, count)                                                         \
+  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < (count); \
+       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+template <class T>
+__global__ void subtract_kernel(T* dst, const T* src, std::int64_t count) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(k, count) { dst[k] = dst[k] - src[k]; }
+}
+
+__global__ void subtract_half_kernel(__half* dst, const __half* src, std::int64_t count) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(k, count) { dst[k] = __float2half_rn(__half2float(dst[k]) - __half2float(src[k])); }
+}
+
+__global__ void subtract_bfloat16_kernel(__nv_bfloat16* dst, const __nv_bfloat16* src, std::int64_t count) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(k, count) {
+    dst[k] = __float2bfloat16_rn(__bfloat162float(dst[k]) - __bfloat162float(src[k]));
+  }
+}
+
+// The host loops round every operation (no fused multiply-adds); __fmul_rn and friends keep the
+// device from contracting either, so both give the same bits.
+__device__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ double mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ double add(double a, double b) { return __dadd_rn(a, b); }
+__device__ float sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ double sub(double a, double b) { return __dsub_rn(a, b); }
+
+template <class T>
+__global__ void sgd_kernel(T* w, const T* g, std::int64_t count, T lr) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(k, count) { w[k] = sub(w[k], mul(lr, g[k])); }
+}
+
+template <class T>
+__global__ void sgd_momentum_kernel(T* w, const T* g, T* m, std::int64_t count, T lr, T mu, bool nesterov) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(k, count) {
+    const T step = mul(lr, g[k]);
+    const T mk = sub(mul(mu, m[k]), step);
+    m[k] = mk;
+    w[k] = add(w[k], nesterov ? sub(mul(mu, mk), step) : mk);
+  }
+}
+
+template <class T>
+__global__ void adam_kernel(T* w, const T* g, T* m, T* v, std::int64_t count, T alpha, T one_minus_b1,
+                            T one_minus_b2, T eps) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(k, count) {
+    const T gk = g[k];
+    const T mk = add(m[k], mul(sub(gk, m[k]), one_minus_b1));
+    const T vk = add(v[k], mul(sub(mul(gk, gk), v[k]), one_minus_b2));
+    m[k] = mk;
+    v[k] = vk;
+    w[k] = sub(w[k], mul(mk, alpha) / add(sqrt(vk), eps));
+  }
+}
+
+#undef DISTRIBUTE_FOR_EACH_ELEMENT
+
+template <class T>
+cudaError_t launch_subtract_typed(void* dst, const void* src, std::int64_t count, cudaStream_t stream) {
+  subtract_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src), count);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_sgd_typed(void* w, const void* g, void* m, std::int64_t count, double lr, double momentum,
+                             bool nesterov, cudaStream_t stream) {
+  if (m == nullptr) {
+    sgd_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(static_cast<T*>(w), static_cast<const T*>(g), count,
+                                                              static_cast<T>(lr));
+  } else {
+    sgd_momentum_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(
+        static_cast<T*>(w), static_cast<const T*>(g), static_cast<T*>(m), count, static_cast<T>(lr),
+        static_cast<T>(momentum), nesterov);
+  }
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_adam_typed(void* w, const void* g, void* m, void* v, std::int64_t count, double alpha,
+                              double one_minus_b1, double one_minus_b2, double epsilon, cudaStream_t stream) {
+  adam_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(
+      static_cast<T*>(w), static_cast<const T*>(g), static_cast<T*>(m), static_cast<T*>(v), count,
+      static_cast<T>(alpha), static_cast<T>(one_minus_b1), static_cast<T>(one_minus_b2), static_cast<T>(epsilon));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_subtract(KernelDType dtype, void* dst, const void* src, std::int64_t count, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  switch (dtype) {
+    case KernelDType::kFloat32: return launch_subtract_typed<float>(dst, src, count, stream);
+    case KernelDType::kFloat64: return launch_subtract_typed<double>(dst, src, count, stream);
+    case KernelDType::kInt32: return launch_subtract_typed<std::int32_t>(dst, src, count, stream);
+    case KernelDType::kInt64: return launch_subtract_typed<std::int64_t>(dst, src, count, stream);
+    case KernelDType::kFloat16:
+      subtract_half_kernel<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__half*>(dst),
+                                                                      static_cast<const __half*>(src), count);
+      return cudaGetLastError();
+    case KernelDType::kBFloat16:
+      subtract_bfloat16_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+          static_cast<__nv_bfloat16*>(dst), static_cast<const __nv_bfloat16*>(src), count);
+      return cudaGetLastError();
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_sgd(KernelDType dtype, void* w, const void* g, void* m, std::int64_t count, double lr,
+                       double momentum, bool nesterov, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  switch (dtype) {
+    case KernelDType::kFloat32: return launch_sgd_typed<float>(w, g, m, count, lr, momentum, nesterov, stream);
+    case KernelDType::kFloat64: return launch_sgd_typed<double>(w, g, m, count, lr, momentum, nesterov, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_adam(KernelDType dtype, void* w, const void* g, void* m, void* v, std::int64_t count, double alpha,
+                        double one_minus_b1, double one_minus_b2, double epsilon, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  switch (dtype) {
+    case KernelDType::kFloat32:
+      return launch_adam_typed<float>(w, g, m, v, count, alpha, one_minus_b1, one_minus_b2, epsilon, stream);
+    case KernelDType::kFloat64:
+      return launch_adam_typed<double>(w, g, m, v, count, alpha, one_minus_b1, one_minus_b2, epsilon, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace distribute::detail::gpu
