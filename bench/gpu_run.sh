@@ -9,7 +9,8 @@
 #                                       and NCCL found (the README's default build does that)
 #
 # Libraries: BUILD_DIR/lib goes first on LD_LIBRARY_PATH when it exists (for a build made on
-# another machine), and where no libnccl.so.2 is installed the one in PyTorch's NCCL wheel serves.
+# another machine), and where no libnccl or libcublas is installed, PyTorch's NVIDIA wheels serve.
+# The training example's GPU tests and runs need Debian's dataset-fashion-mnist, else they skip.
 set -uo pipefail
 build=${1:-build/default}
 # Programs that split GPUs into logical ones run one process per test; the rest run whole.
@@ -20,15 +21,21 @@ examples=(quickstart nested_structures merge_call_update train_checkpoint)
 if [ -d "$build/lib" ]; then
   export LD_LIBRARY_PATH="$(cd "$build/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
-  wheel=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
-  if [ -n "$wheel" ] && [ -e "$wheel/libnccl.so.2" ]; then
-    export LD_LIBRARY_PATH="$wheel${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for lib in nccl:libnccl.so.2 cublas:libcublas.so.13; do
+  if ! ldconfig -p 2>/dev/null | grep -q "${lib#*:}"; then
+    wheel=$(python3 -c "import os, nvidia.${lib%%:*} as m; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null)
+    if [ -n "$wheel" ] && [ -e "$wheel/${lib#*:}" ]; then
+      export LD_LIBRARY_PATH="$wheel${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
   fi
-fi
+done
 
 echo "=== machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi failed"
+have_gpu=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || {
+  have_gpu=0
+  echo "no GPU visible (nvidia-smi failed): the GPU tests skip, the GPU runs do not start"
+}
 
 echo "=== tests"
 passed=0
@@ -43,9 +50,10 @@ run_gtest() {
   fi
   log=$(timeout 300 "$exe" ${2:+--gtest_filter="$2"} 2>&1)
   rc=$?
+  log_of_last=$log
   passed=$((passed + $(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' <<<"$log" | tail -1)))
   skipped=$((skipped + $(grep -c '^\[  SKIPPED \] .* ms)$' <<<"$log")))
-  grep '^\[  SKIPPED \] .* ms)$' <<<"$log" | sed "s/^\[  SKIPPED \]/  skipped: $program/"
+  grep '^\[  SKIPPED \] .* ms)$' <<<"$log" | sed "s|^\[  SKIPPED \]|  skipped: $program|"
   grep -m1 -A1 ': Skipped$' <<<"$log" | tail -1 | sed 's/^/    because: /'
   grep -E '^(NcclAllReduce|ReductionToOneDevice): pool' <<<"$log"
   if [ $rc -ne 0 ]; then
@@ -61,6 +69,10 @@ for program in "${per_test[@]}"; do
   done
 done
 for program in "${whole[@]}"; do run_gtest "$program"; done
+for name in TrainingOnGpu.OneGpuReachesTheHostsWeights TrainingOnGpu.TwoLogicalGpusReachTwoHostReplicasWeights; do
+  run_gtest ../examples/fashion_mnist/fashion_mnist_test "$name"
+  grep -h 'accuracy' <<<"$log_of_last"
+done
 
 echo "=== examples"
 for example in "${examples[@]}"; do
@@ -74,6 +86,20 @@ for example in "${examples[@]}"; do
   fi
   [ "$example" = quickstart ] && grep -A2 '^strategy: MirroredStrategy(GPU' <<<"$log"
 done
+
+echo "=== the training example on GPUs"
+train="$build/examples/fashion_mnist/train_fashion_mnist"
+if [ $have_gpu = 0 ]; then
+  echo "skipped: no GPU"
+elif [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  for run in "--replicas=1 --epochs=3" "--replicas=2 --epochs=1"; do
+    # shellcheck disable=SC2086
+    timeout 300 "$train" --device=gpu $run --checkpoint=/tmp/gpu_run_fashion_mnist.safetensors ||
+      failures+=("train_fashion_mnist --device=gpu $run")
+  done
+else
+  echo "skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
+fi
 
 echo "=== tests: $passed passed, $skipped skipped, ${#failures[@]} failed"
 for f in "${failures[@]}"; do echo "  failed: $f"; done

@@ -1,13 +1,16 @@
 // The Fashion-MNIST example's tests: its reader turns bad files into errors that name them, and its
 // training loop learns, is exactly data-parallel (1, 3 and 4 replicas reach the same weights), and
-// resumes from a checkpoint as if it had never stopped. The training tests need Debian's
-// dataset-fashion-mnist and skip, saying so, without it.
+// resumes from a checkpoint as if it had never stopped; on GPUs it reaches the host's weights. The
+// training tests need Debian's dataset-fashion-mnist and skip, saying so, without it (and the GPU
+// ones without a GPU).
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -269,6 +272,53 @@ TEST(Training, ResumingWithoutACheckpointNamesTheFile) {
   Trainer trainer(strategy, slice(), {});
   const std::filesystem::path missing = std::filesystem::temp_directory_path() / "no_such_checkpoint.safetensors";
   expect_error<InvalidArgumentError>([&] { trainer.restore(missing); }, {missing.string()});
+}
+
+// On GPUs the passes run there (cuBLAS and the example's kernels) and compute what the host's do,
+// up to float32 rounding in another order: one epoch of SGD on the slice from the same start
+// reaches the host's weights and accuracy. Each test skips without a GPU.
+void expect_gpus_train_as_the_host(const std::vector<std::string>& gpus) {
+  const TrainerOptions options{.optimizer = "sgd", .learning_rate = 0.05};
+  MirroredStrategy cpu(cpus(static_cast<int>(gpus.size())));
+  Trainer reference(cpu, slice(), options);
+  const EpochStats expected = reference.train_epoch();
+  MirroredStrategy gpu(gpus);
+  Trainer trainer(gpu, slice(), options);
+  const EpochStats stats = trainer.train_epoch();
+  for (std::size_t r = 0; r < gpus.size(); ++r) {
+    EXPECT_EQ(trainer.model().kernels[0].component(static_cast<int>(r)).device(),
+              distribute::Device::gpu(static_cast<int>(r)));
+  }
+  const std::vector<std::vector<float>> want = weights_of(reference);
+  const std::vector<std::vector<float>> got = weights_of(trainer);
+  for (std::size_t v = 0; v < want.size(); ++v) {
+    float worst = 0;
+    for (std::size_t i = 0; i < want[v].size(); ++i) worst = std::max(worst, std::fabs(got[v][i] - want[v][i]));
+    EXPECT_LT(worst, 1e-4f) << "variable " << v;
+  }
+  EXPECT_NEAR(stats.train_loss, expected.train_loss, 1e-4);
+  EXPECT_NEAR(stats.test_accuracy, expected.test_accuracy, 0.003);
+  EXPECT_GT(stats.test_accuracy, 0.6);
+  std::printf("%s: loss %.6f (host %.6f), test accuracy %.4f (host %.4f)\n", gpu.name().c_str(), stats.train_loss,
+              expected.train_loss, stats.test_accuracy, expected.test_accuracy);
+}
+
+#define REQUIRE_GPU()                                                                            \
+  if (distribute::num_physical_gpus() == 0) {                                                   \
+    GTEST_SKIP() << "no GPU is visible: " << distribute::gpu_unavailable_reason();               \
+  }
+
+TEST(TrainingOnGpu, OneGpuReachesTheHostsWeights) {
+  REQUIRE_FASHION_MNIST();
+  REQUIRE_GPU();
+  expect_gpus_train_as_the_host({"GPU:0"});
+}
+
+TEST(TrainingOnGpu, TwoLogicalGpusReachTwoHostReplicasWeights) {
+  REQUIRE_FASHION_MNIST();
+  REQUIRE_GPU();
+  distribute::set_logical_device_configuration(0, {{}, {}});
+  expect_gpus_train_as_the_host({"GPU:0", "GPU:1"});
 }
 
 TEST(Training, AnUnknownOptimizerIsRejected) {

@@ -1,6 +1,10 @@
 // The MLP's passes with Eigen, reading the replica's own copies of the weights in place.
 #include "model.h"
 
+#if FASHION_MNIST_WITH_GPU
+#include "model_gpu.h"
+#endif
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -60,6 +64,9 @@ std::vector<Variable> Mlp::trainable_variables() const {
 
 Tensor forward_backward(const Mlp& model, const Tensor& images, const Tensor& labels, std::int64_t global_batch_size,
                         Workspace& workspace) {
+#if FASHION_MNIST_WITH_GPU
+  if (images.device().is_gpu()) return forward_backward_on_gpu(model, images, labels, global_batch_size, workspace);
+#endif
   const std::int64_t n = labels.num_elements();
   forward(model, images, workspace);
 
@@ -106,6 +113,9 @@ Tensor forward_backward(const Mlp& model, const Tensor& images, const Tensor& la
 }
 
 std::int64_t count_correct(const Mlp& model, const Tensor& images, const Tensor& labels, Workspace& workspace) {
+#if FASHION_MNIST_WITH_GPU
+  if (images.device().is_gpu()) return count_correct_on_gpu(model, images, labels, workspace);
+#endif
   forward(model, images, workspace);
   const Matrix& logits = workspace.outputs[kLayers - 1];
   const std::int32_t* label = labels.data<std::int32_t>();

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <Eigen/Core>
@@ -35,18 +36,21 @@ struct Mlp {
 
 // A replica's scratch space: activations, their gradients, and one gradient tensor per trainable
 // variable. Kept across steps, so that a step allocates nothing once the batch size is seen.
+struct GpuPasses;  // the same on a GPU, with the replica's cuBLAS handle (model_gpu.cc)
 struct Workspace {
   std::array<Matrix, kLayers> outputs;  // pre-activation outputs of each layer
   std::array<Matrix, kLayers> deltas;   // the loss's gradient with respect to them
   std::array<Matrix, kLayers - 1> activations;
   std::vector<distribute::Tensor> gradients;
   distribute::Tensor per_example_loss;
+  std::shared_ptr<GpuPasses> gpu;  // made by the replica's first pass on a GPU
 };
 
 // The forward and backward pass of one replica's batch (images float32 [n, 784], labels int32 [n],
-// n may be 0). The gradients, written to workspace.gradients, are those of the loss summed over the
-// replica's examples divided by global_batch_size; summed across replicas they are the gradients
-// of the global batch's mean loss. Returns nn::compute_average_loss of the per-example losses: the
+// n may be 0), on the host or, in a build with CUDA, on the replica's GPU where the batch is. The
+// gradients, written to workspace.gradients, are those of the loss summed over the replica's
+// examples divided by global_batch_size; summed across replicas they are the gradients of the
+// global batch's mean loss. Returns nn::compute_average_loss of the per-example losses: the
 // replica's share of that mean.
 distribute::Tensor forward_backward(const Mlp& model, const distribute::Tensor& images,
                                     const distribute::Tensor& labels, std::int64_t global_batch_size,
