@@ -33,11 +33,12 @@ int main(int argc, char** argv) {
     // worker and then crosses them, which takes far longer than the 50 ms after which worker 1
     // freezes. A first all_reduce of that size brings every buffer in (its first touch of fresh
     // pages is slower than agreeing), and the one-value run after it lines the workers up.
+    // The warm-up may take long under a sanitizer on a busy machine; only the frozen call times out.
     const Tensor big = Tensor::zeros(DType::kFloat32, Shape{32 << 20});
-    const auto all_reduce_big = [&big] {
-      get_replica_context()->all_reduce(ReduceOp::kSum, big, {.timeout = std::chrono::seconds(3)});
+    const auto all_reduce_big = [&big](std::chrono::seconds timeout) {
+      return [&big, timeout] { get_replica_context()->all_reduce(ReduceOp::kSum, big, {.timeout = timeout}); };
     };
-    strategy.run(all_reduce_big);
+    strategy.run(all_reduce_big(std::chrono::seconds(120)));
     strategy.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
     std::thread freeze;
     if (strategy.extended().worker_id() == 1) {
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
         std::raise(SIGSTOP);
       });
     }
-    strategy.run(all_reduce_big);
+    strategy.run(all_reduce_big(std::chrono::seconds(3)));
     std::cout << "worker 0 was not stopped" << std::endl;
     if (freeze.joinable()) freeze.join();
     return 0;
