@@ -7,9 +7,8 @@
 // factor 2) every GPU gets a cudaMalloc'd send and receive buffer, once per size:
 //   library: one strategy.run in which every replica calls all_reduce(kSum, x) (all_gather(x, 0))
 //            K times on x = Tensor::from_blob(its send buffer), dropping each result before the
-//            next call (raw NCCL reuses one receive buffer; a dropped output's block is reused,
-//            so both read and write the same addresses); run returns once every replica's stream
-//            has drained.
+//            next call, as a raw NCCL loop keeps one receive buffer; run returns once every
+//            replica's stream has drained.
 //   NCCL:    K times {ncclGroupStart; ncclAllReduce (ncclAllGather) on every GPU; ncclGroupEnd},
 //            then cudaStreamSynchronize on every stream: the single-thread multi-GPU pattern.
 // time = median over repeats of (unit time / K), as in the CPU benchmarks (bench/common.h), with

@@ -73,23 +73,21 @@ void check_value(const VariableState& s, const Tensor& value, const char* method
 }
 
 // dst op= src; both of the variable's dtype and shape. A GPU component is updated by the device's
-// kernels, on the calling replica's stream (elsewhere on the device's legacy stream, waited for).
+// kernels, ordered on the calling replica's stream (elsewhere on the device's legacy stream).
 void apply(Tensor dst, VariableUpdate op, const Tensor& src) {
   if (dst.device().is_gpu()) {
-    const Tensor from = src.device() == dst.device() ? src : src.to(dst.device());
-    switch (op) {
-      case VariableUpdate::kAssign:
-        detail::gpu::copy(dst.raw_data(), dst.device(), from.raw_data(), from.device(), dst.nbytes());
-        return;
-      case VariableUpdate::kAdd: {
-        const void* const inputs[] = {dst.raw_data(), from.raw_data()};
-        detail::gpu::reduce(dst.dtype(), ReduceOp::kSum, inputs, dst.raw_data(), dst.num_elements(), 1, dst.device());
-        return;
-      }
-      case VariableUpdate::kSub:
-        detail::gpu::subtract(dst.dtype(), dst.raw_data(), from.raw_data(), dst.num_elements(), dst.device());
-        return;
+    if (op == VariableUpdate::kAssign) {
+      detail::copy_bytes(dst.raw_data(), dst.device(), src.raw_data(), src.device(), dst.nbytes());
+      return;
     }
+    const Tensor from = src.device() == dst.device() ? src : src.to(dst.device());
+    if (op == VariableUpdate::kAdd) {
+      const void* const inputs[] = {dst.raw_data(), from.raw_data()};
+      detail::gpu::reduce(dst.dtype(), ReduceOp::kSum, inputs, dst.raw_data(), dst.num_elements(), 1, dst.device());
+    } else {
+      detail::gpu::subtract(dst.dtype(), dst.raw_data(), from.raw_data(), dst.num_elements(), dst.device());
+    }
+    return;
   }
   dispatch_dtype(dst.dtype(), [&]<class T>(TypeTag<T>) {
     auto out = dst.flat<T>();

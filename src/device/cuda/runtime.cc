@@ -292,34 +292,23 @@ StorageRef allocate(const Device& gpu, std::size_t nbytes) {
   }
   try {
     std::shared_ptr<Stream> stream = stream_for(physical);
-    const auto release_on_replica_stream = [&stream, &in_use] {
-      return [stream, &in_use](void* p, std::size_t n) {
-        if (!stream->keep(p, n)) free_on(stream->physical, p, stream->stream);
-        in_use.fetch_sub(n, std::memory_order_relaxed);
-      };
-    };
-    if (stream) {
-      if (void* kept = stream->take(nbytes)) return make_storage(kept, nbytes, gpu, release_on_replica_stream());
+    const cudaStream_t s = stream ? stream->stream : cudaStreamLegacy;
+    void* data = stream ? stream->take(nbytes) : nullptr;
+    if (data == nullptr) {
+      DeviceGuard guard(physical);
+      configure_pool(physical);
+      cudaError_t error = cudaMallocAsync(&data, nbytes, s);
+      if (error == cudaErrorMemoryAllocation && stream) {  // what this stream keeps may be what is missing
+        cudaGetLastError();
+        stream->release_kept();
+        error = cudaMallocAsync(&data, nbytes, s);
+      }
+      DISTRIBUTE_CUDA_CHECK(error, "allocating ", nbytes, " bytes on ", gpu.short_name());
     }
-    DeviceGuard guard(physical);
-    configure_pool(physical);
-    void* data = nullptr;
-    if (!stream) {
-      DISTRIBUTE_CUDA_CHECK(cudaMallocAsync(&data, nbytes, cudaStreamLegacy), "allocating ", nbytes, " bytes on ",
-                            gpu.short_name());
-      return make_storage(data, nbytes, gpu, [physical, &in_use](void* p, std::size_t n) {
-        free_on(physical, p, cudaStreamLegacy);
-        in_use.fetch_sub(n, std::memory_order_relaxed);
-      });
-    }
-    cudaError_t error = cudaMallocAsync(&data, nbytes, stream->stream);
-    if (error == cudaErrorMemoryAllocation) {  // what this stream keeps may be what is missing
-      cudaGetLastError();
-      stream->release_kept();
-      error = cudaMallocAsync(&data, nbytes, stream->stream);
-    }
-    DISTRIBUTE_CUDA_CHECK(error, "allocating ", nbytes, " bytes on ", gpu.short_name());
-    return make_storage(data, nbytes, gpu, release_on_replica_stream());
+    return make_storage(data, nbytes, gpu, [stream, s, physical, &in_use](void* p, std::size_t n) {
+      if (!stream || !stream->keep(p, n)) free_on(physical, p, s);
+      in_use.fetch_sub(n, std::memory_order_relaxed);
+    });
   } catch (...) {
     in_use.fetch_sub(nbytes, std::memory_order_relaxed);
     throw;
