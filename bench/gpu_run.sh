@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # The GPU checks in one command, for a machine with a GPU: every test of the GPU-facing test
 # programs (each test in its own process, as ctest runs them, since a logical-GPU split is fixed
-# per process), the examples, and gpu_collectives_bench (the library against raw NCCL from 8 B to
+# per process), the examples, the multi-worker tests on GPUs (two workers under mpirun, one NCCL
+# communicator across them), and gpu_collectives_bench (the library against raw NCCL from 8 B to
 # 1 GiB, then the one-device path over 2 and 4 logical GPUs). Prints a test summary and the
 # benchmark tables; exits non-zero when a test or an example fails.
 #
-#   bench/gpu_run.sh [BUILD_DIR]        BUILD_DIR defaults to build/default, configured with CUDA
-#                                       and NCCL found (the README's default build does that)
+#   bench/gpu_run.sh [BUILD_DIR [SECTION...]]
+#       BUILD_DIR defaults to build/default, configured with CUDA and NCCL found (the README's
+#       default build does that). SECTIONs: tests, examples, training, multiworker, bench; all
+#       by default.
 #
 # Libraries: BUILD_DIR/lib goes first on LD_LIBRARY_PATH when it exists (for a build made on
 # another machine), and where no libnccl or libcublas is installed, PyTorch's NVIDIA wheels serve.
 # The training example's GPU tests and runs need Debian's dataset-fashion-mnist, else they skip.
 set -uo pipefail
 build=${1:-build/default}
+sections=" ${*:2} "
+[ "$sections" = "  " ] && sections=" tests examples training multiworker bench "
+want() { [[ $sections == *" $1 "* ]]; }
 # Programs that split GPUs into logical ones run one process per test; the rest run whole.
 per_test=(gpu_test gpu_rules_test errors_test)
 whole=(variable_test distributed_input_test device_test tensor_test collectives_test misuse_test)
@@ -37,7 +43,6 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
   echo "no GPU visible (nvidia-smi failed): the GPU tests skip, the GPU runs do not start"
 }
 
-echo "=== tests"
 passed=0
 skipped=0
 failures=()
@@ -62,20 +67,23 @@ run_gtest() {
     tail -60 <<<"$log"
   fi
 }
-for program in "${per_test[@]}"; do
-  [ -x "$build/tests/$program" ] || { failures+=("$program: not built"); continue; }
-  for name in $("$build/tests/$program" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
-    run_gtest "$program" "$name"
+if want tests; then
+  echo "=== tests"
+  for program in "${per_test[@]}"; do
+    [ -x "$build/tests/$program" ] || { failures+=("$program: not built"); continue; }
+    for name in $("$build/tests/$program" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
+      run_gtest "$program" "$name"
+    done
   done
-done
-for program in "${whole[@]}"; do run_gtest "$program"; done
-for name in TrainingOnGpu.OneGpuReachesTheHostsWeights TrainingOnGpu.TwoLogicalGpusReachTwoHostReplicasWeights; do
-  run_gtest ../examples/fashion_mnist/fashion_mnist_test "$name"
-  grep -h 'accuracy' <<<"$log_of_last"
-done
+  for program in "${whole[@]}"; do run_gtest "$program"; done
+  for name in TrainingOnGpu.OneGpuReachesTheHostsWeights TrainingOnGpu.TwoLogicalGpusReachTwoHostReplicasWeights; do
+    run_gtest ../examples/fashion_mnist/fashion_mnist_test "$name"
+    grep -h 'accuracy' <<<"$log_of_last"
+  done
+fi
 
-echo "=== examples"
-for example in "${examples[@]}"; do
+want examples && echo "=== examples"
+want examples && for example in "${examples[@]}"; do
   exe="$build/examples/$example"
   if log=$(timeout 120 "$exe" 2>&1); then
     echo "ok $example"
@@ -87,9 +95,11 @@ for example in "${examples[@]}"; do
   [ "$example" = quickstart ] && grep -A2 '^strategy: MirroredStrategy(GPU' <<<"$log"
 done
 
-echo "=== the training example on GPUs"
+want training && echo "=== the training example on GPUs"
 train="$build/examples/fashion_mnist/train_fashion_mnist"
-if [ $have_gpu = 0 ]; then
+if ! want training; then
+  :
+elif [ $have_gpu = 0 ]; then
   echo "skipped: no GPU"
 elif [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   for run in "--replicas=1 --epochs=3" "--replicas=2 --epochs=1"; do
@@ -101,15 +111,57 @@ else
   echo "skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi
 
+if want multiworker; then
+  # Every test of multi_worker_test with GPU replicas: 1 and 2 workers of one GPU each. Where the
+  # machine has one GPU, the two workers share it (the test presents each to NCCL as its own host).
+  echo "=== multi-worker tests on GPUs (mpirun)"
+  if ! command -v mpirun >/dev/null; then
+    failures+=("multi-worker: no mpirun (apt-get install openmpi-bin)")
+  else
+    for workers in 1 2; do
+      log=$(timeout 300 mpirun --oversubscribe --bind-to none -np $workers "$build/tests/multi_worker_test" \
+        --local_replicas=1 --device=gpu --gtest_color=no 2>&1)
+      rc=$?
+      ran=$(grep -c '^\[  PASSED  \]' <<<"$log")
+      grep -E '^(skipped:|\[  PASSED  \]|\[  SKIPPED \] [0-9])' <<<"$log" | sort | uniq -c | sed "s/^/  $workers x 1: /"
+      passed=$((passed + $(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' <<<"$log" | head -1) + 0))
+      if [ $rc -eq 77 ] && grep -q '^skipped:' <<<"$log"; then
+        skipped=$((skipped + 1))
+      elif [ $rc -ne 0 ] || [ "$ran" -ne $workers ]; then
+        failures+=("multi_worker_test $workers x 1 on GPUs (exit $rc)")
+        echo "FAILED multi_worker_test $workers x 1 on GPUs"
+        tail -80 <<<"$log"
+      fi
+    done
+    # The training example on two workers of one GPU replica each, beside one process with two
+    # replicas: the same global batches, so the same loss and accuracy. With fewer GPUs than
+    # workers, each worker presents itself to NCCL as its own host (NCCL refuses two ranks on one
+    # GPU of one host) and they talk through NCCL's socket transport.
+    train="$build/examples/fashion_mnist/train_fashion_mnist"
+    if [ $have_gpu = 1 ] && [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+      echo "=== the training example on 2 workers x 1 GPU (mpirun), then on 1 process x 2 replicas"
+      gpus=$(nvidia-smi -L | wc -l)
+      one_host_each='[ "$0" -lt 2 ] && export NCCL_HOSTID=gpu_run_worker_$OMPI_COMM_WORLD_RANK NCCL_SOCKET_IFNAME=lo; exec "$@"'
+      timeout 300 mpirun --oversubscribe --bind-to none -np 2 bash -c "$one_host_each" "$gpus" "$train" \
+        --multi_worker --device=gpu --replicas=1 --epochs=1 --checkpoint=/tmp/gpu_run_fashion_mnist_mw.safetensors ||
+        failures+=("train_fashion_mnist --multi_worker --device=gpu on 2 workers")
+      timeout 300 "$train" --device=gpu --replicas=2 --epochs=1 --checkpoint=/tmp/gpu_run_fashion_mnist_2.safetensors ||
+        failures+=("train_fashion_mnist --device=gpu --replicas=2")
+    fi
+  fi
+fi
+
 echo "=== tests: $passed passed, $skipped skipped, ${#failures[@]} failed"
 for f in "${failures[@]}"; do echo "  failed: $f"; done
 
-echo "=== gpu_collectives_bench: library against raw NCCL"
-bench="$build/bench/gpu_collectives_bench"
-timeout 300 "$bench" --max-bytes 1G || failures+=("gpu_collectives_bench")
-for logical in 2 4; do
-  echo "=== gpu_collectives_bench --logical $logical"
-  timeout 120 "$bench" --logical "$logical" --max-bytes 256M --factor 4 || failures+=("gpu_collectives_bench --logical $logical")
-done
+if want bench; then
+  echo "=== gpu_collectives_bench: library against raw NCCL"
+  bench="$build/bench/gpu_collectives_bench"
+  timeout 300 "$bench" --max-bytes 1G || failures+=("gpu_collectives_bench")
+  for logical in 2 4; do
+    echo "=== gpu_collectives_bench --logical $logical"
+    timeout 120 "$bench" --logical "$logical" --max-bytes 256M --factor 4 || failures+=("gpu_collectives_bench --logical $logical")
+  done
+fi
 
 [ ${#failures[@]} -eq 0 ]

@@ -8,10 +8,15 @@
 // the strategy stays usable; workers with different local replica counts get InvalidArgumentError
 // at construction; a worker that does not arrive gives DeadlineExceededError and then
 // UnavailableError; strategies on sub-communicators have their ranks as workers.
+//
+// With `--device=gpu` every worker's replicas are GPUs, joined by one NCCL communicator spanning
+// the workers, and every test runs the same way on them (ctest's multi_worker_gpu_*; they skip,
+// exit code 77, where no GPU is visible).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
@@ -29,10 +34,17 @@ namespace {
 using ::testing::HasSubstr;
 
 int g_local_replicas = 2;
+// "CPU:" or "GPU:"; on GPUs, worker w's replica l is GPU:(g_first_gpu + l).
+std::string g_device_type = "CPU:";
+int g_first_gpu = 0;
+
+std::string local_device(int l) {
+  return g_device_type + std::to_string((g_device_type == "GPU:" ? g_first_gpu : 0) + l);
+}
 
 std::vector<std::string> local_devices() {
   std::vector<std::string> devices;
-  for (int l = 0; l < g_local_replicas; ++l) devices.push_back("CPU:" + std::to_string(l));
+  for (int l = 0; l < g_local_replicas; ++l) devices.push_back(local_device(l));
   return devices;
 }
 
@@ -331,6 +343,7 @@ TEST_F(MultiWorker, OnlyFirstReplicaAndNoneUpdatesTakeGlobalReplicaZerosValue) {
   for (const Tensor& c : s.experimental_local_results(first)) EXPECT_EQ(c.item<float>(), 5.0f);
   for (const Tensor& c : s.experimental_local_results(none)) EXPECT_EQ(c.item<float>(), 7.0f);
   // With NONE, a replica on the last worker that passes another value is named on every worker.
+  if (n() < 2) return;
   const int odd = n() - 1;
   try {
     s.run([&] {
@@ -500,10 +513,13 @@ TEST_F(MultiWorker, WorkerDestroyingItsStrategyReleasesTheOthers) {
 
 TEST_F(MultiWorker, DifferentLocalReplicaCountsAreAnInvalidArgumentOnEveryWorker) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  if (g_device_type == "GPU:" && g_first_gpu + local() >= num_physical_gpus()) {
+    GTEST_SKIP() << "needs a GPU more than the replicas of worker 0 use";
+  }
   // Worker 0 brings one replica more than the others; every worker learns it at construction.
   MultiWorkerMirroredStrategyOptions options;
   options.local_devices = local_devices();
-  if (worker() == 0) options.local_devices.push_back("CPU:" + std::to_string(local()));
+  if (worker() == 0) options.local_devices.push_back(local_device(local()));
   const std::string others = std::to_string(local());
   const std::string more = std::to_string(local() + 1);
   try {
@@ -623,11 +639,48 @@ TEST_F(MultiWorker, WorkerThatDoesNotArriveTimesOutThenTheStrategyIsUnavailable)
 }  // namespace
 }  // namespace distribute
 
+// Places this worker's replicas on GPUs: its own GPUs when the machine has enough for every
+// worker, else the same GPUs as the other workers of this machine, each worker then presenting
+// itself to NCCL as a host of its own (NCCL refuses two ranks on one GPU of one host), so that
+// NCCL joins them through its network transport as it joins workers on separate machines.
+// Returns false, with the reason, where that cannot be done.
+bool place_on_gpus(std::string& why_not) {
+  using distribute::g_local_replicas;
+  const int gpus = distribute::num_physical_gpus();
+  if (gpus == 0) {
+    why_not = "no GPU visible: " + distribute::gpu_unavailable_reason();
+    return false;
+  }
+  if (gpus < g_local_replicas) {
+    why_not = "needs " + std::to_string(g_local_replicas) + " GPUs per worker, " + std::to_string(gpus) + " visible";
+    return false;
+  }
+  const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int rank = local_rank != nullptr ? std::atoi(local_rank) : 0;
+  const int size = local_size != nullptr ? std::atoi(local_size) : 1;
+  distribute::g_device_type = "GPU:";
+  if (gpus >= size * g_local_replicas) {
+    distribute::g_first_gpu = rank * g_local_replicas;
+  } else {
+    setenv("NCCL_HOSTID", ("distribute-test-worker-" + std::to_string(rank)).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  }
+  return true;
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  bool gpu = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--local_replicas=", 0) == 0) distribute::g_local_replicas = std::stoi(arg.substr(17));
+    if (arg == "--device=gpu") gpu = true;
+  }
+  std::string why_not;
+  if (gpu && !place_on_gpus(why_not)) {
+    std::printf("skipped: %s\n", why_not.c_str());
+    return 77;
   }
   return RUN_ALL_TESTS();
 }

@@ -13,11 +13,18 @@
 // talks to the other processes, so the engine needs no thread support, the number of messages
 // grows with workers rather than replicas, and a backend written here is reused unchanged under
 // the multi-worker strategy.
+//
+// GPUs are the exception: NCCL is itself the engine across processes, with its own hierarchy over
+// NVLink, PCIe and the network, so a multi-worker strategy on GPUs builds one NCCL communicator
+// spanning every worker's GPUs (spans_processes()). The workers still agree on each call through
+// the process-level engine before any data moves; then every replica is a rank of that one
+// communicator and the data phase is the backend's own.
 #pragma once
 
 #include <atomic>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "distribute/collective/internal/collective_op.h"
 
@@ -33,6 +40,10 @@ class Communicator {
   // Whether the replicas are threads of this process reading each other's host memory, all of
   // them: then the replica layer may move a few bytes itself, without the data phase.
   virtual bool shares_host_memory() const { return false; }
+  // Whether the replicas of every worker are ranks of this backend (NCCL across processes): then
+  // the data phase is the backend's alone, and its collectives, once matched on every worker,
+  // must be left to complete rather than aborted when this worker's run fails.
+  virtual bool spans_processes() const { return false; }
 
   // Called by replica `rank` before it arrives at the rendezvous (op.sequence is set): a backend
   // may copy what the data phase needs so that no replica has to wait for the others to finish
@@ -43,6 +54,9 @@ class Communicator {
   // before any replica is released: a backend may copy what every replica will need from the
   // others' ops here, while all of them still wait.
   virtual void prepare(std::span<CollectiveOp* const> /*ops*/) {}
+  // Before prepare() of an all_gather, for a backend that spans processes: the size along the
+  // axis of every rank's part, [leaf * ranks + rank] over the ranks of every worker.
+  virtual void set_gather_dims(std::vector<std::int64_t> /*dims*/) {}
 
   // Each is called by every replica `rank` with the same `ops` (ops[r] is replica r's).
   // Returns when rank's outputs hold the result and no replica will read rank's inputs or write

@@ -57,11 +57,6 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
     : resolver_(options.cluster_resolver != nullptr ? std::move(options.cluster_resolver)
                                                     : std::make_shared<const MpiClusterResolver>()) {
   std::vector<Device> devices = detail::parse_mirrored_devices(options.local_devices);
-  for (const Device& d : devices) {
-    DISTRIBUTE_CHECK(d.is_cpu(), UnimplementedError, "MultiWorkerMirroredStrategy: local device ", d.short_name(),
-                     " is a GPU; GPU replicas across workers (NCCL across processes) are not built yet, list CPU "
-                     "devices (\"CPU:0\", \"CPU:1\")");
-  }
   // The workers are the ranks of the resolver's communicator, else of MPI_COMM_WORLD.
   const auto* mpi_resolver = dynamic_cast<const MpiClusterResolver*>(resolver_.get());
   const MpiClusterResolver::Communicator* comm = mpi_resolver != nullptr ? mpi_resolver->communicator() : nullptr;

@@ -163,8 +163,12 @@ bool ReplicaGroup::complete_across_workers(std::exception_ptr local_mismatch) {
   }
   try {
     workers_->agree(mine);
-    if (first.op.kind == CollectiveKind::kAllReduce) reduce_across_workers();
-    if (first.op.kind == CollectiveKind::kAllGather) gather_across_workers();
+    if (communicator_->spans_processes()) {
+      if (first.op.kind == CollectiveKind::kAllGather) share_gather_dims();
+    } else {
+      if (first.op.kind == CollectiveKind::kAllReduce) reduce_across_workers();
+      if (first.op.kind == CollectiveKind::kAllGather) gather_across_workers();
+    }
     return true;
   } catch (...) {
     std::exception_ptr error = std::current_exception();
@@ -204,6 +208,33 @@ void ReplicaGroup::reduce_across_workers() {
     }
     begin = end;
   }
+}
+
+void ReplicaGroup::share_gather_dims() {
+  const collective::CollectiveOp& first = *ops_[0];
+  const std::size_t leaves = first.inputs.size();
+  const auto local = static_cast<std::size_t>(size_);
+  std::vector<std::int64_t> mine(leaves * local);
+  for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
+    const Shape& shape = *first.inputs[leaf].shape;
+    const int axis = gather_axis_of(first, shape);
+    for (std::size_t r = 0; r < local; ++r) mine[leaf * local + r] = (*ops_[r]->inputs[leaf].shape)[axis];
+  }
+  std::vector<std::size_t> sizes;
+  const std::vector<std::byte> bytes = workers_->all_gather(std::as_bytes(std::span(mine)), sizes,
+                                                            first.options.timeout, call_name(*calls_[0]));
+  // Worker w's entries are [w][leaf][r]; the backend wants [leaf][w * local + r].
+  const auto workers = static_cast<std::size_t>(workers_->num_workers());
+  const auto ranks = workers * local;
+  std::vector<std::int64_t> dims(leaves * ranks);
+  for (std::size_t w = 0; w < workers; ++w) {
+    for (std::size_t i = 0; i < leaves * local; ++i) {
+      std::int64_t dim = 0;
+      std::memcpy(&dim, bytes.data() + (w * leaves * local + i) * sizeof dim, sizeof dim);
+      dims[(i / local) * ranks + w * local + i % local] = dim;
+    }
+  }
+  communicator_->set_gather_dims(std::move(dims));
 }
 
 void ReplicaGroup::gather_across_workers() {
@@ -312,7 +343,7 @@ void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<in
 void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllReduce;
   if (!synchronise(rank, call)) return;
-  if (workers_ == nullptr) {
+  if (workers_ == nullptr || communicator_->spans_processes()) {
     communicator_->all_reduce(rank, ops_);
     return;
   }
@@ -328,7 +359,7 @@ void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
 void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllGather;
   synchronise(rank, call);
-  if (workers_ == nullptr) {
+  if (workers_ == nullptr || communicator_->spans_processes()) {
     communicator_->all_gather(rank, ops_);
     return;
   }

@@ -85,8 +85,11 @@ class ReplicaGroup {
   // complete_phase's part across the workers; records the failure and returns false when the
   // workers' calls differ or one of them failed.
   bool complete_across_workers(std::exception_ptr local_mismatch);
+  // Host data across the workers through the WorkerSync's engine.
   void reduce_across_workers();
   void gather_across_workers();
+  // For a backend that spans the workers: every worker's sizes along an all_gather's axis.
+  void share_gather_dims();
 
   struct alignas(64) Slot {
     CollectiveCall* call = nullptr;

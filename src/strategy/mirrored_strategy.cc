@@ -59,7 +59,8 @@ detail::Backend choose_backend(const std::vector<Device>& devices, const Mirrore
 
 std::unique_ptr<collective::Communicator> make_communicator(detail::Backend backend,
                                                              const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
-                                                             const detail::WaitPolicy& policy) {
+                                                             const detail::WaitPolicy& policy, detail::WorkerSync* workers,
+                                                             std::chrono::duration<double> timeout) {
   const int n = static_cast<int>(devices.size());
   std::vector<detail::ReplicaDevice*> raw;
   for (const auto& d : devices) raw.push_back(d.get());
@@ -70,6 +71,18 @@ std::unique_ptr<collective::Communicator> make_communicator(detail::Backend back
       return std::make_unique<collective::one_device::OneDeviceCommunicator>(std::move(raw), policy);
     case detail::Backend::kNccl:
 #if DISTRIBUTE_HAS_NCCL
+      if (workers != nullptr) {
+        // One communicator over every worker's GPUs; the first worker's id reaches the others
+        // through the workers' engine, as the strategy's other cross-worker steps do.
+        collective::nccl::NcclSpan span{workers->num_workers() * n, workers->worker_id() * n,
+                                        [workers, timeout](std::span<std::byte> id) {
+                                          std::vector<std::size_t> sizes;
+                                          const std::vector<std::byte> all = workers->all_gather(
+                                              id, sizes, timeout, "creating the NCCL communicator across workers");
+                                          std::copy_n(all.begin(), id.size(), id.begin());
+                                        }};
+        return std::make_unique<collective::nccl::NcclCommunicator>(std::move(raw), std::move(span));
+      }
       return std::make_unique<collective::nccl::NcclCommunicator>(std::move(raw));
 #else
       break;
@@ -106,7 +119,8 @@ struct RunLevel {
         policy(wait_policy(static_cast<int>(devices.size()), workers)),
         runner(static_cast<int>(devices.size()), depth == 0 ? "distribute" : absl::StrCat("distrib.", depth),
                options.pin_threads, policy),
-        group(static_cast<int>(devices.size()), make_communicator(backend, replica_devices, policy), policy,
+        group(static_cast<int>(devices.size()),
+              make_communicator(backend, replica_devices, policy, workers, options.communication.timeout), policy,
               options.communication) {
     const int local = static_cast<int>(devices.size());
     const int first_id = workers != nullptr ? workers->worker_id() * local : 0;
@@ -126,6 +140,11 @@ struct RunLevel {
     if (device.stream() == nullptr) return;  // host work is done when issued
     try {
       auto result = device.synchronize(detail::deadline_after(timeout), [this] { return group.failed(); });
+      // Collectives across processes were matched on every worker before they were issued, so
+      // they complete; aborting them would strand the other workers' kernels.
+      if (result == detail::ReplicaDevice::SyncResult::kCancelled && group.communicator().spans_processes()) {
+        result = device.synchronize(detail::deadline_after(timeout), [] { return false; });
+      }
       if (result == detail::ReplicaDevice::SyncResult::kDone) return;
       group.communicator().abort(r);
       if (result == detail::ReplicaDevice::SyncResult::kTimedOut) {
@@ -161,6 +180,11 @@ class MirroredExtended final : public StrategyExtended {
         options_(options),
         backend_(choose_backend(worker_devices(), options)),
         workers_(std::move(workers)) {
+    DISTRIBUTE_CHECK(workers_ == nullptr || worker_devices()[0].is_cpu() || backend_ == detail::Backend::kNccl,
+                     InvalidArgumentError, "MultiWorkerMirroredStrategy: GPU replicas across workers are ranks of one "
+                     "NCCL communicator, which needs ", DISTRIBUTE_HAS_NCCL ? "one physical GPU per replica; "
+                     "list GPUs that are not logical GPUs of one physical GPU" : "NCCL, and this build of distribute "
+                     "has none (reconfigure with -DDISTRIBUTE_WITH_NCCL=ON)");
     levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_, workers_.get());
   }
 

@@ -9,6 +9,7 @@
 #include "collective/nccl/nccl_error.h"
 #include "device/cuda/cuda_error.h"
 #include "device/storage.h"
+#include "distribute/check.h"
 #include "distribute/errors.h"
 
 namespace distribute::collective::nccl {
@@ -46,8 +47,8 @@ ncclResult_t in_group(std::size_t count, Call call) {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(std::vector<ReplicaDevice*> devices)
-    : devices_(std::move(devices)), comms_(devices_.size(), nullptr), aborted_(devices_.size(), 0) {
+NcclCommunicator::NcclCommunicator(std::vector<ReplicaDevice*> devices, std::optional<NcclSpan> span)
+    : devices_(std::move(devices)), span_(std::move(span)), comms_(devices_.size(), nullptr), aborted_(devices_.size(), 0) {
   create_communicators();
 }
 
@@ -59,9 +60,15 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::create_communicators() {
-  const int n = static_cast<int>(devices_.size());
-  ncclUniqueId id;
-  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) throw_nccl_error(r, nullptr, "creating an NCCL id");
+  const int n = num_ranks();
+  const int first = replica_id(0);
+  ncclUniqueId id{};
+  // Only the creating process makes an id: making one starts NCCL's bootstrap root, which waits
+  // for every rank to connect.
+  if (first == 0) {
+    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) throw_nccl_error(r, nullptr, "creating an NCCL id");
+  }
+  if (span_) span_->share_id(std::as_writable_bytes(std::span(&id, 1)));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   int previous = 0;
@@ -69,29 +76,30 @@ void NcclCommunicator::create_communicators() {
   // One thread creates every rank's communicator inside a group, the documented pattern for
   // several GPUs per thread; each is then handed to its replica's thread.
   ncclResult_t result = ncclGroupStart();
-  for (int r = 0; r < n && (result == ncclSuccess || result == ncclInProgress); ++r) {
-    cudaSetDevice(devices_[static_cast<std::size_t>(r)]->memory_space());
-    result = ncclCommInitRankConfig(&comms_[static_cast<std::size_t>(r)], n, id, r, &config);
+  for (std::size_t r = 0; r < devices_.size() && (result == ncclSuccess || result == ncclInProgress); ++r) {
+    cudaSetDevice(devices_[r]->memory_space());
+    result = ncclCommInitRankConfig(&comms_[r], n, id, first + static_cast<int>(r), &config);
   }
   const ncclResult_t ended = ncclGroupEnd();
   cudaSetDevice(previous);
   if (result == ncclSuccess || result == ncclInProgress) result = ended;
   if (result != ncclSuccess && result != ncclInProgress) {
-    throw_nccl_error(result, nullptr, absl::StrCat("creating ", n, " NCCL communicators"));
+    throw_nccl_error(result, nullptr, absl::StrCat("creating ", devices_.size(), " NCCL communicators"));
   }
   const detail::Deadline deadline = detail::Clock::now() + kInitTimeout;
-  for (int r = 0; r < n; ++r) {
-    ncclComm_t comm = comms_[static_cast<std::size_t>(r)];
+  for (std::size_t r = 0; r < devices_.size(); ++r) {
+    ncclComm_t comm = comms_[r];
     for (int polls = 0;; ++polls) {
       ncclResult_t state = ncclInProgress;
       if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
       if (state == ncclSuccess) break;
       if (state != ncclInProgress) {
-        throw_nccl_error(state, comm, absl::StrCat("creating the NCCL communicator of replica ", r));
+        throw_nccl_error(state, comm, absl::StrCat("creating the NCCL communicator of replica ", first + r));
       }
       if (detail::Clock::now() >= deadline) {
-        throw UnavailableError(absl::StrCat("creating the NCCL communicator of replica ", r, " took longer than ",
-                                            kInitTimeout.count(), " s"));
+        throw UnavailableError(absl::StrCat("creating the NCCL communicator of replica ", first + r,
+                                            " took longer than ", kInitTimeout.count(), " s",
+                                            span_ ? " (every worker must build its strategy)" : ""));
       }
       detail::poll_pause(polls);
     }
@@ -103,6 +111,9 @@ void NcclCommunicator::begin_run() {
   bool broken = false;
   for (unsigned char a : aborted_) broken = broken || a != 0;
   if (!broken) return;
+  DISTRIBUTE_CHECK(!span_, UnavailableError,
+                   "the NCCL communicator spanning the workers was aborted after an NCCL error or a timeout in an "
+                   "earlier run; collectives across workers cannot resume, build a new strategy on every worker");
   // A failed run aborted some communicators; the others are in an unknown state. Start afresh.
   for (std::size_t r = 0; r < comms_.size(); ++r) {
     if (comms_[r] != nullptr) ncclCommAbort(comms_[r]);
@@ -121,7 +132,7 @@ void NcclCommunicator::abort(int rank) {
 
 void NcclCommunicator::fail(int rank, ncclResult_t result, const CollectiveOp& op) {
   const std::string message = nccl_error_message(result, comms_[static_cast<std::size_t>(rank)],
-                                                 absl::StrCat(op_name(op), " on replica ", rank));
+                                                 absl::StrCat(op_name(op), " on replica ", replica_id(rank)));
   abort(rank);
   throw_status(absl::Status(nccl_error_code(result), message));
 }
@@ -135,15 +146,18 @@ void NcclCommunicator::wait(int rank, ncclResult_t started, const CollectiveOp& 
     if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) fail(rank, state, op);
-    if (run_failed()) {
+    // Across processes the operation was matched on every worker and completes; aborting it
+    // would strand the other workers' kernels.
+    if (!span_ && run_failed()) {
       abort(rank);
       throw AbortedError(absl::StrCat("replica ", rank, " left ", op_name(op),
                                       ": another replica failed, so its NCCL communicator was aborted"));
     }
     if (detail::Clock::now() >= deadline) {
       abort(rank);
-      throw DeadlineExceededError(absl::StrCat("replica ", rank, ": NCCL did not take ", op_name(op), " within ",
-                                               op.options.timeout.count(), " s; its communicator was aborted"));
+      throw DeadlineExceededError(absl::StrCat("replica ", replica_id(rank), ": NCCL did not take ", op_name(op),
+                                               " within ", op.options.timeout.count(), " s; its communicator was aborted",
+                                               span_ ? " (it spans the workers: this strategy is unusable now)" : ""));
     }
     detail::poll_pause(polls);
   }
@@ -157,7 +171,7 @@ void NcclCommunicator::stage(int rank, CollectiveOp& op) {
 
 void NcclCommunicator::prepare(std::span<CollectiveOp* const> ops) {
   const CollectiveOp& first = *ops[0];
-  if (first.kind != CollectiveKind::kAllGather) return;
+  if (first.kind != CollectiveKind::kAllGather || span_) return;
   const std::size_t n = ops.size();
   gather_dims_.resize(first.inputs.size() * n);
   for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
@@ -220,7 +234,8 @@ void NcclCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) 
 }
 
 void NcclCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
-  const std::size_t n = ops.size();
+  const auto n = static_cast<std::size_t>(num_ranks());
+  const auto my_id = static_cast<std::size_t>(replica_id(rank));
   CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
   ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
   ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
@@ -264,7 +279,7 @@ void NcclCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) 
     for (std::size_t r = 0; r < n; ++r) {
       const std::size_t bytes = static_cast<std::size_t>(gather_dims_[leaf * n + r]) * p.unit * p.rows;
       if (bytes != 0) {
-        parts.push_back({r == static_cast<std::size_t>(rank) ? mine.inputs[leaf].data : nullptr, p.landing + offset,
+        parts.push_back({r == my_id ? mine.inputs[leaf].data : nullptr, p.landing + offset,
                          bytes, static_cast<int>(r)});
       }
       offset += bytes;

@@ -11,9 +11,20 @@
 // packs, bounded by bytes_per_pack, in one NCCL group; a single tensor is reduced straight from
 // input to output. all_gather broadcasts each replica's part in one group, which handles parts of
 // different sizes along the axis, and lays out gathers along inner axes with strided copies.
+//
+// Under the multi-worker strategy one communicator spans every worker's GPUs (NcclSpan): the
+// first worker's unique id reaches the others through the process-level engine, and replica r of
+// a worker is rank first_rank + r. Its collectives were matched on every worker before they were
+// issued, so a failed run lets them complete instead of aborting them (that would strand the
+// other workers' kernels); only an NCCL error or a timeout aborts it, and then for good, as a
+// communicator across processes can only be rebuilt by every worker together.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <nccl.h>
@@ -23,10 +34,20 @@
 
 namespace distribute::collective::nccl {
 
+// Where this process's replicas sit in a communicator spanning several processes.
+struct NcclSpan {
+  int num_ranks = 0;   // over every process
+  int first_rank = 0;  // this process's replica 0; the process with rank 0 creates the unique id
+  // Called on every process with the unique id's bytes (filled on the creating process only);
+  // returns with the creating process's bytes in them.
+  std::function<void(std::span<std::byte> id)> share_id;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
-  // devices[r] is replica r's GPU replica device; each must be a different physical GPU.
-  explicit NcclCommunicator(std::vector<detail::ReplicaDevice*> devices);
+  // devices[r] is replica r's GPU replica device; each must be a different physical GPU (across
+  // the processes of a span too).
+  explicit NcclCommunicator(std::vector<detail::ReplicaDevice*> devices, std::optional<NcclSpan> span = std::nullopt);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -34,7 +55,9 @@ class NcclCommunicator final : public Communicator {
   std::string_view name() const override { return "NcclAllReduce"; }
   CommunicationImplementation implementation() const override { return CommunicationImplementation::kNccl; }
   void stage(int rank, CollectiveOp& op) override;
+  bool spans_processes() const override { return span_.has_value(); }
   void prepare(std::span<CollectiveOp* const> ops) override;
+  void set_gather_dims(std::vector<std::int64_t> dims) override { gather_dims_ = std::move(dims); }
   void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
   void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
   void begin_run() override;
@@ -45,13 +68,18 @@ class NcclCommunicator final : public Communicator {
   // Waits until rank's communicator has taken the operations started with `started`.
   void wait(int rank, ncclResult_t started, const CollectiveOp& op);
   [[noreturn]] void fail(int rank, ncclResult_t result, const CollectiveOp& op);
+  // Every rank of the communicator, over every process.
+  int num_ranks() const { return span_ ? span_->num_ranks : static_cast<int>(devices_.size()); }
+  // Replica `rank` of this process as errors name it: its global id.
+  int replica_id(int rank) const { return (span_ ? span_->first_rank : 0) + rank; }
 
   std::vector<detail::ReplicaDevice*> devices_;
+  const std::optional<NcclSpan> span_;
   std::vector<ncclComm_t> comms_;       // comms_[r] is used only by replica r's thread
   std::vector<unsigned char> aborted_;  // written by replica r's thread, read between runs
-  // all_gather: each replica's size along the axis per leaf ([leaf * size + r]), copied from the
-  // ops by prepare() while every replica still waits, since a replica may read it after the
-  // others have left.
+  // all_gather: each rank's size along the axis per leaf ([leaf * num_ranks() + rank]), copied
+  // from the ops by prepare() (or given by set_gather_dims()) while every replica still waits,
+  // since a replica may read it after the others have left.
   std::vector<std::int64_t> gather_dims_;
 };
 
