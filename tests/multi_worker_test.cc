@@ -535,6 +535,29 @@ TEST_F(MultiWorker, DifferentLocalReplicaCountsAreAnInvalidArgumentOnEveryWorker
   expect_still_usable();
 }
 
+TEST_F(MultiWorker, WorkersSharingAGpuOfOneHostAreAnInvalidArgument) {
+  if (g_device_type != "GPU:" || workers() < 2) GTEST_SKIP() << "needs two workers on GPUs";
+  const char* host_id = std::getenv("NCCL_HOSTID");
+  if (host_id == nullptr) GTEST_SKIP() << "the workers have GPUs of their own";
+  // Without the host ids this binary gives them, the workers share a host and its GPU.
+  const std::string saved = host_id;
+  unsetenv("NCCL_HOSTID");
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  try {
+    MultiWorkerMirroredStrategy shared(options);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), ::testing::MatchesRegex(
+                              "MultiWorkerMirroredStrategy: workers 0 and 1 run on host .+ and both list the GPU at PCI "
+                              ".+ \\(their replicas 0 and " + std::to_string(local()) + "\\); NCCL needs one GPU per "
+                              "replica: give each worker its own GPUs \\(local_devices, or CUDA_VISIBLE_DEVICES set "
+                              "per rank\\)"));
+  }
+  setenv("NCCL_HOSTID", saved.c_str(), 1);
+  expect_still_usable();
+}
+
 // A resolver that lists one worker more than mpirun launched.
 class OneTaskTooMany : public ClusterResolver {
  public:

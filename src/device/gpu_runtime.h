@@ -22,6 +22,9 @@ bool built();
 int physical_device_count();
 // Why physical_device_count() is 0; "" when it is not.
 std::string unavailable_reason();
+// The PCI bus id of a physical GPU ("0000:19:00.0"), which names it alike in every process of
+// the host whatever CUDA_VISIBLE_DEVICES each sees.
+std::string pci_bus_id(int physical);
 
 // Device memory from the physical GPU's stream-ordered pool, on the calling replica's stream (the
 // legacy default stream elsewhere); freed on the same stream. Counts against the logical GPU's

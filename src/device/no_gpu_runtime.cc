@@ -19,6 +19,7 @@ namespace {
 bool built() { return false; }
 int physical_device_count() { return 0; }
 std::string unavailable_reason() { return "this build of distribute has no GPU backend"; }
+std::string pci_bus_id(int physical) { no_backend(absl::StrCat("cannot query GPU ", physical)); }
 
 StorageRef allocate(const Device& gpu, std::size_t) {
   no_backend(absl::StrCat("cannot allocate on ", gpu.short_name()));

@@ -4,8 +4,14 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <span>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "device/gpu_runtime.h"
+#include "distribute/device/gpu.h"
 #include "distribute/mpi/mpi_communicator.h"
 #include "mpi/mpi_cross_worker.h"
 #include "strategy/mirrored_extended.h"
@@ -25,6 +31,60 @@ std::vector<std::string> rank_hosts(MPI_Comm comm) {
   std::vector<std::string> hosts;
   for (int r = 0; r < size; ++r) hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
   return hosts;
+}
+
+// Sends `mine` to every worker and receives theirs into `all`, worker by worker, during the
+// strategy's construction.
+void exchange_at_construction(detail::CrossWorker& engine, std::span<const std::byte> mine, std::span<std::byte> all,
+                              std::chrono::duration<double> timeout) {
+  const std::vector<int> missing = engine.exchange(mine, all, detail::deadline_after(timeout));
+  DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "MultiWorkerMirroredStrategy: timed out after ",
+                   timeout.count(), " s: workers ", absl::StrJoin(missing, ", "), " did not construct their strategy");
+}
+
+// What names this worker's host to NCCL: NCCL_HOSTID where set (NCCL's own override), else the
+// host name.
+std::string nccl_host_name() {
+  if (const char* id = std::getenv("NCCL_HOSTID"); id != nullptr && *id != '\0') return id;
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  return name;
+}
+
+// NCCL refuses two ranks on one GPU of one host, with an error that names neither the workers nor
+// the remedy; workers that share a host and list the same GPU (every GPU, by default) are told
+// here, each the same error, before any NCCL communicator is made.
+void check_gpus_distinct(detail::CrossWorker& engine, const std::vector<Device>& devices,
+                         std::chrono::duration<double> timeout) {
+  constexpr std::size_t kField = 64;  // a host name or a PCI bus id, NUL-padded
+  const std::size_t fields = 1 + devices.size();
+  std::vector<char> mine(fields * kField, '\0');
+  const auto put = [&](std::size_t field, const std::string& text) {
+    text.copy(mine.data() + field * kField, kField - 1);
+  };
+  put(0, nccl_host_name());
+  for (std::size_t l = 0; l < devices.size(); ++l) put(1 + l, detail::gpu::pci_bus_id(physical_gpu_of(devices[l])));
+  const int workers = engine.num_workers();
+  std::vector<char> all(mine.size() * static_cast<std::size_t>(workers));
+  exchange_at_construction(engine, std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)), timeout);
+  const auto field = [&](int w, std::size_t f) {
+    return std::string(all.data() + (static_cast<std::size_t>(w) * fields + f) * kField);
+  };
+  for (int a = 0; a < workers; ++a) {
+    for (int b = a + 1; b < workers; ++b) {
+      if (field(a, 0) != field(b, 0)) continue;
+      for (std::size_t la = 0; la < devices.size(); ++la) {
+        for (std::size_t lb = 0; lb < devices.size(); ++lb) {
+          DISTRIBUTE_CHECK(field(a, 1 + la) != field(b, 1 + lb), InvalidArgumentError,
+                           "MultiWorkerMirroredStrategy: workers ", a, " and ", b, " run on host ", field(a, 0),
+                           " and both list the GPU at PCI ", field(a, 1 + la), " (their replicas ", a * devices.size() + la,
+                           " and ", b * devices.size() + lb, "); NCCL needs one GPU per replica: give each worker "
+                           "its own GPUs (local_devices, or CUDA_VISIBLE_DEVICES set per rank)");
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -69,17 +129,16 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   // Every worker must bring as many replicas: a collective's ids and MEANs count on it.
   const std::int64_t local = static_cast<std::int64_t>(devices.size());
   std::vector<std::int64_t> all(static_cast<std::size_t>(workers));
-  const std::vector<int> missing = engine->exchange(std::as_bytes(std::span(&local, 1)),
-                                                    std::as_writable_bytes(std::span(all)),
-                                                    detail::deadline_after(options.communication.timeout));
-  DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "MultiWorkerMirroredStrategy: timed out after ",
-                   options.communication.timeout.count(), " s: workers ", absl::StrJoin(missing, ", "),
-                   " did not construct their strategy");
+  exchange_at_construction(*engine, std::as_bytes(std::span(&local, 1)), std::as_writable_bytes(std::span(all)),
+                           options.communication.timeout);
   for (int w = 0; w < workers; ++w) {
     DISTRIBUTE_CHECK(all[static_cast<std::size_t>(w)] == local, InvalidArgumentError,
                      "MultiWorkerMirroredStrategy: worker ", w, " has ", all[static_cast<std::size_t>(w)],
                      " local replicas but worker ", rank, " has ", local,
                      "; every worker needs the same number of local devices");
+  }
+  if (devices[0].is_gpu()) {
+    check_gpus_distinct(*engine, devices, options.communication.timeout);
   }
   auto sync = std::make_shared<detail::WorkerSync>(std::move(engine), static_cast<int>(local));
   MirroredStrategyOptions mirrored;

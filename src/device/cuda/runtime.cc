@@ -278,6 +278,12 @@ bool built() { return true; }
 int physical_device_count() { return device_count().count; }
 std::string unavailable_reason() { return device_count().reason; }
 
+std::string pci_bus_id(int physical) {
+  char id[32] = {};
+  DISTRIBUTE_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, physical), "querying the PCI bus id of a GPU");
+  return id;
+}
+
 StorageRef allocate(const Device& gpu, std::size_t nbytes) {
   const int physical = gpu_topology().physical_of(gpu);
   if (nbytes == 0) return make_storage(nullptr, 0, gpu, nullptr);
