@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "device/kernels.h"
 #include "distribute/errors.h"
 
 namespace distribute::detail {
@@ -23,6 +24,7 @@ constexpr int kQueryTag = 18;
 constexpr int kAnswerTag = 19;
 // What the first worker to conclude found (text), sent to the others before it ends the job.
 constexpr int kFindingTag = 20;
+constexpr int kRingTag = 21;
 // How long a stalled worker waits for the answers before it ends the job.
 constexpr auto kAnswerGrace = std::chrono::seconds(1);
 
@@ -202,11 +204,11 @@ void MpiCrossWorker::send_last(std::span<const std::byte> mine) {
   }
 }
 
-void MpiCrossWorker::wait_or_abort(MPI_Request& request, Deadline deadline, const std::string& what) {
+void MpiCrossWorker::wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const std::string& what) {
   const auto test = [&] {
     std::lock_guard<std::mutex> lock(mpi_mutex());
     int flag = 0;
-    MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+    MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
     return flag != 0;
   };
   const auto answer = [this] {
@@ -321,18 +323,57 @@ void MpiCrossWorker::all_reduce(DType dtype, ReduceOp op, void* data, std::int64
   if (dtype == DType::kBFloat16) return all_reduce_widened<BFloat16>(*this, op, data, count, deadline, what);
   const MPI_Datatype type = mpi_type(dtype);
   if (op != ReduceOp::kSum) throw InternalError("MpiCrossWorker::all_reduce takes SUM only");
-  const auto per_call = static_cast<std::int64_t>(kMaxBytesPerCall / dtype_size(dtype));
+  const std::size_t unit = dtype_size(dtype);
+  const auto per_call = static_cast<std::int64_t>(kMaxBytesPerCall / unit);
   auto* bytes = static_cast<std::byte*>(data);
   for (std::int64_t at = 0; at < count; at += per_call) {
     const std::int64_t n = std::min(per_call, count - at);
+    std::byte* part = bytes + static_cast<std::size_t>(at) * unit;
+    if (static_cast<std::size_t>(n) * unit >= kMinRingBytes) {
+      ring_all_reduce(dtype, part, n, deadline, what);
+      continue;
+    }
     MPI_Request request;
     {
       std::lock_guard<std::mutex> lock(mpi_mutex());
-      check(MPI_Iallreduce(MPI_IN_PLACE, bytes + static_cast<std::size_t>(at) * dtype_size(dtype),
-                           static_cast<int>(n), type, MPI_SUM, comm_, &request),
-            "MPI_Iallreduce");
+      check(MPI_Iallreduce(MPI_IN_PLACE, part, static_cast<int>(n), type, MPI_SUM, comm_, &request), "MPI_Iallreduce");
     }
-    wait_or_abort(request, deadline, what);
+    wait_or_abort(std::span(&request, 1), deadline, what);
+  }
+}
+
+void MpiCrossWorker::ring_all_reduce(DType dtype, std::byte* data, std::int64_t count, Deadline deadline,
+                                     const std::string& what) {
+  const std::size_t unit = dtype_size(dtype);
+  // Part p of the data is elements [begin(p), begin(p + 1)).
+  const auto begin = [&](int p) { return count * p / size_; };
+  const auto part_bytes = [&](int p) { return static_cast<int>(static_cast<std::size_t>(begin(p + 1) - begin(p)) * unit); };
+  const auto at = [&](int p) { return data + static_cast<std::size_t>(begin(p)) * unit; };
+  ring_scratch_.resize(static_cast<std::size_t>(count / size_ + 1) * unit);
+  const int next = (rank_ + 1) % size_;
+  const int previous = (rank_ + size_ - 1) % size_;
+  const auto step = [&](int send, void* receive_into, int receive) {
+    MPI_Request requests[2];
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      check(MPI_Irecv(receive_into, part_bytes(receive), MPI_BYTE, previous, kRingTag, comm_, &requests[0]), "MPI_Irecv");
+      check(MPI_Isend(at(send), part_bytes(send), MPI_BYTE, next, kRingTag, comm_, &requests[1]), "MPI_Isend");
+    }
+    wait_or_abort(requests, deadline, what);
+  };
+  // After step s of the reduce-scatter this worker holds the sum of part (rank - s - 1) over
+  // workers rank - s - 1 .. rank; after size - 1 steps, the whole sum of part rank + 1.
+  for (int s = 0; s < size_ - 1; ++s) {
+    const int send = (rank_ - s + size_) % size_;
+    const int receive = (rank_ - s - 1 + size_) % size_;
+    step(send, ring_scratch_.data(), receive);
+    const void* inputs[] = {at(receive), ring_scratch_.data()};
+    reduce_buffers(dtype, ReduceOp::kSum, inputs, at(receive), begin(receive + 1) - begin(receive), 1);
+  }
+  for (int s = 0; s < size_ - 1; ++s) {
+    const int send = (rank_ + 1 - s + size_) % size_;
+    const int receive = (rank_ - s + size_) % size_;
+    step(send, at(receive), receive);
   }
 }
 
@@ -360,7 +401,7 @@ void MpiCrossWorker::all_gather(const void* mine, std::span<const std::size_t> s
                           displacements.data(), MPI_BYTE, comm_, &request),
           "MPI_Iallgatherv");
   }
-  wait_or_abort(request, deadline, what);
+  wait_or_abort(std::span(&request, 1), deadline, what);
 }
 
 }  // namespace distribute::detail
