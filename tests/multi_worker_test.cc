@@ -27,6 +27,9 @@
 
 #include "distribute/distribute.h"
 #include "distribute/mpi/mpi_communicator.h"
+#if DISTRIBUTE_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace distribute {
 namespace {
@@ -511,6 +514,25 @@ TEST_F(MultiWorker, WorkerDestroyingItsStrategyReleasesTheOthers) {
   EXPECT_THROW(doomed->run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); }), UnavailableError);
 }
 
+// A worker that destroys its strategy tells the others without waiting for them to hear it; when
+// they destroyed theirs first, that last word is still on its way, and must not be taken for a
+// word of the next strategy the workers build.
+TEST_F(MultiWorker, ANewStrategyIsNotToldThatTheWorkersLeftTheOldOne) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  options.communication.timeout = std::chrono::seconds(20);
+  for (int round = 0; round < 3; ++round) {
+    auto old_strategy = std::make_unique<MultiWorkerMirroredStrategy>(options);
+    if (worker() == 0) old_strategy.reset();
+    expect_still_usable();  // worker 0's is gone before the others destroy theirs
+    old_strategy.reset();
+    expect_still_usable();
+    MultiWorkerMirroredStrategy next(options);
+    EXPECT_EQ(next.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());
+  }
+}
+
 TEST_F(MultiWorker, DifferentLocalReplicaCountsAreAnInvalidArgumentOnEveryWorker) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";
   if (g_device_type == "GPU:" && g_first_gpu + local() >= num_physical_gpus()) {
@@ -658,6 +680,48 @@ TEST_F(MultiWorker, WorkerThatDoesNotArriveTimesOutThenTheStrategyIsUnavailable)
   }
   meet();
 }
+
+#if DISTRIBUTE_HAS_CUDA
+// Last of the binary: it leaves a strategy of its own unusable. Worker 1's stream sleeps for 2 s
+// before its NCCL all_reduce, so worker 0's cannot finish within its 1 s timeout; worker 1's own
+// timeout is 5 s. Which wait passes its timeout first depends on NCCL (the communicator's first
+// collective also connects the workers): the device work that did not finish, NCCL not taking the
+// all_reduce, or the other worker not arriving at the end of the run. Every worker gets a
+// DeadlineExceededError within seconds, and then UnavailableError from that strategy, as its
+// communicator across the workers cannot be rebuilt by one worker; the binary's strategy goes on.
+TEST_F(MultiWorker, GpuDataPhasePastTheTimeoutLeavesTheStrategyUnavailable) {
+  if (g_device_type != "GPU:" || workers() != 2) GTEST_SKIP() << "needs two workers on GPUs";
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  options.communication.timeout = std::chrono::seconds(worker() == 0 ? 1 : 5);
+  MultiWorkerMirroredStrategy stalled(options);
+  const bool sleeps = worker() == 1;
+  const auto step = [sleeps]() -> Tensor {
+    if (sleeps) {
+      const auto sleep = [](void*) { std::this_thread::sleep_for(std::chrono::seconds(2)); };
+      EXPECT_EQ(cudaLaunchHostFunc(cuda::current_stream(), sleep, nullptr), cudaSuccess);
+    }
+    return get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::from_vector<float>({1.0f}));
+  };
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    stalled.run(step);
+    ADD_FAILURE() << "no error";
+  } catch (const DeadlineExceededError& e) {
+    EXPECT_THAT(e.what(), ::testing::ContainsRegex("did not finish; its collectives were aborted|NCCL did not take "
+                                                   "all_reduce #1 within [15] s|did not arrive while"));
+  }
+  try {
+    stalled.run(step);
+    ADD_FAILURE() << "no error";
+  } catch (const UnavailableError& e) {
+    EXPECT_THAT(e.what(), ::testing::ContainsRegex("the NCCL communicator spanning the workers was aborted|"
+                                                   "collectives are unusable after an earlier failure"));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  expect_still_usable();
+}
+#endif
 
 }  // namespace
 }  // namespace distribute

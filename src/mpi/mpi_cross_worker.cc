@@ -111,14 +111,12 @@ MpiCrossWorker::MpiCrossWorker(MPI_Comm base) {
   MPI_Comm_free(&host);
 }
 
-MpiCrossWorker::~MpiCrossWorker() {
-  std::lock_guard<std::mutex> lock(mpi_mutex());
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
-  MPI_Comm_free(&comm_);
-  MPI_Comm_free(&probe_comm_);
-}
+// The communicators are left to MPI_Finalize. A worker that leaves sends its last header
+// without waiting for it to be received (send_last), and Open MPI hands the context of a freed
+// communicator on to the next one created, which would then take a header still on its way to
+// the old strategy for one of its own: a new strategy built after a worker left the old one would
+// hear that the worker left. Two communicators per strategy built is the price.
+MpiCrossWorker::~MpiCrossWorker() = default;
 
 void MpiCrossWorker::answer_queries() {
   for (;;) {
