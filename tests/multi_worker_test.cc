@@ -682,6 +682,17 @@ TEST_F(MultiWorker, WorkerThatDoesNotArriveTimesOutThenTheStrategyIsUnavailable)
 }
 
 #if DISTRIBUTE_HAS_CUDA
+// `fn` must throw E, with a message that matches `pattern`.
+template <class E, class Fn>
+void expect_error(Fn&& fn, const std::string& pattern) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error";
+  } catch (const E& e) {
+    EXPECT_THAT(e.what(), ::testing::ContainsRegex(pattern));
+  }
+}
+
 // Last of the binary: it leaves a strategy of its own unusable. Worker 1's stream sleeps for 2 s
 // before its NCCL all_reduce, so worker 0's cannot finish within its 1 s timeout; worker 1's own
 // timeout is 5 s. Which wait passes its timeout first depends on NCCL (the communicator's first
@@ -704,20 +715,12 @@ TEST_F(MultiWorker, GpuDataPhasePastTheTimeoutLeavesTheStrategyUnavailable) {
     return get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::from_vector<float>({1.0f}));
   };
   const auto start = std::chrono::steady_clock::now();
-  try {
-    stalled.run(step);
-    ADD_FAILURE() << "no error";
-  } catch (const DeadlineExceededError& e) {
-    EXPECT_THAT(e.what(), ::testing::ContainsRegex("did not finish; its collectives were aborted|NCCL did not take "
-                                                   "all_reduce #1 within [15] s|did not arrive while"));
-  }
-  try {
-    stalled.run(step);
-    ADD_FAILURE() << "no error";
-  } catch (const UnavailableError& e) {
-    EXPECT_THAT(e.what(), ::testing::ContainsRegex("the NCCL communicator spanning the workers was aborted|"
-                                                   "collectives are unusable after an earlier failure"));
-  }
+  expect_error<DeadlineExceededError>([&] { stalled.run(step); },
+                                      "did not finish; its collectives were aborted|NCCL did not take all_reduce #1 "
+                                      "within [15] s|did not arrive while");
+  expect_error<UnavailableError>([&] { stalled.run(step); },
+                                 "the NCCL communicator spanning the workers was aborted|collectives are unusable "
+                                 "after an earlier failure");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   expect_still_usable();
 }
