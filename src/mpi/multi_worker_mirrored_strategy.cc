@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <span>
@@ -19,15 +20,21 @@
 namespace distribute {
 namespace {
 
+// This process's host name, NUL-padded to MPI_MAX_PROCESSOR_NAME.
+std::array<char, MPI_MAX_PROCESSOR_NAME> processor_name() {
+  std::array<char, MPI_MAX_PROCESSOR_NAME> name{};
+  int length = 0;
+  MPI_Get_processor_name(name.data(), &length);
+  return name;
+}
+
 // Every rank's host name, gathered over `comm`.
 std::vector<std::string> rank_hosts(MPI_Comm comm) {
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(name, &length);
+  const std::array<char, MPI_MAX_PROCESSOR_NAME> name = processor_name();
   int size = 1;
   MPI_Comm_size(comm, &size);
   std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm);
+  MPI_Allgather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm);
   std::vector<std::string> hosts;
   for (int r = 0; r < size; ++r) hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
   return hosts;
@@ -46,10 +53,7 @@ void exchange_at_construction(detail::CrossWorker& engine, std::span<const std::
 // host name.
 std::string nccl_host_name() {
   if (const char* id = std::getenv("NCCL_HOSTID"); id != nullptr && *id != '\0') return id;
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(name, &length);
-  return name;
+  return processor_name().data();
 }
 
 // NCCL refuses two ranks on one GPU of one host, with an error that names neither the workers nor
@@ -57,7 +61,7 @@ std::string nccl_host_name() {
 // here, each the same error, before any NCCL communicator is made.
 void check_gpus_distinct(detail::CrossWorker& engine, const std::vector<Device>& devices,
                          std::chrono::duration<double> timeout) {
-  constexpr std::size_t kField = 64;  // a host name or a PCI bus id, NUL-padded
+  constexpr std::size_t kField = MPI_MAX_PROCESSOR_NAME;  // a host name or a PCI bus id, NUL-padded
   const std::size_t fields = 1 + devices.size();
   std::vector<char> mine(fields * kField, '\0');
   const auto put = [&](std::size_t field, const std::string& text) {
