@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <future>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -248,6 +249,47 @@ TEST(Tensor, ReleaseBatchStillFreesEachBlockOnce) {
   EXPECT_EQ(own.releases(), 1);
   EXPECT_EQ(next.releases(), 1);
   EXPECT_EQ(other_thread_last.releases(), 1);
+}
+
+// A thread keeps the last small host blocks it freed and takes one back for the next request of
+// the same size, without the pool's lock: a replica's loss or metric each step reuses the block
+// of the step before. Sizes differ from every other test's so that no cached block interferes.
+TEST(HostMemory, AThreadTakesBackTheSmallBlockItFreedLast) {
+  const Device cpu = Device::cpu(5);
+  void* first = nullptr;
+  {
+    detail::StorageRef block = detail::allocate_storage(cpu, 44);
+    first = block->data();
+  }
+  detail::StorageRef other_size = detail::allocate_storage(cpu, 52);
+  EXPECT_NE(other_size->data(), first) << "a block goes only to a request of its own size";
+  detail::StorageRef again = detail::allocate_storage(cpu, 44);
+  EXPECT_EQ(again->data(), first);
+  EXPECT_EQ(again->nbytes(), 44u);
+}
+
+// A block a thread freed stays with that thread (another thread's request of the same size gets
+// a different block) until the thread ends, when its blocks go back to their pool.
+TEST(HostMemory, ASmallBlockStaysWithTheThreadThatFreedItUntilItEnds) {
+  const Device cpu = Device::cpu(6);
+  std::promise<void*> freed;
+  std::promise<void> may_end;
+  std::thread thread([&] {
+    void* data = nullptr;
+    {
+      detail::StorageRef block = detail::allocate_storage(cpu, 36);
+      data = block->data();
+    }
+    freed.set_value(data);
+    may_end.get_future().wait();
+  });
+  void* const freed_block = freed.get_future().get();
+  detail::StorageRef while_alive = detail::allocate_storage(cpu, 36);
+  EXPECT_NE(while_alive->data(), freed_block);
+  may_end.set_value();
+  thread.join();
+  detail::StorageRef after_end = detail::allocate_storage(cpu, 36);
+  EXPECT_EQ(after_end->data(), freed_block);
 }
 
 // Each replica's step runs in a ReleaseBatch that ends before run() returns: copies the replicas
