@@ -54,12 +54,18 @@ void poll_pause(int polls);
 template <class Stop>
 bool WaitWord::wait_while_equal(std::uint32_t old, Deadline deadline, const WaitPolicy& policy,
                                 Stop&& stop) {
-  const Deadline start = Clock::now();
+  // The spin's start is read at its 64th poll: a wait that ends sooner reads no clock.
+  Deadline start{};
   for (std::uint32_t i = 0; policy.spin.count() > 0; ++i) {
     if (stop() || value.load(std::memory_order_acquire) != old) return true;
-    if ((i & 63) == 63 && Clock::now() - start >= policy.spin) break;
+    if ((i & 63) == 63) {
+      const Deadline now = Clock::now();
+      if (i == 63) start = now;
+      if (now - start >= policy.spin) break;
+    }
     cpu_relax();
   }
+  if (start == Deadline{}) start = Clock::now();
   while (Clock::now() - start < policy.spin + policy.yield) {
     if (stop() || value.load(std::memory_order_acquire) != old) return true;
     if (Clock::now() >= deadline) return false;

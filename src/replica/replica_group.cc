@@ -290,7 +290,7 @@ void ReplicaGroup::finish_run() {
   }
 }
 
-Deadline ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
+void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   call.op.sequence = ++slot.sequence;
   call.op.options = call.op.options.merged_with(defaults_);
@@ -304,14 +304,13 @@ Deadline ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
   slot.call = &call;
   small = small_ && small_->post(rank, call);
   if (!small) communicator_->stage(rank, call.op);
-  return deadline_after(call.op.options.timeout);
 }
 
 bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   bool small = false;
-  const Deadline deadline = publish(rank, call, small);
+  publish(rank, call, small);
   if (small) {
-    switch (small_->complete(rank, call, deadline, policy_, [this] { return failed(); })) {
+    switch (small_->complete(rank, call, call.op.options.timeout, policy_, [this] { return failed(); })) {
       case SmallAllReduce::Outcome::kDone: return false;
       case SmallAllReduce::Outcome::kTimedOut: time_out(rank, call, small_->behind(call.op.sequence));
       // A mismatch is named by the rendezvous's comparison; after a failure the rendezvous throws
@@ -323,7 +322,7 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   const auto meanwhile = [&call] {
     if (call.while_waiting != nullptr) call.while_waiting(call.while_waiting_context);
   };
-  if (rendezvous_.arrive_and_wait(rank, deadline, [this] { complete_phase(); }, meanwhile) !=
+  if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [this] { complete_phase(); }, meanwhile) !=
       collective::Rendezvous::Outcome::kCompleted) {
     time_out(rank, call, rendezvous_.behind(rank));
   }

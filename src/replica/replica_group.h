@@ -78,7 +78,7 @@ class ReplicaGroup {
   bool synchronise(int rank, CollectiveCall& call);
   // Publishes `call` as rank's part of the next phase; `small` says whether it went on the small
   // path.
-  Deadline publish(int rank, CollectiveCall& call, bool& small);
+  void publish(int rank, CollectiveCall& call, bool& small);
   [[noreturn]] void time_out(int rank, const CollectiveCall& call, std::vector<int> behind);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
   void complete_phase();

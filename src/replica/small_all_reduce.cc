@@ -70,10 +70,13 @@ std::vector<int> SmallAllReduce::behind(std::int64_t sequence) const {
 }
 
 SmallAllReduce::Outcome SmallAllReduce::reduce(int rank, const CollectiveCall& call) const {
+  // Rank's own line is not read back: a peer reading it may have taken it from this core, and
+  // its contents are the call's own digest and inputs.
   const std::int64_t sequence = call.op.sequence;
   const std::uint64_t eligible = tag_of(sequence, true);
-  const std::uint64_t digest = line(rank, sequence).digest;
+  const std::uint64_t digest = digest_of(call);
   for (int r = 0; r < size_; ++r) {
+    if (r == rank) continue;
     const Line& peer = line(r, sequence);
     if (peer.tag.load(std::memory_order_acquire) != eligible || peer.digest != digest) return Outcome::kMismatch;
   }
@@ -83,6 +86,7 @@ SmallAllReduce::Outcome SmallAllReduce::reduce(int rank, const CollectiveCall& c
     const collective::BufferRef& in = call.op.inputs[leaf];
     offset = align_leaf(offset);
     for (int r = 0; r < size_; ++r) inputs[static_cast<std::size_t>(r)] = line(r, sequence).payload + offset;
+    inputs[static_cast<std::size_t>(rank)] = in.data;
     reduce_buffers(in.dtype, call.op.op, inputs, call.op.output_data[leaf], in.num_elements(), size_);
     offset += in.nbytes();
   }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -51,10 +52,11 @@ class SmallAllReduce {
     kCancelled,  // `cancelled` turned true first (the run failed)
   };
   // After rank posted an eligible line for `call`: waits for the peers' lines of the same
-  // collective, then reduces.
+  // collective, then reduces. The timeout counts from the start of the wait; lines that have all
+  // come already cost no reading of the clock.
   template <class Cancelled>
-  Outcome complete(int rank, const CollectiveCall& call, Deadline deadline, const WaitPolicy& policy,
-                   Cancelled&& cancelled);
+  Outcome complete(int rank, const CollectiveCall& call, std::chrono::duration<double> timeout,
+                   const WaitPolicy& policy, Cancelled&& cancelled);
 
   // The replicas whose line for collective `sequence` has not come.
   std::vector<int> behind(std::int64_t sequence) const;
@@ -95,9 +97,12 @@ class SmallAllReduce {
 };
 
 template <class Cancelled>
-SmallAllReduce::Outcome SmallAllReduce::complete(int rank, const CollectiveCall& call, Deadline deadline,
-                                                 const WaitPolicy& policy, Cancelled&& cancelled) {
+SmallAllReduce::Outcome SmallAllReduce::complete(int rank, const CollectiveCall& call,
+                                                 std::chrono::duration<double> timeout, const WaitPolicy& policy,
+                                                 Cancelled&& cancelled) {
   const std::int64_t sequence = call.op.sequence;
+  if (all_posted(rank, sequence)) return reduce(rank, call);
+  const Deadline deadline = deadline_after(timeout);
   while (!all_posted(rank, sequence)) {
     if (cancelled()) return Outcome::kCancelled;
     const std::uint32_t old = mail_.value.load(std::memory_order_seq_cst);

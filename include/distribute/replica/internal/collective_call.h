@@ -19,9 +19,10 @@ namespace distribute::detail {
 // dtype, its rank and, for all_gather, the gather axis (so that no leaf's dimensions can read as
 // the start of another leaf), then its dimensions (all_gather: the gather axis's size left out,
 // as the replicas may differ there). Leaf k goes into lane k % 4, so that a hundred leaves make
-// four short chains of dependent multiplications rather than one long one; the lanes, mixed to
-// full avalanche, make the digest. Equal leaves give equal digests; different leaves give equal
-// digests only by a collision of 64-bit hashes, as for a nest's structure_hash.
+// four short chains of dependent multiplications rather than one long one; the lanes, folded
+// together and mixed to full avalanche, make the digest. Equal leaves give equal digests;
+// different leaves give equal digests only by a collision of 64-bit hashes, as for a nest's
+// structure_hash.
 class LeafDigest {
  public:
   void add(DType dtype, std::span<const std::int64_t> dims, int gather_axis) {
@@ -32,10 +33,14 @@ class LeafDigest {
       lane = mix(lane, static_cast<int>(d) == gather_axis ? 0 : static_cast<std::uint64_t>(dims[d]));
     }
   }
+  // The lanes in use folded in one after the other, then one avalanche: for a fixed set of other
+  // lanes each fold is a bijection of the lane, so a difference in any one leaf always shows, and
+  // a call of one leaf (a loss, a metric) pays one fold and one avalanche.
   std::uint64_t value() const {
     std::uint64_t h = leaves_;
-    for (std::uint64_t lane : lanes_) h = avalanche(h ^ avalanche(lane));
-    return h;
+    const std::uint64_t used = leaves_ < kLanes ? leaves_ : kLanes;
+    for (std::uint64_t lane = 0; lane < used; ++lane) h = mix(h, lanes_[lane]);
+    return avalanche(h);
   }
 
  private:
