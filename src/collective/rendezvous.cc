@@ -1,18 +1,28 @@
 // Rendezvous: arrivals, releases, withdrawals on timeout, and aborts.
 #include "collective/rendezvous.h"
 
+#include "distribute/check.h"
 #include "distribute/errors.h"
 
 namespace distribute::collective {
 namespace {
 
+// state_'s fields.
 constexpr std::uint64_t kOneGeneration = std::uint64_t{1} << 32;
+constexpr std::uint64_t kPhaseMask = kOneGeneration - 1;  // both counts of the current phase
+constexpr int kLeavingShift = 16;
+constexpr std::uint64_t kOneLeaving = std::uint64_t{1} << kLeavingShift;
+constexpr std::uint64_t kArrivalMask = kOneLeaving - 1;
+// A rank's Arrivals::count: (epoch << 32) | arrivals.
 constexpr std::uint64_t kCountMask = kOneGeneration - 1;
 
 }  // namespace
 
 Rendezvous::Rendezvous(int size, detail::WaitPolicy policy)
-    : size_(size), policy_(policy), arrivals_(new Arrivals[static_cast<std::size_t>(size)]) {}
+    : size_(size), policy_(policy), arrivals_(new Arrivals[static_cast<std::size_t>(size)]) {
+  DISTRIBUTE_CHECK(size > 0 && static_cast<std::uint64_t>(size) <= kArrivalMask, InvalidArgumentError,
+                   "a rendezvous of ", size, " participants; it takes 1 to ", kArrivalMask);
+}
 
 Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadline,
                                                 absl::FunctionRef<void()> complete,
@@ -28,9 +38,9 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
     count_arrival(mine);
   }
   const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
-  if ((before & kCountMask) + 1 == static_cast<std::uint64_t>(size_)) {
+  if ((before & kArrivalMask) + 1 == static_cast<std::uint64_t>(size_)) {
     complete();
-    state_.store((before & ~kCountMask) + kOneGeneration, std::memory_order_release);
+    state_.store((before & ~kPhaseMask) + kOneGeneration, std::memory_order_release);
     released_.bump_and_wake_all();
     meanwhile();
     return released_outcome(before >> 32);
@@ -40,7 +50,7 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
   while (!released_.wait_while_equal(released, deadline, policy_, stop)) {
     // Deadline: withdraw the arrival unless the phase is already completing.
     std::uint64_t s = state_.load(std::memory_order_acquire);
-    while ((s >> 32) == (before >> 32) && (s & kCountMask) < static_cast<std::uint64_t>(size_)) {
+    while ((s >> 32) == (before >> 32) && (s & kArrivalMask) < static_cast<std::uint64_t>(size_)) {
       if (state_.compare_exchange_weak(s, s - 1, std::memory_order_acq_rel)) {
         mine.withdrawn_epoch.store(epoch_, std::memory_order_relaxed);
         if (aborted()) throw_abort_error();
@@ -60,22 +70,23 @@ Rendezvous::Outcome Rendezvous::released_outcome(std::uint64_t generation) const
   throw_abort_error();
 }
 
-void Rendezvous::arrive(int rank, absl::FunctionRef<void()> complete) {
+void Rendezvous::arrive(int rank, absl::FunctionRef<void(bool every_rank_left)> complete) {
   if (aborted()) return;
   count_arrival(arrivals_[static_cast<std::size_t>(rank)]);
-  const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
-  if ((before & kCountMask) + 1 == static_cast<std::uint64_t>(size_)) {
-    complete();
-    state_.store((before & ~kCountMask) + kOneGeneration, std::memory_order_release);
-    released_.bump_and_wake_all();
+  const std::uint64_t before = state_.fetch_add(1 + kOneLeaving, std::memory_order_acq_rel);
+  if ((before & kArrivalMask) + 1 == static_cast<std::uint64_t>(size_)) {
+    const bool every_rank_left = ((before >> kLeavingShift) & kArrivalMask) + 1 == static_cast<std::uint64_t>(size_);
+    complete(every_rank_left);
+    state_.store((before & ~kPhaseMask) + kOneGeneration, std::memory_order_release);
+    if (!every_rank_left) released_.bump_and_wake_all();
   }
 }
 
 void Rendezvous::arrive_and_wait_uninterruptible() {
   const std::uint32_t released = released_.value.load(std::memory_order_seq_cst);
   const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
-  if ((before & kCountMask) + 1 == static_cast<std::uint64_t>(size_)) {
-    state_.store((before & ~kCountMask) + kOneGeneration, std::memory_order_release);
+  if ((before & kArrivalMask) + 1 == static_cast<std::uint64_t>(size_)) {
+    state_.store((before & ~kPhaseMask) + kOneGeneration, std::memory_order_release);
     released_.bump_and_wake_all();
     return;
   }
@@ -119,8 +130,8 @@ std::uint64_t Rendezvous::arrivals_of(const Arrivals& arrivals) const {
 
 void Rendezvous::reset() {
   // Arrivals are left only by a failed run; a store would take the line from the last replica.
-  if (const std::uint64_t s = state_.load(std::memory_order_relaxed); (s & kCountMask) != 0) {
-    state_.store(s & ~kCountMask, std::memory_order_relaxed);
+  if (const std::uint64_t s = state_.load(std::memory_order_relaxed); (s & kPhaseMask) != 0) {
+    state_.store(s & ~kPhaseMask, std::memory_order_relaxed);
   }
   ++epoch_;
   if (!aborted()) return;

@@ -40,9 +40,11 @@ class Rendezvous {
   Outcome arrive_and_wait(int rank, detail::Deadline deadline, absl::FunctionRef<void()> complete,
                           absl::FunctionRef<void()> meanwhile = [] {});
 
-  // Arrives as `rank` without waiting for the others: the phase completes (and the last arriver
-  // runs `complete`) when they arrive. Does nothing once aborted.
-  void arrive(int rank, absl::FunctionRef<void()> complete);
+  // Arrives as `rank` without waiting for the others: the phase completes when they arrive, and
+  // the last arriver runs complete(every_rank_left), where every_rank_left says that every rank
+  // arrived through arrive(), so that nobody waits for this phase (and nobody is released). Does
+  // nothing once aborted.
+  void arrive(int rank, absl::FunctionRef<void(bool every_rank_left)> complete);
 
   // Waits for all participants ignoring aborts and deadlines: for phases that every participant
   // is known to reach in bounded time (all inside library code that cannot fail).
@@ -67,8 +69,9 @@ class Rendezvous {
 
   const int size_;
   const detail::WaitPolicy policy_;
-  // High 32 bits: the phase's generation; low 32 bits: arrivals in it. One word, so that a
-  // withdrawal cannot be confused with an arrival at the next phase.
+  // High 32 bits: the phase's generation; bits 16-31: the arrivals in it through arrive(); low 16
+  // bits: all arrivals in it. One word, so that a withdrawal cannot be confused with an arrival
+  // at the next phase, and the last arriver learns how the others arrived from its own update.
   alignas(64) std::atomic<std::uint64_t> state_{0};
   alignas(64) detail::WaitWord released_;
   alignas(64) std::atomic<bool> aborted_{false};

@@ -84,6 +84,10 @@ ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> c
       calls_(static_cast<std::size_t>(size)),
       ops_(static_cast<std::size_t>(size)) {
   communicator_->set_failure_flag(&failed_);
+  for (Slot& slot : slots_) {
+    slot.returned.op.kind = CollectiveKind::kReturn;
+    slot.returned.op.options = slot.returned.op.options.merged_with(defaults_);
+  }
 }
 
 void ReplicaGroup::join_workers(WorkerSync* workers, int first_id) {
@@ -375,12 +379,18 @@ std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
 }
 
 void ReplicaGroup::replica_returned(int rank) {
-  CollectiveCall& call = slots_[static_cast<std::size_t>(rank)].returned;
-  call = CollectiveCall{};
-  call.op.kind = CollectiveKind::kReturn;
-  bool small = false;
-  publish(rank, call, small);
-  rendezvous_.arrive(rank, [this] { complete_phase(); });
+  // The return call is made once, in the constructor: only its sequence changes, so a return
+  // writes no line of it that the completer of the last phase read.
+  Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  CollectiveCall& call = slot.returned;
+  call.op.sequence = ++slot.sequence;
+  slot.call = &call;
+  if (small_) small_->post(rank, call);
+  // When every replica returned (after the same collectives, as the phases line up) there is
+  // nothing to compare or run, unless the other workers are to hear of it.
+  rendezvous_.arrive(rank, [this](bool every_replica_returned) {
+    if (!every_replica_returned || workers_ != nullptr) complete_phase();
+  });
 }
 
 void ReplicaGroup::fail(int rank, std::exception_ptr error) {

@@ -27,21 +27,19 @@ ReplicaRunner::~ReplicaRunner() {
   for (std::thread& t : threads_) t.join();
 }
 
-void ReplicaRunner::run(absl::FunctionRef<void(int)> job) {
-  start_.job.emplace(job);
+void ReplicaRunner::run_stored_job() {
   // Each thread adds one to done_ when it has finished: the run is over at `finished`.
   const std::uint32_t finished =
       done_.value.load(std::memory_order_acquire) + static_cast<std::uint32_t>(num_replicas_ - 1);
   if (num_replicas_ > 1) start_.word.bump_and_wake_all();
   {
     ReleaseBatch batch;
-    job(0);
+    start_.invoke(start_.job, 0);
   }
   for (std::uint32_t seen = done_.value.load(std::memory_order_acquire); seen != finished;
        seen = done_.value.load(std::memory_order_acquire)) {
     done_.wait_while_equal(seen, kNoDeadline, policy_, [] { return false; });
   }
-  start_.job.reset();
 }
 
 void ReplicaRunner::worker(int replica, bool pin) {
@@ -59,7 +57,7 @@ void ReplicaRunner::worker(int replica, bool pin) {
     if (stop_.load(std::memory_order_relaxed)) return;
     {
       ReleaseBatch batch;  // given back before the caller hears that this replica is done
-      (*start_.job)(replica);
+      start_.invoke(start_.job, replica);
     }
     done_.bump_and_wake_all();
   }

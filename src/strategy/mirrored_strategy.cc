@@ -200,7 +200,8 @@ class MirroredExtended final : public StrategyExtended {
     RunLevel& level = level_at(depth);
     detail::MutexLock run_lock(level.run_mu);
     level.group.reset();
-    level.runner.run([&](int r) {
+    // Captured by value, so that the copy a replica thread is handed holds everything it reads.
+    level.runner.run([this, &level, fn, depth](int r) {
       ReplicaContext& context = *level.contexts[static_cast<std::size_t>(r)];
       detail::ReplicaDevice& device = *level.replica_devices[static_cast<std::size_t>(r)];
       detail::ScopedMode replica_mode(detail::ThreadMode{&container_strategy(), &context, false, depth});
