@@ -2,7 +2,7 @@
 // new to count calls (and to fail one on demand), so it is its own executable. A replica thread
 // keeps the per-leaf arrays of its last collective for the next, so an all_reduce of a gradient
 // list makes the same number of allocations per step whatever the number of tensors in it (the
-// returned list and the output block's handle), none per tensor. The per-thread reuse itself is
+// returned list and, above 1 KiB, the output block's handle), none per tensor. The per-thread reuse itself is
 // tested here too, and what a replica that cannot allocate its result does to the others.
 #include <gtest/gtest.h>
 
@@ -38,12 +38,13 @@ void* operator new(std::size_t nbytes) {
 namespace distribute {
 namespace {
 
-// Allocations per all_reduce step of a list of `leaves` float tensors, over all replicas: the
-// difference between runs of 10 and 30 steps, so that what a run costs once drops out.
-long allocations_per_step(MirroredStrategy& strategy, int leaves) {
+// Allocations per all_reduce step of a list of `leaves` float tensors of `elements` each, over
+// all replicas: the difference between runs of 10 and 30 steps, so that what a run costs once
+// drops out.
+long allocations_per_step(MirroredStrategy& strategy, int leaves, std::int64_t elements = 512) {
   auto lists = strategy.run([&] {
     std::vector<Tensor> list;
-    for (int t = 0; t < leaves; ++t) list.push_back(Tensor::zeros(DType::kFloat32, Shape{256}));
+    for (int t = 0; t < leaves; ++t) list.push_back(Tensor::zeros(DType::kFloat32, Shape{elements}));
     return list;
   });
   const auto count_run = [&](int steps) {
@@ -67,10 +68,19 @@ TEST(Allocations, AllReduceOfAGradientListAllocatesTheSameWhateverItsLength) {
   const long one = allocations_per_step(strategy, 1);
   const long hundred = allocations_per_step(strategy, 100);
   const long thousand = allocations_per_step(strategy, 1000);
-  // Per replica: the returned vector and the output block's Storage.
+  // Per replica: the returned vector and the output block's Storage (2 KiB and more: above what a
+  // thread keeps of the Storages it dropped).
   EXPECT_EQ(one, 2 * 2);
   EXPECT_EQ(hundred, one);
   EXPECT_EQ(thousand, one);
+}
+
+// A loss or a metric: the replica thread takes back the output Storage of the step before, so
+// only the returned vector is allocated.
+TEST(Allocations, AllReduceOfASmallTensorReusesTheStorageOfTheStepBefore) {
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  EXPECT_EQ(allocations_per_step(strategy, 1, 1), 2 * 1);
+  EXPECT_EQ(allocations_per_step(strategy, 1, 256), 2 * 1) << "1 KiB: the largest block a thread keeps";
 }
 
 // A collective started while another is under way on the same thread (none does today, but

@@ -1,9 +1,10 @@
 // Host memory for tensors. Each logical CPU device has its own pool, so N replicas allocating their
 // outputs at the same moment do not contend on one lock. A pool keeps freed blocks by exact size
 // (no rounding, so an all_reduce of S bytes holds S bytes per replica) up to a cap, after which
-// blocks go back to the system. In front of the pools, each thread keeps the last few small blocks
-// it freed: a replica that all_reduces a loss or a metric every step takes back the block of the
-// step before without a lock (host memory is one space, so any pool's block serves any device).
+// blocks go back to the system. In front of the pools, each thread keeps the last few small
+// Storages (handle and block) it dropped: a replica that all_reduces a loss or a metric every step
+// takes back the Storage of the step before without a lock or an allocation (host memory is one
+// space, so any pool's block serves any device).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -90,51 +91,45 @@ HostPool& host_pool(int device_index) {
   return *pool;
 }
 
-// The small blocks this thread freed last, newest at the back.
+// The small host Storages (handle and block) whose last reference this thread dropped, newest at
+// the back.
 constexpr std::size_t kThreadCacheMaxBlockBytes = 1024;
 constexpr int kThreadCacheBlocks = 8;
 struct ThreadCache {
-  struct Entry {
-    void* block;
-    std::size_t nbytes;
-    HostPool* pool;  // where it goes when the cache is full or the thread ends
-  };
-  Entry entries[kThreadCacheBlocks] = {};
+  Storage* storages[kThreadCacheBlocks] = {};
   int count = 0;
   bool flush_registered = false;
-  bool closed = false;  // the thread is ending: blocks go straight to their pools
+  bool closed = false;  // the thread is ending: Storages are deleted, their blocks go to their pools
 };
 // constinit and trivially destructible: usable at any point of the thread's end.
 constinit thread_local ThreadCache thread_cache;
 
-// Gives the blocks back to their pools when the thread ends.
+// Deletes the cached Storages when the thread ends (their blocks go back to their pools).
 struct ThreadCacheFlush {
   ~ThreadCacheFlush() {
     ThreadCache& cache = thread_cache;
     cache.closed = true;
-    for (int i = 0; i < cache.count; ++i) {
-      cache.entries[i].pool->release(cache.entries[i].block, cache.entries[i].nbytes);
-    }
+    for (int i = 0; i < cache.count; ++i) delete cache.storages[i];
     cache.count = 0;
   }
 };
 
-void* take_cached(std::size_t nbytes) {
+Storage* take_cached(std::size_t nbytes) {
   ThreadCache& cache = thread_cache;
   for (int i = cache.count - 1; i >= 0; --i) {
-    if (cache.entries[i].nbytes != nbytes) continue;
-    void* block = cache.entries[i].block;
-    std::copy(cache.entries + i + 1, cache.entries + cache.count, cache.entries + i);
+    Storage* storage = cache.storages[i];
+    if (storage->nbytes() != nbytes) continue;
+    std::copy(cache.storages + i + 1, cache.storages + cache.count, cache.storages + i);
     --cache.count;
-    return block;
+    return storage;
   }
   return nullptr;
 }
 
-void release_small(HostPool* pool, void* block, std::size_t nbytes) {
+void recycle_small(Storage* storage) {
   ThreadCache& cache = thread_cache;
   if (cache.closed) {
-    pool->release(block, nbytes);
+    delete storage;
     return;
   }
   if (!cache.flush_registered) {
@@ -142,13 +137,12 @@ void release_small(HostPool* pool, void* block, std::size_t nbytes) {
     cache.flush_registered = true;
   }
   if (cache.count == kThreadCacheBlocks) {
-    // The oldest goes back to its pool.
-    const ThreadCache::Entry oldest = cache.entries[0];
-    std::copy(cache.entries + 1, cache.entries + kThreadCacheBlocks, cache.entries);
+    Storage* oldest = cache.storages[0];
+    std::copy(cache.storages + 1, cache.storages + kThreadCacheBlocks, cache.storages);
     --cache.count;
-    oldest.pool->release(oldest.block, oldest.nbytes);
+    delete oldest;
   }
-  cache.entries[cache.count++] = {block, nbytes, pool};
+  cache.storages[cache.count++] = storage;
 }
 
 }  // namespace
@@ -158,12 +152,15 @@ StorageRef allocate_storage(const Device& device, std::size_t nbytes) {
   if (nbytes == 0) return make_storage(nullptr, 0, device, nullptr);
   HostPool* pool = &host_pool(device.index());
   if (nbytes <= kThreadCacheMaxBlockBytes) {
-    void* block = take_cached(nbytes);
-    if (block == nullptr) block = pool->allocate(nbytes);
-    return make_storage(block, nbytes, device, [pool](void* data, std::size_t n) { release_small(pool, data, n); });
+    if (Storage* cached = take_cached(nbytes)) {
+      cached->reuse(device);
+      return StorageRef::adopt(cached);
+    }
   }
   void* block = pool->allocate(nbytes);
-  return make_storage(block, nbytes, device, [pool](void* data, std::size_t n) { pool->release(data, n); });
+  StorageRef storage = make_storage(block, nbytes, device, [pool](void* data, std::size_t n) { pool->release(data, n); });
+  if (nbytes <= kThreadCacheMaxBlockBytes) storage->set_recycle(&recycle_small);
+  return storage;
 }
 
 void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,

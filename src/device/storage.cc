@@ -27,7 +27,7 @@ void StorageRef::retain(Storage* storage, std::int64_t count) noexcept {
 
 void StorageRef::release(Storage* storage, std::int64_t count) noexcept {
   // acq_rel: every use of the memory through other references happens before the delete.
-  if (storage->refs_.fetch_sub(count, std::memory_order_acq_rel) == count) delete storage;
+  if (storage->refs_.fetch_sub(count, std::memory_order_acq_rel) == count) Storage::dispose(storage);
 }
 
 void StorageRef::drop(Storage* storage) noexcept {
@@ -45,7 +45,7 @@ void StorageRef::drop(Storage* storage) noexcept {
   // block goes now, not at the end of the batch. acquire: pairs with other holders' releases.
   if (storage->refs_.load(std::memory_order_acquire) == deferred.count) {
     deferred = {true, nullptr, 0};
-    delete storage;
+    Storage::dispose(storage);
   }
 }
 

@@ -18,6 +18,9 @@ namespace distribute::detail {
 class Storage {
  public:
   using Release = std::function<void(void* data, std::size_t nbytes)>;
+  // Where set, called instead of `delete` when the last reference goes: the allocator keeps the
+  // Storage, block and all, for a later request (see reuse()).
+  using Recycle = void (*)(Storage* storage);
 
   Storage(void* data, std::size_t nbytes, Device device, Release release)
       : data_(data), nbytes_(nbytes), device_(std::move(device)), release_(std::move(release)) {}
@@ -31,13 +34,31 @@ class Storage {
   std::size_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
 
+  void set_recycle(Recycle recycle) { recycle_ = recycle; }
+  // A recycled Storage made new again, on `device`, with one reference for the StorageRef that
+  // adopts it.
+  void reuse(const Device& device) {
+    refs_.store(1, std::memory_order_relaxed);
+    device_ = device;
+  }
+
  private:
   friend class StorageRef;
+  // After the last reference went.
+  static void dispose(Storage* storage) {
+    if (storage->recycle_ != nullptr) {
+      storage->recycle_(storage);
+    } else {
+      delete storage;
+    }
+  }
+
   std::atomic<std::int64_t> refs_{1};  // the StorageRef made with it holds the first
   void* data_;
   std::size_t nbytes_;
   Device device_;
   Release release_;
+  Recycle recycle_ = nullptr;
 };
 
 // A new Storage of `nbytes` at `data` on `device`, given back through `release` (none: borrowed).
