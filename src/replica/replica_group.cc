@@ -313,8 +313,14 @@ void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
 bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   bool small = false;
   publish(rank, call, small);
+  // Runs once, on the path that waits first.
+  const auto meanwhile = [&call] {
+    if (call.while_waiting == nullptr) return;
+    call.while_waiting(call.while_waiting_context);
+    call.while_waiting = nullptr;
+  };
   if (small) {
-    switch (small_->complete(rank, call, call.op.options.timeout, policy_, [this] { return failed(); })) {
+    switch (small_->complete(rank, call, call.op.options.timeout, policy_, [this] { return failed(); }, meanwhile)) {
       case SmallAllReduce::Outcome::kDone: return false;
       case SmallAllReduce::Outcome::kTimedOut: time_out(rank, call, small_->behind(call.op.sequence));
       // A mismatch is named by the rendezvous's comparison; after a failure the rendezvous throws
@@ -323,9 +329,6 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
       case SmallAllReduce::Outcome::kCancelled: break;
     }
   }
-  const auto meanwhile = [&call] {
-    if (call.while_waiting != nullptr) call.while_waiting(call.while_waiting_context);
-  };
   if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [this] { complete_phase(); }, meanwhile) !=
       collective::Rendezvous::Outcome::kCompleted) {
     time_out(rank, call, rendezvous_.behind(rank));

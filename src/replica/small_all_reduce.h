@@ -53,10 +53,11 @@ class SmallAllReduce {
   };
   // After rank posted an eligible line for `call`: waits for the peers' lines of the same
   // collective, then reduces. The timeout counts from the start of the wait; lines that have all
-  // come already cost no reading of the clock.
-  template <class Cancelled>
+  // come already cost no reading of the clock. `meanwhile` runs once before waiting, when some
+  // line has not come.
+  template <class Cancelled, class Meanwhile>
   Outcome complete(int rank, const CollectiveCall& call, std::chrono::duration<double> timeout,
-                   const WaitPolicy& policy, Cancelled&& cancelled);
+                   const WaitPolicy& policy, Cancelled&& cancelled, Meanwhile&& meanwhile);
 
   // The replicas whose line for collective `sequence` has not come.
   std::vector<int> behind(std::int64_t sequence) const;
@@ -96,12 +97,13 @@ class SmallAllReduce {
   alignas(64) WaitWord mail_;
 };
 
-template <class Cancelled>
+template <class Cancelled, class Meanwhile>
 SmallAllReduce::Outcome SmallAllReduce::complete(int rank, const CollectiveCall& call,
                                                  std::chrono::duration<double> timeout, const WaitPolicy& policy,
-                                                 Cancelled&& cancelled) {
+                                                 Cancelled&& cancelled, Meanwhile&& meanwhile) {
   const std::int64_t sequence = call.op.sequence;
   if (all_posted(rank, sequence)) return reduce(rank, call);
+  meanwhile();
   const Deadline deadline = deadline_after(timeout);
   while (!all_posted(rank, sequence)) {
     if (cancelled()) return Outcome::kCancelled;
