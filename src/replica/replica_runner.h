@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <new>
 #include <string>
 #include <thread>
@@ -40,10 +41,15 @@ class ReplicaRunner {
     static_assert(std::is_trivially_copyable_v<Job> && sizeof(Job) <= kMaxJobBytes &&
                       alignof(Job) <= alignof(std::max_align_t),
                   "a ReplicaRunner job is a small trivially copyable callable");
-    ::new (start_.job) Job(job);
-    start_.invoke = [](const std::byte* stored, int replica) {
+    constexpr Invoke invoke = [](const std::byte* stored, int replica) {
       (*std::launder(reinterpret_cast<const Job*>(stored)))(replica);
     };
+    // A loop's runs usually hand over the same bytes: those are left as they are, since writing
+    // them would take the line from the threads polling it, once more than bumping the word does.
+    if (start_.invoke != invoke || std::memcmp(start_.job, &job, sizeof(Job)) != 0) {
+      ::new (start_.job) Job(job);
+      start_.invoke = invoke;
+    }
     run_stored_job();
   }
 
@@ -56,9 +62,10 @@ class ReplicaRunner {
   std::atomic<bool> stop_{false};
   // The start word and the job it announces share one cache line, so a woken thread gets both
   // in one transfer from the caller's core.
+  using Invoke = void (*)(const std::byte* job, int replica);
   struct alignas(64) Start {
     WaitWord word;
-    void (*invoke)(const std::byte* job, int replica) = nullptr;  // set with job, before word is bumped
+    Invoke invoke = nullptr;  // set with job, before word is bumped
     alignas(std::max_align_t) std::byte job[kMaxJobBytes];
   };
   static_assert(sizeof(Start) == 64);

@@ -185,7 +185,9 @@ class MirroredExtended final : public StrategyExtended {
                      "NCCL communicator, which needs ", DISTRIBUTE_HAS_NCCL ? "one physical GPU per replica; "
                      "list GPUs that are not logical GPUs of one physical GPU" : "NCCL, and this build of distribute "
                      "has none (reconfigure with -DDISTRIBUTE_WITH_NCCL=ON)");
+    detail::MutexLock lock(levels_mu_);
     levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_, workers_.get());
+    level0_ = levels_[0].get();
   }
 
   int num_workers() const override { return workers_ != nullptr ? workers_->num_workers() : 1; }
@@ -200,11 +202,12 @@ class MirroredExtended final : public StrategyExtended {
     RunLevel& level = level_at(depth);
     detail::MutexLock run_lock(level.run_mu);
     level.group.reset();
-    // Captured by value, so that the copy a replica thread is handed holds everything it reads.
-    level.runner.run([this, &level, fn, depth](int r) {
+    // Captured by value, so that the copy a replica thread is handed holds everything it reads
+    // (and word-sized, so that the copy has no padding whose bytes could differ between runs).
+    level.runner.run([this, &level, fn, depth = static_cast<std::intptr_t>(depth)](int r) {
       ReplicaContext& context = *level.contexts[static_cast<std::size_t>(r)];
       detail::ReplicaDevice& device = *level.replica_devices[static_cast<std::size_t>(r)];
-      detail::ScopedMode replica_mode(detail::ThreadMode{&container_strategy(), &context, false, depth});
+      detail::ScopedMode replica_mode(detail::ThreadMode{&container_strategy(), &context, false, static_cast<int>(depth)});
       // Replica 0 runs on the caller's thread, which it binds for this run only; the others'
       // threads are bound once, for good.
       const bool borrowed_thread = r == 0;
@@ -237,6 +240,7 @@ class MirroredExtended final : public StrategyExtended {
   RunLevel& level_at(int depth) {
     DISTRIBUTE_CHECK(depth < kMaxRunDepth, FailedPreconditionError, "run nested ", depth,
                      " levels deep through merge_fn; at most ", kMaxRunDepth, " levels are supported");
+    if (depth == 0) return *level0_;
     detail::MutexLock lock(levels_mu_);
     auto& level = levels_[static_cast<std::size_t>(depth)];
     if (!level) {
@@ -251,6 +255,7 @@ class MirroredExtended final : public StrategyExtended {
   const std::shared_ptr<detail::WorkerSync> workers_;
   detail::Mutex levels_mu_;
   std::array<std::unique_ptr<RunLevel>, kMaxRunDepth> levels_ ABSL_GUARDED_BY(levels_mu_);
+  RunLevel* level0_ = nullptr;  // levels_[0], made by the constructor: every top-level run, without the lock
 };
 
 }  // namespace
