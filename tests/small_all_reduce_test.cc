@@ -102,6 +102,39 @@ TEST_P(SmallAllReduce, APeerLateEnoughForTheOthersToSleep) {
   }
 }
 
+// Every run numbers its collectives from 1 again, so a replica that is late must never have its
+// line of an earlier run taken for this run's (its value there differs): after runs that succeeded
+// and after runs that failed with lines posted.
+TEST_P(SmallAllReduce, LinesOfEarlierRunsNeverCount) {
+  Watchdog watchdog(kHangLimit, "SmallAllReduce.LinesOfEarlierRunsNeverCount");
+  MirroredStrategy strategy(cpu_devices(n()));
+  for (int run = 1; run <= 3 * n(); ++run) {
+    const int late = run % n();
+    if (run % 3 == 0) {
+      expect_error<OutOfRangeError>(
+          [&] {
+            strategy.run([&] {
+              ReplicaContext& ctx = *get_replica_context();
+              const int r = ctx.replica_id_in_sync_group();
+              (void)ctx.all_reduce(ReduceOp::kSum, std::int64_t{1000} + r);
+              if (r == late) throw OutOfRangeError("replica gives up after collective #1");
+              (void)ctx.all_reduce(ReduceOp::kSum, std::int64_t{2000} + r);
+            });
+          },
+          {"gives up"});
+    }
+    auto sums = strategy.run([&] {
+      ReplicaContext& ctx = *get_replica_context();
+      const int r = ctx.replica_id_in_sync_group();
+      if (r == late) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      const std::int64_t first = ctx.all_reduce(ReduceOp::kSum, std::int64_t{run} + r);
+      const std::int64_t second = ctx.all_reduce(ReduceOp::kSum, std::int64_t{10 * run} + r);
+      return first + second;
+    });
+    for (int r = 0; r < n(); ++r) EXPECT_EQ(sums[r], sum_of(run) + sum_of(10 * run)) << "run " << run << ", replica " << r;
+  }
+}
+
 TEST_P(SmallAllReduce, ValuesPastTheLimitTakeTheRendezvous) {
   MirroredStrategy strategy(cpu_devices(n()));
   auto sums = strategy.run([] {

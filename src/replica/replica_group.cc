@@ -99,14 +99,16 @@ void ReplicaGroup::join_workers(WorkerSync* workers, int first_id) {
 
 void ReplicaGroup::reset() {
   if (workers_ != nullptr) workers_->begin_run();
-  rendezvous_.reset();
-  if (small_) small_->reset();
-  merge_result_.reset();
+  // After a run that succeeded every replica arrived at every phase and nobody is left inside: the
+  // rendezvous is as reset already, and writing its lines would only make the replicas fetch them
+  // again. Lines are written here only where a run left something behind.
   if (failed()) {
+    rendezvous_.reset();
     MutexLock lock(mu_);
     first_error_ = nullptr;
     failed_.store(false, std::memory_order_release);
   }
+  if (merge_result_) merge_result_.reset();
   communicator_->begin_run();
 }
 
@@ -114,6 +116,7 @@ void ReplicaGroup::begin(int rank) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   slot.call = nullptr;
   slot.sequence = 0;
+  if (small_) small_->begin(rank);
 }
 
 void ReplicaGroup::complete_phase() {
@@ -322,7 +325,7 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   if (small) {
     switch (small_->complete(rank, call, call.op.options.timeout, policy_, [this] { return failed(); }, meanwhile)) {
       case SmallAllReduce::Outcome::kDone: return false;
-      case SmallAllReduce::Outcome::kTimedOut: time_out(rank, call, small_->behind(call.op.sequence));
+      case SmallAllReduce::Outcome::kTimedOut: time_out(rank, call, small_->behind(rank, call.op.sequence));
       // A mismatch is named by the rendezvous's comparison; after a failure the rendezvous throws
       // the run's release error.
       case SmallAllReduce::Outcome::kMismatch:

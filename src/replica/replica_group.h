@@ -48,8 +48,9 @@ class ReplicaGroup {
   // Before a run, with no replica inside: clears the previous run's failure and lets the backend
   // rebuild what a failure broke.
   void reset();
-  // On replica `rank`'s thread as its part of a run begins: clears its sequence numbers. (Its own
-  // lines, so the caller's reset() does not pull them away from the replicas' cores every run.)
+  // On replica `rank`'s thread as its part of a run begins, in every run: clears its sequence
+  // numbers and makes its small-path lines of earlier runs stale. (Its own lines, so the caller's
+  // reset() does not pull them away from the replicas' cores every run.)
   void begin(int rank);
 
   // Called by replica `rank` with its part of a collective; see Communicator for the outputs.

@@ -32,8 +32,6 @@ std::uint64_t digest_of(const CollectiveCall& call) {
 
 SmallAllReduce::SmallAllReduce(int size) : size_(size), lines_(std::make_unique<Lines[]>(static_cast<std::size_t>(size))) {}
 
-void SmallAllReduce::reset() { ++epoch_; }
-
 bool SmallAllReduce::post(int rank, const CollectiveCall& call) {
   Line& mine = lines_[static_cast<std::size_t>(rank)].line[call.op.sequence & 1];
   bool eligible = call.op.kind == collective::CollectiveKind::kAllReduce;
@@ -49,22 +47,22 @@ bool SmallAllReduce::post(int rank, const CollectiveCall& call) {
   mine.digest = digest_of(call);
   // seq_cst, with the load of sleepers after it: either a sleeping peer sees this line when it
   // checks again, or this post sees the sleeper and wakes it.
-  mine.tag.store(tag_of(call.op.sequence, eligible), std::memory_order_seq_cst);
+  mine.tag.store(tag_of(rank, call.op.sequence, eligible), std::memory_order_seq_cst);
   if (mail_.sleepers.load(std::memory_order_seq_cst) != 0) mail_.bump_and_wake_all();
   return eligible;
 }
 
 bool SmallAllReduce::all_posted(int rank, std::int64_t sequence) const {
   for (int r = 0; r < size_; ++r) {
-    if (r != rank && !has_posted(r, sequence)) return false;
+    if (r != rank && !has_posted(r, rank, sequence)) return false;
   }
   return true;
 }
 
-std::vector<int> SmallAllReduce::behind(std::int64_t sequence) const {
+std::vector<int> SmallAllReduce::behind(int rank, std::int64_t sequence) const {
   std::vector<int> missing;
   for (int r = 0; r < size_; ++r) {
-    if (!has_posted(r, sequence)) missing.push_back(r);
+    if (!has_posted(r, rank, sequence)) missing.push_back(r);
   }
   return missing;
 }
@@ -73,7 +71,7 @@ SmallAllReduce::Outcome SmallAllReduce::reduce(int rank, const CollectiveCall& c
   // Rank's own line is not read back: a peer reading it may have taken it from this core, and
   // its contents are the call's own digest and inputs.
   const std::int64_t sequence = call.op.sequence;
-  const std::uint64_t eligible = tag_of(sequence, true);
+  const std::uint64_t eligible = tag_of(rank, sequence, true);
   const std::uint64_t digest = digest_of(call);
   for (int r = 0; r < size_; ++r) {
     if (r == rank) continue;

@@ -38,8 +38,10 @@ class SmallAllReduce {
 
   explicit SmallAllReduce(int size);
 
-  // Before a run, while no replica runs: lines of earlier runs no longer match.
-  void reset();
+  // On replica rank's thread as its part of a run begins: its lines of earlier runs no longer
+  // match. Each replica keeps its own count of runs (every replica begins every run, so the counts
+  // agree), so that no line is written between runs for the replicas to fetch again.
+  void begin(int rank) { ++lines_[static_cast<std::size_t>(rank)].epoch; }
 
   // Posts rank's line for `call`, whose sequence is set; returns whether the line is eligible
   // (an all_reduce whose leaves fit the payload), carrying the payload.
@@ -59,8 +61,8 @@ class SmallAllReduce {
   Outcome complete(int rank, const CollectiveCall& call, std::chrono::duration<double> timeout,
                    const WaitPolicy& policy, Cancelled&& cancelled, Meanwhile&& meanwhile);
 
-  // The replicas whose line for collective `sequence` has not come.
-  std::vector<int> behind(std::int64_t sequence) const;
+  // The replicas whose line for rank's collective `sequence` has not come.
+  std::vector<int> behind(int rank, std::int64_t sequence) const;
 
   // Wakes every waiter, so that it sees the run's failure.
   void wake_all() { mail_.bump_and_wake_all(); }
@@ -74,14 +76,17 @@ class SmallAllReduce {
   };
   struct Lines {
     Line line[2];  // collective k uses line k % 2
+    alignas(64) std::uint64_t epoch = 0;  // the runs this replica began; its own thread's only
   };
 
-  std::uint64_t tag_of(std::int64_t sequence, bool eligible) const {
-    return epoch_ << 33 | static_cast<std::uint64_t>(sequence) << 1 | (eligible ? 1 : 0);
+  // rank's tag for its collective `sequence` of this run.
+  std::uint64_t tag_of(int rank, std::int64_t sequence, bool eligible) const {
+    return lines_[static_cast<std::size_t>(rank)].epoch << 33 | static_cast<std::uint64_t>(sequence) << 1 |
+           (eligible ? 1 : 0);
   }
-  // Whether replica r's line for `sequence` has come (eligible or not).
-  bool has_posted(int r, std::int64_t sequence) const {
-    return (line(r, sequence).tag.load(std::memory_order_seq_cst) >> 1) == tag_of(sequence, false) >> 1;
+  // Whether replica r's line for rank's collective `sequence` has come (eligible or not).
+  bool has_posted(int r, int rank, std::int64_t sequence) const {
+    return (line(r, sequence).tag.load(std::memory_order_seq_cst) >> 1) == tag_of(rank, sequence, false) >> 1;
   }
   const Line& line(int rank, std::int64_t sequence) const {
     return lines_[static_cast<std::size_t>(rank)].line[sequence & 1];
@@ -91,7 +96,6 @@ class SmallAllReduce {
   Outcome reduce(int rank, const CollectiveCall& call) const;
 
   const int size_;
-  std::uint64_t epoch_ = 0;  // written between runs only
   std::unique_ptr<Lines[]> lines_;
   // Woken after a post only when a waiter sleeps, so a post costs no shared write otherwise.
   alignas(64) WaitWord mail_;

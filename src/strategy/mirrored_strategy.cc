@@ -211,12 +211,12 @@ class MirroredExtended final : public StrategyExtended {
       // Replica 0 runs on the caller's thread, which it binds for this run only; the others'
       // threads are bound once, for good.
       const bool borrowed_thread = r == 0;
+      level.group.begin(r);  // first: every replica begins every run, whatever fails after
       try {
         if (borrowed_thread || !level.bound[static_cast<std::size_t>(r)]) {
           device.bind_thread();
           if (!borrowed_thread) level.bound[static_cast<std::size_t>(r)] = 1;
         }
-        level.group.begin(r);
         fn(context);
         level.group.replica_returned(r);
       } catch (...) {
