@@ -206,6 +206,55 @@ TEST(Rendezvous, OneRankCompletesAtOnce) {
   EXPECT_TRUE(r.behind(0).empty());
 }
 
+// arrive() does not wait. When every rank arrived through it, the last one's completion hears
+// that nobody waits; when one rank waits in the same phase, it hears otherwise and that rank is
+// released once the others have arrived.
+TEST_P(RendezvousTest, ArriveWithoutWaitingTellsTheCompletionWhetherEveryRankLeft) {
+  Watchdog watchdog(10s, "arrive without waiting");
+  Rendezvous r(n(), detail::WaitPolicy{});
+  std::atomic<int> completions{0};
+  std::atomic<int> every_rank_left{0};
+  const auto complete = [&](bool left) {
+    ++completions;
+    if (left) ++every_rank_left;
+  };
+  for (int phase = 0; phase < kPhases; ++phase) {
+    const auto errors = run_ranks(all_ranks(n()), [&](int rank) { r.arrive(rank, complete); });
+    for (const auto& error : errors) EXPECT_FALSE(error);
+  }
+  EXPECT_EQ(completions, kPhases);
+  EXPECT_EQ(every_rank_left, kPhases);
+  for (int rank = 0; rank < n(); ++rank) EXPECT_TRUE(r.behind(rank).empty());
+
+  for (int phase = 0; phase < kPhases; ++phase) {
+    const auto errors = run_ranks(all_ranks(n()), [&](int rank) {
+      if (rank == 0) {
+        EXPECT_EQ(r.arrive_and_wait(rank, detail::kNoDeadline, [&] { complete(false); }), Outcome::kCompleted);
+      } else {
+        r.arrive(rank, complete);
+      }
+    });
+    for (const auto& error : errors) EXPECT_FALSE(error);
+  }
+  EXPECT_EQ(completions, 2 * kPhases);
+  EXPECT_EQ(every_rank_left, kPhases);
+}
+
+// The arrivals of a phase and of those arriving without waiting share one word: 65535 at most.
+TEST(Rendezvous, ParticipantsOutsideItsRangeAreRefused) {
+  for (int size : {0, 65536}) {
+    try {
+      Rendezvous r(size, detail::WaitPolicy{});
+      ADD_FAILURE() << size << " participants were accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("a rendezvous of " + std::to_string(size) +
+                                           " participants; it takes 1 to 65535"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // Ranks that have arrived are ahead of those that have not; once the phase completes nobody is behind.
 TEST_P(RendezvousTest, BehindListsTheRanksThatHaveNotArrived) {
   Watchdog watchdog(10s, "behind");
