@@ -187,15 +187,25 @@ bool ReplicaGroup::complete_across_workers(std::exception_ptr local_mismatch) {
 void ReplicaGroup::reduce_across_workers() {
   const collective::CollectiveOp& first = *ops_[0];
   const ReduceOp op = first.op == ReduceOp::kMean ? ReduceOp::kSum : first.op;
-  reduced_.resize(first.leaf_offsets.back());
+  // One replica per worker (the default of MultiWorkerMirroredStrategy) whose outputs are one
+  // block laid out like reduced_ (host memory, as every replica on this path is a CPU's): the
+  // engine works in that block, which saves copying the whole result back out of reduced_.
+  reduced_in_output_ = size_ == 1 && first.output_block != nullptr;
+  std::byte* block = nullptr;
+  if (reduced_in_output_) {
+    block = static_cast<std::byte*>(first.output_block);
+  } else {
+    reduced_.resize(first.leaf_offsets.back());
+    block = reduced_.data();
+  }
   absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
   for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
     for (std::size_t r = 0; r < inputs.size(); ++r) inputs[r] = ops_[r]->input_data[leaf];
-    std::byte* out = reduced_.data() + first.leaf_offsets[leaf];
+    std::byte* out = block + first.leaf_offsets[leaf];
     reduce_buffers(first.inputs[leaf].dtype, op, inputs, out, first.inputs[leaf].num_elements(), size_);
     // The padding up to the next leaf goes through the engine with its neighbours: zeros.
     std::byte* end = out + first.inputs[leaf].nbytes();
-    std::memset(end, 0, static_cast<std::size_t>(reduced_.data() + first.leaf_offsets[leaf + 1] - end));
+    std::memset(end, 0, static_cast<std::size_t>(block + first.leaf_offsets[leaf + 1] - end));
   }
   // One engine call per run of leaves of one dtype: the padding between them is zero and stays so.
   const std::string what = call_name(*calls_[0]);
@@ -206,7 +216,7 @@ void ReplicaGroup::reduce_across_workers() {
     while (end < first.inputs.size() && first.inputs[end].dtype == dtype) ++end;
     const std::size_t from = first.leaf_offsets[begin];
     const std::size_t to = first.leaf_offsets[end - 1] + first.inputs[end - 1].nbytes();
-    void* data = reduced_.data() + from;
+    void* data = block + from;
     const auto count = static_cast<std::int64_t>((to - from) / dtype_size(dtype));
     workers_->all_reduce(dtype, op, data, count, first.options.timeout, what);
     if (first.op == ReduceOp::kMean) {
@@ -356,6 +366,7 @@ void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
     communicator_->all_reduce(rank, ops_);
     return;
   }
+  if (reduced_in_output_) return;
   // Each replica copies the result across workers to its own outputs, in parallel; reduced_
   // stays as it is until every replica has arrived at the next phase.
   const collective::CollectiveOp& op = call.op;

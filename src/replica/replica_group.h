@@ -112,6 +112,8 @@ class ReplicaGroup {
   WorkerSync* workers_ = nullptr;
   int first_id_ = 0;
   std::vector<std::byte> reduced_;  // an all_reduce's result across workers
+  // The last all_reduce across workers reduced straight in its one replica's output block.
+  bool reduced_in_output_ = false;
   std::vector<std::vector<std::byte>> gathered_;  // an all_gather's leaves across workers
   std::vector<Shape> gathered_shapes_;
   mutable Mutex mu_;
