@@ -114,14 +114,18 @@ struct ThreadCacheFlush {
   }
 };
 
+// Takes entry i out, keeping the others in order.
+Storage* remove_at(ThreadCache& cache, int i) {
+  Storage* storage = cache.storages[i];
+  std::copy(cache.storages + i + 1, cache.storages + cache.count, cache.storages + i);
+  --cache.count;
+  return storage;
+}
+
 Storage* take_cached(std::size_t nbytes) {
   ThreadCache& cache = thread_cache;
   for (int i = cache.count - 1; i >= 0; --i) {
-    Storage* storage = cache.storages[i];
-    if (storage->nbytes() != nbytes) continue;
-    std::copy(cache.storages + i + 1, cache.storages + cache.count, cache.storages + i);
-    --cache.count;
-    return storage;
+    if (cache.storages[i]->nbytes() == nbytes) return remove_at(cache, i);
   }
   return nullptr;
 }
@@ -136,12 +140,7 @@ void recycle_small(Storage* storage) {
     thread_local ThreadCacheFlush flush;
     cache.flush_registered = true;
   }
-  if (cache.count == kThreadCacheBlocks) {
-    Storage* oldest = cache.storages[0];
-    std::copy(cache.storages + 1, cache.storages + kThreadCacheBlocks, cache.storages);
-    --cache.count;
-    delete oldest;
-  }
+  if (cache.count == kThreadCacheBlocks) delete remove_at(cache, 0);  // the oldest
   cache.storages[cache.count++] = storage;
 }
 

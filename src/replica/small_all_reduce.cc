@@ -44,7 +44,9 @@ bool SmallAllReduce::post(int rank, const CollectiveCall& call) {
     if (eligible && nbytes != 0) std::memcpy(mine.payload + offset, in.data, nbytes);
     offset += nbytes;
   }
-  mine.digest = digest_of(call);
+  Lines& own = lines_[static_cast<std::size_t>(rank)];
+  own.digest = digest_of(call);
+  mine.digest = own.digest;
   // seq_cst, with the load of sleepers after it: either a sleeping peer sees this line when it
   // checks again, or this post sees the sleeper and wakes it.
   mine.tag.store(tag_of(rank, call.op.sequence, eligible), std::memory_order_seq_cst);
@@ -69,10 +71,10 @@ std::vector<int> SmallAllReduce::behind(int rank, std::int64_t sequence) const {
 
 SmallAllReduce::Outcome SmallAllReduce::reduce(int rank, const CollectiveCall& call) const {
   // Rank's own line is not read back: a peer reading it may have taken it from this core, and
-  // its contents are the call's own digest and inputs.
+  // its contents are the call's inputs and the digest kept beside the epoch.
   const std::int64_t sequence = call.op.sequence;
   const std::uint64_t eligible = tag_of(rank, sequence, true);
-  const std::uint64_t digest = digest_of(call);
+  const std::uint64_t digest = lines_[static_cast<std::size_t>(rank)].digest;
   for (int r = 0; r < size_; ++r) {
     if (r == rank) continue;
     const Line& peer = line(r, sequence);

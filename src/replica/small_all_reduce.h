@@ -76,7 +76,9 @@ class SmallAllReduce {
   };
   struct Lines {
     Line line[2];  // collective k uses line k % 2
-    alignas(64) std::uint64_t epoch = 0;  // the runs this replica began; its own thread's only
+    // This replica's own thread's only: the runs it began, and the digest of its last post.
+    alignas(64) std::uint64_t epoch = 0;
+    std::uint64_t digest = 0;
   };
 
   // rank's tag for its collective `sequence` of this run.
