@@ -1,6 +1,7 @@
-// What the always-on collective fingerprints cost: the comparison the last replica to arrive runs
-// for every all_reduce (detail::compare_calls over the replicas' calls), timed on its own for a
-// single tensor and for a 100-leaf gradient list, beside the whole all_reduce of the same values
+// What the always-on collective fingerprints cost: each replica's digest of its call's signature
+// (detail::signature_digest) and the comparison the last replica to arrive runs for every
+// all_reduce (detail::compare_calls over the replicas' calls), timed on their own for a single
+// tensor and for a 100-leaf gradient list, beside the whole all_reduce of the same values
 // measured in the same run. The checks cannot be turned off; this is how their share is known.
 //
 //   ./build/default/bench/fingerprint_bench --replicas 2,4 --iters 15
@@ -9,13 +10,14 @@
 #include <vector>
 
 #include "distribute/distribute.h"
-#include "replica/fingerprint.h"
+#include "replica/call_signature.h"
 #include "replica_bench.h"
 
 namespace distribute::bench {
 namespace {
 
-// Median ns of one compare_calls over `n` replicas' calls, each an all_reduce of `value`.
+// Median ns of the digests of `n` replicas' calls, each an all_reduce of `value`, and their
+// comparison.
 template <class V>
 double compare_ns(int n, const V& value, const Options& options) {
   std::vector<std::unique_ptr<detail::CollectiveArgs>> args;
@@ -29,6 +31,7 @@ double compare_ns(int n, const V& value, const Options& options) {
   for (int repeat = 0; repeat < std::max(options.iters, 5); ++repeat) {
     const auto start = std::chrono::steady_clock::now();
     for (int k = 0; k < kCompares; ++k) {
+      for (detail::CollectiveCall* call : calls) call->signature = detail::signature_digest(*call);
       if (detail::compare_calls(calls) != nullptr) std::abort();  // equal calls: never a mismatch
     }
     samples.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /

@@ -11,6 +11,8 @@ const char* kind_name(CollectiveKind kind) {
     case CollectiveKind::kAllGather: return "all_gather";
     case CollectiveKind::kMergeCall: return "merge_call";
     case CollectiveKind::kReturn: return "return";
+    case CollectiveKind::kReduceTo: return "cross-replica reduce";
+    case CollectiveKind::kGatherTo: return "cross-replica gather";
   }
   return "?";
 }

@@ -11,7 +11,7 @@
 #include "device/gpu_runtime.h"
 #include "device/kernels.h"
 #include "distribute/errors.h"
-#include "replica/fingerprint.h"
+#include "replica/call_signature.h"
 
 namespace distribute::detail {
 
@@ -20,55 +20,7 @@ using collective::CollectiveKind;
 
 namespace {
 
-std::uint64_t mix(std::uint64_t h, std::uint64_t x) { return (h ^ x) * 0x9e3779b97f4a7c15 ^ ((h ^ x) >> 29); }
-
 int gather_axis_of(const collective::CollectiveOp& op, const Shape& shape) { return op.axis < 0 ? op.axis + shape.rank() : op.axis; }
-
-// Everything of a call the workers must agree on, as compare_calls checks it among replicas.
-std::uint64_t fingerprint(const CollectiveCall& call) {
-  const collective::CollectiveOp& op = call.op;
-  std::uint64_t h = mix(static_cast<std::uint64_t>(op.kind), static_cast<std::uint64_t>(op.op));
-  if (op.kind == CollectiveKind::kAllGather && !op.inputs.empty()) {
-    h = mix(h, static_cast<std::uint64_t>(gather_axis_of(op, *op.inputs[0].shape)));
-  }
-  h = mix(h, call.structure_hash);
-  h = mix(h, call.leaf_digest);
-  h = mix(h, op.inputs.size());
-  h = mix(h, static_cast<std::uint64_t>(op.options.implementation));
-  h = mix(h, static_cast<std::uint64_t>(op.options.bytes_per_pack));
-  if (call.merge_type_info != nullptr) h = mix(h, call.merge_type_info->hash_code());
-  return h;
-}
-
-// The fields of fingerprint(), readable, in the same order: {name, op or axis or merge_fn,
-// structure, leaves..., options}.
-std::vector<std::string> describe(const void* context) {
-  const CollectiveCall& call = *static_cast<const CollectiveCall*>(context);
-  const collective::CollectiveOp& op = call.op;
-  std::vector<std::string> parts{call_name(call)};
-  switch (op.kind) {
-    case CollectiveKind::kAllReduce: parts.push_back(absl::StrCat("reduce op ", reduce_op_name(op.op))); break;
-    case CollectiveKind::kAllGather:
-      parts.push_back(absl::StrCat("axis=", op.inputs.empty() ? op.axis : gather_axis_of(op, *op.inputs[0].shape)));
-      break;
-    case CollectiveKind::kMergeCall:
-      parts.push_back(absl::StrCat("a merge_fn of type ", call.merge_type_info != nullptr ? call.merge_type_info->name() : "?"));
-      break;
-    case CollectiveKind::kReturn: break;
-  }
-  parts.push_back(call.describe_structure != nullptr ? call.describe_structure(call.value) : "");
-  for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
-    const BufferRef& in = op.inputs[leaf];
-    std::vector<std::string> dims;
-    const int axis = op.kind == CollectiveKind::kAllGather ? gather_axis_of(op, *in.shape) : -1;
-    for (int d = 0; d < in.shape->rank(); ++d) dims.push_back(d == axis ? "*" : absl::StrCat((*in.shape)[d]));
-    parts.push_back(absl::StrCat(op.inputs.size() > 1 ? absl::StrCat("(leaf ", leaf, ") ") : "", dtype_name(in.dtype),
-                                 "[", absl::StrJoin(dims, ","), "]"));
-  }
-  parts.push_back(absl::StrCat("options {implementation=", implementation_name(op.options.implementation),
-                               ", bytes_per_pack=", op.options.bytes_per_pack, "}"));
-  return parts;
-}
 
 }  // namespace
 
@@ -87,7 +39,10 @@ ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> c
   for (Slot& slot : slots_) {
     slot.returned.op.kind = CollectiveKind::kReturn;
     slot.returned.op.options = slot.returned.op.options.merged_with(defaults_);
+    slot.returned.signature = signature_digest(slot.returned);
   }
+  failure_report_.op.kind = CollectiveKind::kReturn;
+  failure_report_.op.options = failure_report_.op.options.merged_with(defaults_);
 }
 
 void ReplicaGroup::join_workers(WorkerSync* workers, int first_id) {
@@ -159,15 +114,8 @@ bool ReplicaGroup::complete_across_workers(std::exception_ptr local_mismatch) {
   mine.status = local_mismatch             ? WorkerCall::Status::kFailed
                 : first.op.kind == CollectiveKind::kReturn ? WorkerCall::Status::kReturned
                                                            : WorkerCall::Status::kCall;
-  mine.kind = static_cast<std::uint32_t>(first.op.kind);
-  mine.sequence = first.op.sequence;
-  mine.timeout = first.op.options.timeout;
+  mine.call = &first;
   mine.error = local_mismatch;
-  if (mine.status == WorkerCall::Status::kCall) {
-    mine.fingerprint = fingerprint(first);
-    mine.describe = describe;
-    mine.describe_context = &first;
-  }
   try {
     workers_->agree(mine);
     if (communicator_->spans_processes()) {
@@ -292,8 +240,7 @@ void ReplicaGroup::finish_run() {
   if (workers_ == nullptr || workers_->concluded()) return;
   WorkerCall mine;
   mine.status = WorkerCall::Status::kFailed;
-  mine.kind = static_cast<std::uint32_t>(CollectiveKind::kReturn);
-  mine.timeout = defaults_.timeout;
+  mine.call = &failure_report_;
   {
     MutexLock lock(mu_);
     mine.error = first_error_;
@@ -318,6 +265,7 @@ void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
         " but this strategy's collectives go through ", std::string(communicator_->name()),
         "; pass kAuto, or choose the backend when building the strategy"));
   }
+  call.signature = signature_digest(call);
   slot.call = &call;
   small = small_ && small_->post(rank, call);
   if (!small) communicator_->stage(rank, call.op);

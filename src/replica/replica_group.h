@@ -1,6 +1,6 @@
 // distribute::detail: ReplicaGroup, the replicas of one run, synchronised. Every collective and
 // merge_call goes through here: each replica publishes its CollectiveCall, the rendezvous's last
-// arriver compares the calls (fingerprint.h) and, for merge_call, runs merge_fn once; then the
+// arriver compares the calls' signatures (call_signature.h) and, for merge_call, runs merge_fn once; then the
 // backend Communicator moves the data. Where the backend's replicas share host memory, an
 // all_reduce of a few bytes skips the rendezvous: it is done in one cache-line transfer per peer
 // (small_all_reduce.h), and only a mismatch takes the rendezvous, to name what differed. The group also records the run's first failure and
@@ -108,6 +108,8 @@ class ReplicaGroup {
   // Written only by the completer of a phase, read by every replica after its release.
   std::vector<CollectiveCall*> calls_;
   std::vector<collective::CollectiveOp*> ops_;  // the calls' buffers, for the backend
+  // What finish_run reports to the workers: the end of a run that failed here.
+  CollectiveCall failure_report_;
   std::shared_ptr<void> merge_result_;
   WorkerSync* workers_ = nullptr;
   int first_id_ = 0;

@@ -13,21 +13,6 @@ constexpr std::size_t kLeafAlignment = 8;
 
 std::size_t align_leaf(std::size_t offset) { return (offset + kLeafAlignment - 1) / kLeafAlignment * kLeafAlignment; }
 
-std::uint64_t mix(std::uint64_t h, std::uint64_t word) {
-  h = (h ^ word) * 0x9e3779b97f4a7c15;
-  return h ^ (h >> 32);
-}
-
-// Every field of the call's fingerprint that the rendezvous would compare for an all_reduce.
-std::uint64_t digest_of(const CollectiveCall& call) {
-  std::uint64_t h = mix(0x6a09e667f3bcc908, static_cast<std::uint64_t>(call.op.kind));
-  h = mix(h, static_cast<std::uint64_t>(call.op.op));
-  h = mix(h, call.structure_hash);
-  h = mix(h, call.leaf_digest);
-  h = mix(h, static_cast<std::uint64_t>(call.op.options.implementation));
-  return mix(h, call.op.options.bytes_per_pack);
-}
-
 }  // namespace
 
 SmallAllReduce::SmallAllReduce(int size) : size_(size), lines_(std::make_unique<Lines[]>(static_cast<std::size_t>(size))) {}
@@ -45,7 +30,7 @@ bool SmallAllReduce::post(int rank, const CollectiveCall& call) {
     offset += nbytes;
   }
   Lines& own = lines_[static_cast<std::size_t>(rank)];
-  own.digest = digest_of(call);
+  own.digest = call.signature;
   mine.digest = own.digest;
   // seq_cst, with the load of sleepers after it: either a sleeping peer sees this line when it
   // checks again, or this post sees the sleeper and wakes it.

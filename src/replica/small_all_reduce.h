@@ -6,7 +6,7 @@
 // a gradient norm, that is the whole cost. Here each replica owns a line per collective (two,
 // alternating, so that a line is rewritten only after every peer has read it: a replica reaches
 // collective k + 2 only after all have posted k + 1, which each does after reading k) holding
-// the collective's sequence, a digest of its fingerprint and the payload itself. A replica posts
+// the collective's sequence, the digest of its signature and the payload itself. A replica posts
 // its line, reads its peers', and when all are eligible all_reduces with equal digests, reduces
 // the payloads in replica order itself: every replica computes the same bits, and no replica
 // waits for another to finish.

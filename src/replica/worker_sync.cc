@@ -9,7 +9,7 @@
 #include "distribute/collective/internal/collective_op.h"
 #include "distribute/errors.h"
 #include "device/kernels.h"
-#include "replica/fingerprint.h"
+#include "replica/call_signature.h"
 
 namespace distribute::detail {
 namespace {
@@ -19,54 +19,20 @@ struct Header {
   std::uint32_t status;
   std::uint32_t kind;
   std::int64_t sequence;
-  std::uint64_t fingerprint;
+  std::uint64_t signature;
   bool operator==(const Header&) const = default;
 };
 
-const char* kind_text(std::uint32_t kind) {
-  if (kind == WorkerSync::kReduceTo) return "a cross-replica reduce";
-  if (kind == WorkerSync::kGatherTo) return "a cross-replica gather";
-  return collective::kind_name(static_cast<collective::CollectiveKind>(kind));
-}
-
-std::string serialize(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const std::string& p : parts) {
-    const std::uint64_t n = p.size();
-    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
-    out.append(p);
+// A failed worker's description: its error's code, message and replica.
+std::string describe_failure(const WorkerCall& mine) {
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+  try {
+    std::rethrow_exception(mine.error);
+  } catch (const Error& e) {
+    code = e.code();
+  } catch (...) {
   }
-  return out;
-}
-
-std::vector<std::string> deserialize(const std::byte* data, std::size_t size) {
-  std::vector<std::string> parts;
-  std::size_t at = 0;
-  while (at + sizeof(std::uint64_t) <= size) {
-    std::uint64_t n = 0;
-    std::memcpy(&n, data + at, sizeof(n));
-    at += sizeof(n);
-    parts.emplace_back(reinterpret_cast<const char*>(data + at), n);
-    at += n;
-  }
-  return parts;
-}
-
-// Splits the workers into classes of equal keys, the reference class (the largest, then the one
-// holding the lowest worker) first.
-template <class Key>
-std::vector<std::vector<int>> classes_of(int n, Key&& key) {
-  std::vector<std::vector<int>> classes;
-  for (int w = 0; w < n; ++w) {
-    auto it = std::find_if(classes.begin(), classes.end(), [&](const auto& c) { return key(c[0]) == key(w); });
-    if (it == classes.end()) {
-      classes.push_back({w});
-    } else {
-      it->push_back(w);
-    }
-  }
-  std::stable_sort(classes.begin(), classes.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
-  return classes;
+  return absl::StrCat(static_cast<int>(code), "\n", mine.failed_replica, "\n", describe_exception(mine.error));
 }
 
 }  // namespace
@@ -101,35 +67,20 @@ void WorkerSync::check_usable() const {
 }
 
 void WorkerSync::time_out(const WorkerCall& mine, const std::vector<int>& missing) {
-  const std::string what = mine.status == WorkerCall::Status::kCall && mine.describe != nullptr
-                               ? mine.describe(mine.describe_context)[0]
-                               : std::string(mine.status == WorkerCall::Status::kReturned
-                                                 ? "the end of the replica function"
-                                                 : "the report of a failed run");
-  std::string message = absl::StrCat("timed out after ", mine.timeout.count(), " s: ", workers_text(missing),
-                                     " did not arrive while ",
-                                     workers_text({worker_id()}), " waits in ", what,
-                                     "; a worker is stuck, slow or skipped the collective");
+  const std::string what = mine.status == WorkerCall::Status::kCall    ? call_name(*mine.call)
+                           : mine.status == WorkerCall::Status::kReturned ? "the end of the replica function"
+                                                                          : "the report of a failed run";
+  std::string message = absl::StrCat("timed out after ", mine.call->op.options.timeout.count(), " s: ",
+                                     workers_text(missing), " did not arrive while ", workers_text({worker_id()}),
+                                     " waits in ", what, "; a worker is stuck, slow or skipped the collective");
   broken_reason_ = message;
   broken_.store(true, std::memory_order_release);
   throw DeadlineExceededError(message);
 }
 
-std::vector<std::vector<std::string>> WorkerSync::exchange_descriptions(const WorkerCall& mine, Deadline deadline) {
-  std::vector<std::string> parts;
-  if (mine.status == WorkerCall::Status::kFailed) {
-    absl::StatusCode code = absl::StatusCode::kUnknown;
-    try {
-      std::rethrow_exception(mine.error);
-    } catch (const Error& e) {
-      code = e.code();
-    } catch (...) {
-    }
-    parts = {absl::StrCat(static_cast<int>(code)), describe_exception(mine.error), absl::StrCat(mine.failed_replica)};
-  } else if (mine.status == WorkerCall::Status::kCall && mine.describe != nullptr) {
-    parts = mine.describe(mine.describe_context);
-  }
-  const std::string bytes = serialize(parts);
+std::vector<std::string> WorkerSync::exchange_descriptions(const WorkerCall& mine, Deadline deadline) {
+  const std::string bytes =
+      mine.status == WorkerCall::Status::kFailed ? describe_failure(mine) : render_signature(*mine.call).serialize();
   const int n = num_workers();
   std::vector<std::size_t> sizes(static_cast<std::size_t>(n));
   const std::uint64_t size = bytes.size();
@@ -143,10 +94,10 @@ std::vector<std::vector<std::string>> WorkerSync::exchange_descriptions(const Wo
   for (std::size_t s : sizes) total += s;
   std::vector<std::byte> gathered(std::max<std::size_t>(total, 1));
   engine_->all_gather(bytes.data(), sizes, gathered.data(), deadline, "the exchange of the workers' calls");
-  std::vector<std::vector<std::string>> out;
+  std::vector<std::string> out;
   std::size_t at = 0;
   for (std::size_t s : sizes) {
-    out.push_back(deserialize(gathered.data() + at, s));
+    out.emplace_back(reinterpret_cast<const char*>(gathered.data() + at), s);
     at += s;
   }
   return out;
@@ -164,8 +115,11 @@ void WorkerSync::agree(const WorkerCall& mine) {
 
 void WorkerSync::agree_or_throw(const WorkerCall& mine) {
   check_usable();
-  const Deadline deadline = deadline_after(mine.timeout);
-  const Header header{static_cast<std::uint32_t>(mine.status), mine.kind, mine.sequence, mine.fingerprint};
+  const collective::CollectiveOp& op = mine.call->op;
+  const Deadline deadline = deadline_after(op.options.timeout);
+  const Header header{static_cast<std::uint32_t>(mine.status), static_cast<std::uint32_t>(op.kind),
+                      mine.status == WorkerCall::Status::kCall ? op.sequence : 0,
+                      mine.status == WorkerCall::Status::kCall ? mine.call->signature : 0};
   const int n = num_workers();
   std::vector<Header> headers(static_cast<std::size_t>(n));
   if (std::vector<int> missing = engine_->exchange(std::as_bytes(std::span(&header, 1)),
@@ -186,9 +140,8 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
     }
   }
   if (!left.empty()) {
-    const std::string what = mine.status == WorkerCall::Status::kCall && mine.describe != nullptr
-                                 ? mine.describe(mine.describe_context)[0]
-                                 : std::string("the end of a run");
+    const std::string what =
+        mine.status == WorkerCall::Status::kCall ? call_name(*mine.call) : std::string("the end of a run");
     broken_reason_ = absl::StrCat(workers_text(left), " destroyed its strategy");
     broken_.store(true, std::memory_order_release);
     throw UnavailableError(absl::StrCat(workers_text(left), " destroyed its strategy while ",
@@ -196,80 +149,32 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
                                         "; every worker must make the same calls before destroying its strategy"));
   }
   // Every worker sees the same headers, so every worker takes this path and builds the same error.
-  const std::vector<std::vector<std::string>> described = exchange_descriptions(mine, deadline);
-  const auto status_of = [&](int w) { return static_cast<WorkerCall::Status>(headers[static_cast<std::size_t>(w)].status); };
-
+  const std::vector<std::string> described = exchange_descriptions(mine, deadline);
   for (int w = 0; w < n; ++w) {
-    if (status_of(w) != WorkerCall::Status::kFailed) continue;
+    if (headers[static_cast<std::size_t>(w)].status != static_cast<std::uint32_t>(WorkerCall::Status::kFailed)) continue;
     if (w == worker_id()) std::rethrow_exception(mine.error);
-    const std::vector<std::string>& parts = described[static_cast<std::size_t>(w)];
-    const auto code = static_cast<absl::StatusCode>(std::stoi(parts[0]));
-    const int replica = std::stoi(parts[2]);
+    // "code\nreplica\nmessage"
+    const std::string& text = described[static_cast<std::size_t>(w)];
+    const std::size_t first = text.find('\n');
+    const std::size_t second = text.find('\n', first + 1);
+    const auto code = static_cast<absl::StatusCode>(std::stoi(text.substr(0, first)));
+    const int replica = std::stoi(text.substr(first + 1, second - first - 1));
+    const std::string message = text.substr(second + 1);
     const std::string who = replica >= 0 ? absl::StrCat("worker ", w, " (replica ", replica, ")") : absl::StrCat("worker ", w);
     if (code == absl::StatusCode::kUnknown) {
-      throw AbortedError(absl::StrCat(who, " raised: ", parts[1], "; the other workers were released from their collectives"));
+      throw AbortedError(absl::StrCat(who, " raised: ", message, "; the other workers were released from their collectives"));
     }
-    throw_status(absl::Status(code, absl::StrCat(who, ": ", parts[1])));
+    throw_status(absl::Status(code, absl::StrCat(who, ": ", message)));
   }
-
-  // The calls differ: by kind or status first, then by sequence, then field by field.
-  const auto ref_call = [&](const std::vector<std::vector<int>>& classes) -> const std::vector<std::string>& {
-    return described[static_cast<std::size_t>(classes[0][0])];
-  };
-  auto kind_classes = classes_of(n, [&](int w) {
-    const Header& h = headers[static_cast<std::size_t>(w)];
-    return std::pair(h.status, h.kind);
-  });
-  if (kind_classes.size() > 1) {
-    // The reference is a class still in a collective, where there is one.
-    std::stable_partition(kind_classes.begin(), kind_classes.end(),
-                          [&](const auto& c) { return status_of(c[0]) == WorkerCall::Status::kCall; });
-    const std::vector<std::string>& ref = ref_call(kind_classes);
-    const std::string ref_name = ref.empty() ? "" : ref[0];
-    std::vector<std::string> parts;
-    for (std::size_t c = 1; c < kind_classes.size(); ++c) {
-      const int w = kind_classes[c][0];
-      if (status_of(w) == WorkerCall::Status::kReturned) {
-        parts.push_back(absl::StrCat(workers_text(kind_classes[c]), " returned from the replica function while ",
-                                     workers_text(kind_classes[0]), " wait in ", ref_name));
-      } else {
-        parts.push_back(absl::StrCat(workers_text(kind_classes[c]), " called ",
-                                     described[static_cast<std::size_t>(w)][0], " where ",
-                                     workers_text(kind_classes[0]), " called ", ref_name));
-      }
-    }
-    throw FailedPreconditionError(absl::StrCat(absl::StrJoin(parts, "; "),
-                                               ". Every worker must make the same collective calls in the same order."));
+  std::vector<RenderedSignature> calls;
+  calls.reserve(described.size());
+  for (const std::string& d : described) calls.push_back(RenderedSignature::deserialize(d));
+  const auto name = [this](const std::vector<int>& workers) { return workers_text(workers); };
+  if (std::exception_ptr error = find_disagreement(
+          calls, Parties{name, "worker", "; every worker's replicas must pass the same kind of value"})) {
+    std::rethrow_exception(error);
   }
-  auto sequence_classes = classes_of(n, [&](int w) { return headers[static_cast<std::size_t>(w)].sequence; });
-  if (sequence_classes.size() > 1) {
-    std::vector<std::string> parts;
-    for (const auto& c : sequence_classes) {
-      parts.push_back(absl::StrCat(workers_text(c), " called ", described[static_cast<std::size_t>(c[0])][0]));
-    }
-    throw FailedPreconditionError(absl::StrCat(absl::StrJoin(parts, ", "), " (", kind_text(header.kind),
-                                               "s in a different order); every worker must make the same calls"));
-  }
-  const std::vector<std::string>& first = described[0];
-  for (std::size_t field = 1; field < first.size(); ++field) {
-    auto classes = classes_of(n, [&](int w) {
-      const auto& d = described[static_cast<std::size_t>(w)];
-      return field < d.size() ? d[field] : std::string();
-    });
-    if (classes.size() == 1) continue;
-    std::vector<std::string> parts;
-    for (std::size_t c = 1; c < classes.size(); ++c) {
-      parts.push_back(absl::StrCat(workers_text(classes[c]), " passed ", described[static_cast<std::size_t>(classes[c][0])][field]));
-    }
-    parts.push_back(absl::StrCat(workers_text(classes[0]), " passed ", ref_call(classes)[field]));
-    const std::string message = absl::StrCat(first[0], ": ", absl::StrJoin(parts, ", "),
-                                             "; every worker's replicas must pass the same kind of value");
-    if (header.kind == static_cast<std::uint32_t>(collective::CollectiveKind::kMergeCall)) {
-      throw FailedPreconditionError(message);
-    }
-    throw InvalidArgumentError(message);
-  }
-  throw InvalidArgumentError(absl::StrCat(first.empty() ? std::string("a collective") : first[0],
+  throw InvalidArgumentError(absl::StrCat(call_name(*mine.call),
                                           ": the workers' calls differ in a way their descriptions do not show"));
 }
 

@@ -2,9 +2,9 @@
 // is the process-level engine, declared here and implemented outside the core (src/mpi/ over MPI),
 // so that the core never includes or links an engine. WorkerSync is the protocol on top of it: one
 // thread per worker takes each collective across the workers, and before any data moves the
-// workers exchange a small header (status, kind, sequence, fingerprint). Only when the headers
-// differ do they exchange descriptions, from which every worker builds the same error naming the
-// workers, their replicas and what differed; a worker that does not arrive in time makes the
+// workers exchange a small header (status, kind, sequence, the digest of the call's signature).
+// Only when the headers differ do they exchange the rendered signatures, from which every worker
+// builds the same error naming the workers, their replicas and what differed (call_signature.h); a worker that does not arrive in time makes the
 // strategy unusable, as a collective left half done cannot be taken back.
 #pragma once
 
@@ -22,6 +22,7 @@
 #include "base/wait.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/reduce_op.h"
+#include "distribute/replica/internal/collective_call.h"
 
 namespace distribute::detail {
 
@@ -54,14 +55,9 @@ struct WorkerCall {
   // kLeft: the worker destroyed its strategy (sent by the destructor, never passed to agree).
   enum class Status : std::uint32_t { kCall, kReturned, kFailed, kLeft };
   Status status = Status::kCall;
-  std::uint32_t kind = 0;  // collective::CollectiveKind, or WorkerSync::kReduceTo / kGatherTo
-  std::int64_t sequence = 0;
-  std::uint64_t fingerprint = 0;  // every field that must agree, hashed
-  std::chrono::duration<double> timeout{0};
-  // Made only when the workers differ. kCall: {name ("all_reduce #3"), then one entry per field
-  // in fingerprint order}; the first entry that differs is named.
-  std::vector<std::string> (*describe)(const void* context) = nullptr;
-  const void* describe_context = nullptr;
+  // The step: its kind, sequence, signature and options (whose timeout bounds the agreement).
+  // kReturned and kFailed: a return call.
+  const CollectiveCall* call = nullptr;
   // kFailed: the error and the global id of the replica that raised it (-1: unknown).
   std::exception_ptr error;
   int failed_replica = -1;
@@ -69,9 +65,6 @@ struct WorkerCall {
 
 class WorkerSync {
  public:
-  static constexpr std::uint32_t kReduceTo = 100;
-  static constexpr std::uint32_t kGatherTo = 101;
-
   WorkerSync(std::unique_ptr<CrossWorker> engine, int num_local_replicas);
   // Tells the other workers that this one left: whoever waits for it, or calls a collective
   // later, gets UnavailableError naming it instead of waiting.
@@ -119,8 +112,9 @@ class WorkerSync {
 
  private:
   void check_usable() const;
-  // Every worker's description of its call, exchanged when the headers differ.
-  std::vector<std::vector<std::string>> exchange_descriptions(const WorkerCall& mine, Deadline deadline);
+  // Every worker's description of its call (its rendered signature, or its failure), exchanged
+  // when the headers differ.
+  std::vector<std::string> exchange_descriptions(const WorkerCall& mine, Deadline deadline);
   [[noreturn]] void time_out(const WorkerCall& mine, const std::vector<int>& missing);
   void agree_or_throw(const WorkerCall& mine);
 

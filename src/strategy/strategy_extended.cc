@@ -11,6 +11,7 @@
 #include "collective/communicator.h"
 #include "device/kernels.h"
 #include "distribute/strategy/strategy.h"
+#include "replica/call_signature.h"
 #include "replica/worker_sync.h"
 
 namespace distribute {
@@ -134,33 +135,31 @@ Tensor StrategyExtended::concat_locally(std::span<const Tensor> components, int 
 namespace detail {
 namespace {
 
-// Agrees with the other workers on a cross-replica step. A local check that failed (`error`) is
-// reported to every worker, and rethrown here.
-void agree_across_workers(WorkerSync& sync, std::uint32_t kind, std::vector<std::string> parts, const Shape* shape,
-                          DType dtype, std::chrono::duration<double> timeout, std::exception_ptr error) {
+// Agrees with the other workers on a cross-replica step: `kind` (kReduceTo, kGatherTo) of one
+// leaf, `value`'s dtype and shape, which may differ between workers along `open_axis` (-1: none).
+// A local check that failed (`error`) is reported to every worker, and rethrown here.
+void agree_across_workers(WorkerSync& sync, collective::CollectiveKind kind, ReduceOp op, int open_axis,
+                          const Tensor& value, std::chrono::duration<double> timeout, std::exception_ptr error) {
+  CollectiveCall call;
+  call.op.kind = kind;
+  call.op.op = op;
+  call.op.axis = open_axis;
+  call.op.sequence = sync.next_cross_replica_sequence();
+  call.op.options.timeout = timeout;
+  const collective::BufferRef leaf{nullptr, error ? &scalar_shape() : &value.shape(),
+                                   error ? DType::kFloat32 : value.dtype()};
+  call.op.inputs = std::span(&leaf, 1);
+  LeafDigest leaves;
+  leaves.add(leaf.dtype, leaf.shape->span(), open_axis);
+  call.leaf_digest = leaves.value();
+  call.signature = signature_digest(call);
   WorkerCall mine;
-  mine.kind = kind;
-  mine.sequence = sync.next_cross_replica_sequence();
-  mine.timeout = timeout;
+  mine.call = &call;
   if (error) {
     mine.status = WorkerCall::Status::kFailed;
     mine.error = error;
-  } else {
-    std::uint64_t h = static_cast<std::uint64_t>(dtype) + 1;
-    for (const std::string& p : parts) h = h * 0x100000001b3 ^ std::hash<std::string>{}(p);
-    if (shape != nullptr) h = h * 0x100000001b3 ^ static_cast<std::uint64_t>(shape->rank());
-    mine.fingerprint = h;
-    mine.describe = [](const void* context) { return *static_cast<const std::vector<std::string>*>(context); };
-    mine.describe_context = &parts;
   }
   sync.agree(mine);
-}
-
-// "float32[*,3]": the shape with the dimension that may differ between workers left open.
-std::string leaf_text(DType dtype, const Shape& shape, std::optional<int> open) {
-  std::vector<std::string> dims;
-  for (int d = 0; d < shape.rank(); ++d) dims.push_back(open && d == *open ? "*" : absl::StrCat(shape[d]));
-  return absl::StrCat(dtype_name(dtype), "[", absl::StrJoin(dims, ","), "]");
 }
 
 }  // namespace
@@ -174,7 +173,7 @@ Tensor StrategyExtended::reduce_across_workers(detail::WorkerSync& sync, ReduceO
   const ReduceOp local_op = op == ReduceOp::kMean ? ReduceOp::kSum : op;
   Tensor partial;
   std::int64_t count = 0;
-  std::vector<std::string> parts;
+  int open_axis = -1;
   std::exception_ptr error;
   try {
     detail::check_components(components, what);
@@ -182,13 +181,12 @@ Tensor StrategyExtended::reduce_across_workers(detail::WorkerSync& sync, ReduceO
     if (axis) a = normalize_axis(*axis, components[0].rank(), what);
     partial = reduce_locally(local_op, components, a, Device::cpu(), options, what);
     for (const Tensor& t : components) count += a ? t.shape()[*a] : 1;
-    parts = {what, absl::StrCat("reduce op ", reduce_op_name(op)),
-             a ? absl::StrCat("axis=", *a) : "axis=None", detail::leaf_text(components[0].dtype(), components[0].shape(), a)};
+    open_axis = a.value_or(-1);
   } catch (...) {
     error = std::current_exception();
   }
-  detail::agree_across_workers(sync, detail::WorkerSync::kReduceTo, parts, error ? nullptr : &components[0].shape(),
-                               error ? DType::kFloat32 : components[0].dtype(), merged.timeout, error);
+  detail::agree_across_workers(sync, collective::CollectiveKind::kReduceTo, op, open_axis,
+                               error ? Tensor() : components[0], merged.timeout, error);
   sync.all_reduce(partial.dtype(), local_op, partial.raw_data(), partial.num_elements(), merged.timeout, what);
   if (op == ReduceOp::kMean) {
     const std::int64_t total = std::max<std::int64_t>(sync.sum(count, merged.timeout, what), 1);
@@ -204,19 +202,17 @@ Tensor StrategyExtended::concat_across_workers(detail::WorkerSync& sync, std::sp
   const CommunicationOptions merged = options.merged_with(default_options_);
   Tensor local;
   int a = 0;
-  std::vector<std::string> parts;
   std::exception_ptr error;
   try {
     DISTRIBUTE_CHECK(!components.empty() && components[0].defined() && components[0].rank() > 0, InvalidArgumentError,
                      what, ": the values have rank 0 (scalars); gathering needs rank >= 1, reshape them to shape (1,) first");
     a = normalize_axis(axis, components[0].rank(), what);
     local = concat_locally(components, a, Device::cpu(), options, what);
-    parts = {what, absl::StrCat("axis=", a), detail::leaf_text(local.dtype(), local.shape(), a)};
   } catch (...) {
     error = std::current_exception();
   }
-  detail::agree_across_workers(sync, detail::WorkerSync::kGatherTo, parts, error ? nullptr : &local.shape(),
-                               error ? DType::kFloat32 : local.dtype(), merged.timeout, error);
+  detail::agree_across_workers(sync, collective::CollectiveKind::kGatherTo, ReduceOp::kSum, a, local, merged.timeout,
+                               error);
   const Shape& shape = local.shape();
   const std::int64_t outer = shape.outer_size(a);
   const std::size_t inner_bytes = static_cast<std::size_t>(shape.inner_size(a)) * dtype_size(local.dtype());

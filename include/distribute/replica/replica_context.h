@@ -86,13 +86,30 @@ struct Unwrapped<std::map<K, T>> {
   }
 };
 
-// One object per (merge_fn type, argument types): its address identifies them across replicas.
-template <class... Ts>
-inline constexpr char kTypeTag = 0;
-// The same types' name, the same in every process running the same program (kTypeTag's address
-// is not): how workers compare merge_fns.
+// merge_fn's type and its arguments' types, named in a type whose name says them all.
 template <class... T>
 struct TypeList {};
+// fixed_hash of that name: the same in every process running the same program, so that workers
+// compare merge_fns too. Made once per instantiation.
+template <class... T>
+std::uint64_t type_list_hash() {
+  static const std::uint64_t hash = fixed_hash(typeid(TypeList<T...>).name());
+  return hash;
+}
+
+// Marks the next collective or merge_call that `context`'s replica makes as issued for `purpose`
+// (see CallPurpose), for as long as it lives: how the library's variable updates and optimizers
+// name their variables in the call's signature.
+class ScopedCallPurpose {
+ public:
+  ScopedCallPurpose(ReplicaContext& context, const CallPurpose& purpose);
+  ~ScopedCallPurpose();
+  ScopedCallPurpose(const ScopedCallPurpose&) = delete;
+  ScopedCallPurpose& operator=(const ScopedCallPurpose&) = delete;
+
+ private:
+  ReplicaContext& context_;
+};
 
 }  // namespace detail
 
@@ -161,6 +178,9 @@ class ReplicaContext {
   void run_all_gather(detail::CollectiveArgs& args);
   std::shared_ptr<void> run_merge_call(detail::CollectiveCall& call);
   detail::ThreadMode merge_mode() const;
+  // What the next collective is issued for (null: the user's own call); see ScopedCallPurpose.
+  const detail::CallPurpose* take_purpose() { return std::exchange(purpose_, nullptr); }
+  friend class detail::ScopedCallPurpose;
 
   template <class Fn, class... Args>
   struct MergeFrame {
@@ -177,7 +197,14 @@ class ReplicaContext {
   Device device_;
   int run_depth_;
   bool default_context_ = false;
+  const detail::CallPurpose* purpose_ = nullptr;
 };
+
+inline detail::ScopedCallPurpose::ScopedCallPurpose(ReplicaContext& context, const CallPurpose& purpose)
+    : context_(context) {
+  context_.purpose_ = &purpose;
+}
+inline detail::ScopedCallPurpose::~ScopedCallPurpose() { context_.purpose_ = nullptr; }
 
 // ---------------------------------------------------------------------------------------------
 // Implementation of the templates.
@@ -189,6 +216,7 @@ V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOpt
   detail::CollectiveArgs args(value, collective::CollectiveKind::kAllReduce, device_);
   args.call().op.op = op;
   args.call().op.options = options;
+  args.call().purpose = take_purpose();
   args.allocate_outputs_like_inputs();
   if (!args.outputs_are_views()) {
     run_all_reduce(args);
@@ -221,6 +249,7 @@ void ReplicaContext::all_reduce_in_place(ReduceOp op, V& tensors, const Communic
   detail::CollectiveArgs args(tensors, collective::CollectiveKind::kAllReduce, device_);
   args.call().op.op = op;
   args.call().op.options = options;
+  args.call().purpose = take_purpose();
   args.use_inputs_as_outputs();
   run_all_reduce(args);
 }
@@ -231,6 +260,7 @@ V ReplicaContext::all_gather(const V& value, int axis, const CommunicationOption
   require_current("all_gather");
   detail::CollectiveArgs args(value, collective::CollectiveKind::kAllGather, device_);
   args.call().op.options = options;
+  args.call().purpose = take_purpose();
   args.prepare_gather(axis);
   run_all_gather(args);
   return args.rebuild(value);
@@ -268,8 +298,9 @@ auto ReplicaContext::merge_call(Fn&& merge_fn, Args&&... args) {
   };
 
   detail::CollectiveCall call;
-  call.merge_type = &detail::kTypeTag<F, std::decay_t<Args>...>;
+  call.merge_type_hash = detail::type_list_hash<F, std::decay_t<Args>...>();
   call.merge_type_info = &typeid(detail::TypeList<F, std::decay_t<Args>...>);
+  call.purpose = take_purpose();
   call.frame = &frame;
   call.run_merge = run;
   std::shared_ptr<void> result = run_merge_call(call);

@@ -19,10 +19,11 @@
 namespace distribute::collective {
 
 // kMergeCall and kReturn move no data: the replicas only meet (to run a merge_fn once, and when a
-// replica's fn returns).
-enum class CollectiveKind : std::uint8_t { kAllReduce, kAllGather, kMergeCall, kReturn };
+// replica's fn returns). kReduceTo and kGatherTo are the steps across workers of the cross-replica
+// reduce and gather (Strategy::reduce, extended().reduce_to, ...), which no backend sees.
+enum class CollectiveKind : std::uint8_t { kAllReduce, kAllGather, kMergeCall, kReturn, kReduceTo, kGatherTo };
 
-// "all_reduce", "all_gather", "merge_call", "return".
+// "all_reduce", "all_gather", "merge_call", "return", "cross-replica reduce", "cross-replica gather".
 const char* kind_name(CollectiveKind kind);
 
 // One input leaf: `shape` elements of `dtype` at `data`, in the replica device's memory (host

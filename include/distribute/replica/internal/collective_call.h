@@ -1,14 +1,16 @@
 // distribute::detail, not API: one replica's part in one collective or merge_call, as the replica
 // layer synchronises it. The buffers (collective::CollectiveOp) go to the backend; the rest is
-// the call's fingerprint, which the replicas compare before any data moves (kind, sequence, op,
-// nest structure, dtypes and shapes as one digest, options, merge_fn's type), and what merge_call
-// needs to run merge_fn once for every replica.
+// what the call's signature is made of (src/replica/call_signature.h: kind, what it was issued
+// for, op, nest structure, dtypes and shapes, options, merge_fn's type), which the replicas and
+// workers compare before any data moves, and what merge_call needs to run merge_fn once for every
+// replica.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <typeinfo>
 
 #include "distribute/collective/internal/collective_op.h"
@@ -62,6 +64,36 @@ class LeafDigest {
   std::uint64_t leaves_ = 0;
 };
 
+// FNV-1a over `bytes`: a hash that is the same in every process and build of one program, for
+// what workers compare (std::hash and std::type_info::hash_code promise neither).
+constexpr std::uint64_t fixed_hash(std::string_view bytes) {
+  std::uint64_t h = 0xcbf29ce484222325;
+  for (const char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3;
+  return h;
+}
+
+// A variable as the collectives issued on its behalf name it: `id` is the same on every replica
+// and worker without communication (its name and its strategy's count of variables created
+// before it), `name` is for messages.
+struct VariableKey {
+  std::uint64_t id = 0;
+  const std::string* name = nullptr;
+};
+
+// What the library issued a collective for, when it did so on behalf of variables (an update of
+// one variable, an optimizer's gradient list: one variable per leaf). It is part of the call's
+// signature, so that replicas or workers that make the same collective for different variables,
+// or in a different order, fail instead of adding one variable's values to another's.
+struct CallPurpose {
+  CallPurpose(const char* what, std::span<const VariableKey> keys) : action(what), variables(keys) {
+    digest = fixed_hash(what);
+    for (const VariableKey& v : keys) digest = (digest ^ v.id) * 0x9e3779b97f4a7c15 + (digest >> 29);
+  }
+  const char* action;  // "assign", "assign_add", "assign_sub", "apply_gradients", ...
+  std::span<const VariableKey> variables;
+  std::uint64_t digest;  // of the action and every variable's id, in order
+};
+
 struct CollectiveCall;
 
 // Runs a merge_fn once for all replicas (calls[r] is replica r's call) and returns its result.
@@ -77,9 +109,12 @@ struct CollectiveCall {
   std::uint64_t structure_hash = 0;
   std::string (*describe_structure)(const void* value) = nullptr;
   const void* value = nullptr;
-  // merge_call: identifies merge_fn's type and arguments' types; `frame` is read by `run_merge`.
-  const void* merge_type = nullptr;
-  const std::type_info* merge_type_info = nullptr;  // the same, comparable across processes
+  // Set by the library when it issues the call on behalf of variables; null otherwise.
+  const CallPurpose* purpose = nullptr;
+  // merge_call: merge_fn's type and its arguments' types, as a fixed_hash of their name (equal
+  // across processes) and for messages; `frame` is read by `run_merge`.
+  std::uint64_t merge_type_hash = 0;
+  const std::type_info* merge_type_info = nullptr;
   const void* frame = nullptr;
   MergeRunner run_merge = nullptr;
   // When set: work of this replica's own that needs neither the other replicas nor the data
@@ -88,6 +123,9 @@ struct CollectiveCall {
   // fills the wait for the others. Must not throw.
   void (*while_waiting)(void* context) = nullptr;
   void* while_waiting_context = nullptr;
+  // The digest of the call's signature (signature_digest), made on the replica's own thread when
+  // it publishes the call: the replica that completes a phase compares one word per peer.
+  std::uint64_t signature = 0;
 };
 
 }  // namespace distribute::detail
