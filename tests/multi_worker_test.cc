@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -361,6 +362,66 @@ TEST_F(MultiWorker, OnlyFirstReplicaAndNoneUpdatesTakeGlobalReplicaZerosValue) {
                                          "(SUM, MEAN, ONLY_FIRST_REPLICA) or pass equal values");
   }
   for (const Tensor& c : s.experimental_local_results(none)) EXPECT_EQ(c.item<float>(), 7.0f);
+  expect_still_usable();
+}
+
+// The last worker's replicas update (or apply gradients to) another variable than the others' at
+// the same point: every worker fails with the error naming both, and no component changes.
+TEST_F(MultiWorker, WorkersUpdatingDifferentVariablesAreNamedOnEveryWorker) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const bool last = worker() == workers() - 1;
+  const std::string others = workers_text(0, workers() - 2);
+  const std::string odd = workers_text(workers() - 1, workers() - 1);
+  for (const VariableAggregation aggregation :
+       {VariableAggregation::kSum, VariableAggregation::kOnlyFirstReplica, VariableAggregation::kNone}) {
+    Variable a;
+    Variable b;
+    {
+      StrategyScope scope = s.scope();
+      a = Variable(0.0f, {.name = "a", .aggregation = aggregation});
+      b = Variable(0.0f, {.name = "b", .aggregation = aggregation});
+    }
+    try {
+      s.run([&] { (last ? b : a).assign(Tensor::scalar(1.0f)); });
+      ADD_FAILURE() << "no error for " << aggregation;
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(others + " called assign of 'a' where " + odd + " called assign of 'b'"));
+      EXPECT_THAT(e.what(), HasSubstr("every worker must make the same updates in the same order"));
+    }
+    for (const Variable& v : {a, b}) {
+      for (const Tensor& c : s.experimental_local_results(v)) EXPECT_EQ(c.item<float>(), 0.0f);
+    }
+  }
+  Variable w1;
+  Variable w2;
+  {
+    StrategyScope scope = s.scope();
+    w1 = Variable(Tensor::from_vector<float>({1, 1}), {.name = "w1"});
+    w2 = Variable(Tensor::from_vector<float>({5, 5}), {.name = "w2"});
+  }
+  std::optional<optimizers::SGD> sgd;
+  {
+    StrategyScope scope = s.scope();
+    sgd.emplace(1.0);
+    sgd->build({w1, w2});
+  }
+  try {
+    s.run([&] {
+      const Tensor g1 = Tensor::from_vector<float>({1, 1});
+      const Tensor g2 = Tensor::from_vector<float>({100, 100});
+      if (last) {
+        sgd->apply_gradients({{g2, w2}, {g1, w1}});
+      } else {
+        sgd->apply_gradients({{g1, w1}, {g2, w2}});
+      }
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("all_reduce #1 (leaf 0): " + others + " called SGD.apply_gradients of 'w1' where " +
+                                    odd + " called SGD.apply_gradients of 'w2'"));
+  }
+  for (const Tensor& c : s.experimental_local_results(w1)) EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{1, 1}));
+  for (const Tensor& c : s.experimental_local_results(w2)) EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{5, 5}));
   expect_still_usable();
 }
 

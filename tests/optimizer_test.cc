@@ -313,41 +313,58 @@ TEST_P(Optimizers, ReplicaStepsContinueCrossReplicaSteps) {
 }
 
 TEST(Optimizer, ApplyGradientsInAReplicaIsExactlyOneAllReduceOfTheGradientList) {
-  // After build(), a replica's apply_gradients must pair with a single all_reduce (SUM) of the
-  // same gradient list on another replica: another collective before or after it, or one
-  // collective per variable, would fail the run with a mismatch.
+  // After build(), a replica's apply_gradients is one all_reduce of the whole gradient list, named
+  // for the optimizer and its variables: against a user's own all_reduce of the same list it is
+  // all_reduce #1 of several leaves, and nothing follows it (a replica's next collective is #2).
   Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(2));
-  Variable w = make_variable(strategy, floats({1, 2}));
-  Variable b = make_variable(strategy, floats({3}));
+  Variable w = make_variable(strategy, floats({1, 2}), {.name = "w"});
+  Variable b = make_variable(strategy, floats({3}), {.name = "b"});
   StrategyScope scope = strategy.scope();
   SGD sgd(0.5, 0.9);
   sgd.build({w, b});
-  PerReplica<std::vector<Tensor>> sums = strategy.run([&] {
-    const std::vector<Tensor> grads = {floats({1, 2}), floats({4})};
-    if (get_replica_context()->replica_id_in_sync_group() == 0) {
-      sgd.apply_gradients({{grads[0], w}, {grads[1], b}});
-      return std::vector<Tensor>();
-    }
-    return get_replica_context()->all_reduce(ReduceOp::kSum, grads);
-  });
-  EXPECT_EQ(sums[1][0].to_vector<float>(), (std::vector<float>{2, 4}));
-  EXPECT_EQ(sums[1][1].to_vector<float>(), (std::vector<float>{8}));
-  // Replica 0's components took the summed step: m = -0.5 g, w += m.
-  EXPECT_EQ(w.component(0).to_vector<float>(), (std::vector<float>{0, 0}));
-  EXPECT_EQ(b.component(0).to_vector<float>(), (std::vector<float>{-1}));
+  const auto grads = [] { return std::vector<Tensor>{floats({1, 2}), floats({4})}; };
+  expect_error<InvalidArgumentError>(
+      [&] {
+        strategy.run([&] {
+          if (get_replica_context()->replica_id_in_sync_group() == 0) {
+            sgd.apply_gradients({{grads()[0], w}, {grads()[1], b}});
+          } else {
+            get_replica_context()->all_reduce(ReduceOp::kSum, grads());
+          }
+        });
+      },
+      {"all_reduce #1 (leaf 0): replica 0 called SGD.apply_gradients of 'w' where replica 1 called all_reduce "
+       "directly; every replica must make the same updates in the same order"});
+  expect_error<FailedPreconditionError>(
+      [&] {
+        strategy.run([&] {
+          sgd.apply_gradients({{grads()[0], w}, {grads()[1], b}});
+          if (get_replica_context()->replica_id_in_sync_group() == 1) {
+            get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f);
+          }
+        });
+      },
+      {"replica 0 returned from the replica function while replica 1 waits in all_reduce (collective #2)"});
+  // The first run failed before any update; the second's step summed [1, 2] and [4] over the two
+  // replicas: m = -0.5 g, w += m.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(w.component(i).to_vector<float>(), (std::vector<float>{0, 0}));
+    EXPECT_EQ(b.component(i).to_vector<float>(), (std::vector<float>{-1}));
+  }
 }
 
 TEST(Optimizer, FirstReplicaStepCreatesTheSlotsInOneMergeCall) {
-  // Without build(), the first step's first collective is a merge_call (of apply_gradients' own
-  // type: one of another type does not pair with it); the slots then exist for the next steps.
+  // Without build(), the first step's first collective is a merge_call, named for the optimizer
+  // and its variables (a merge_call of the user's does not pair with it); the slots then exist
+  // for the next steps.
   Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(2));
   Variable w = make_variable(strategy, floats({1}), {.name = "w"});
   StrategyScope scope = strategy.scope();
   SGD sgd(0.5, 0.9);
   EXPECT_EQ(sgd.variables().size(), 1u);  // iterations only
-  expect_error<FailedPreconditionError>(
+  expect_error<InvalidArgumentError>(
       [&] {
         strategy.run([&] {
           if (get_replica_context()->replica_id_in_sync_group() == 0) {
@@ -357,7 +374,7 @@ TEST(Optimizer, FirstReplicaStepCreatesTheSlotsInOneMergeCall) {
           }
         });
       },
-      {"merge_call #1: replica", "passed a merge_fn or arguments of other types than replica"});
+      {"merge_call #1: replica 0 called SGD.apply_gradients of 'w' where replica 1 called merge_call directly"});
   EXPECT_EQ(sgd.variables().size(), 1u);
   strategy.run([&] { sgd.apply_gradients({{floats({1}), w}}); });
   EXPECT_EQ(sgd.variables().size(), 2u);
@@ -542,8 +559,8 @@ TEST(Optimizer, ReplicasWithDifferentOptimizersOrVariablesFailTheFirstStep) {
           first.apply_gradients({{floats({1}), mine}});
         });
       },
-      {"SGD.apply_gradients: replica 1 passed other variables than replica 0",
-       "every replica must pass the same variables in the same order"});
+      {"merge_call #1: replica 0 called SGD.apply_gradients of 'w' where replica 1 called SGD.apply_gradients of "
+       "'v'; every replica must make the same updates in the same order"});
 }
 
 }  // namespace

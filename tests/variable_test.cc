@@ -490,7 +490,7 @@ TEST_F(Variable2, ReplicasUpdatingDifferentVariablesInOneMergeCallIsAnError) {
           }
         });
       },
-      {"Variable 'a': replica 0 called assign of 'a' where replica 1 called assign_add of 'b'",
+      {"merge_call #1: replica 0 called assign of 'a' where replica 1 called assign_add of 'b'",
        "every replica must make the same updates in the same order"});
   EXPECT_EQ(scalars(a), (std::vector<float>{1.0f, 1.0f}));
   EXPECT_EQ(scalars(b), (std::vector<float>{1.0f, 1.0f}));

@@ -40,8 +40,9 @@ struct Optimizer::SlotTable {
 };
 
 Optimizer::Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names)
-    : strategy_(&get_strategy()),
+    : strategy_(get_strategy().identity()),
       name_(std::move(name)),
+      apply_action_(name_ + ".apply_gradients"),
       learning_rate_(learning_rate),
       slot_names_(std::move(slot_names)),
       iterations_(std::int64_t{0}, VariableOptions{.name = name_ + "/iterations",
@@ -88,7 +89,7 @@ std::vector<Variable> Optimizer::variables() const {
 void Optimizer::check_variable(const Variable& var, std::size_t k, const char* method) const {
   DISTRIBUTE_CHECK(var.defined(), InvalidArgumentError, name_, ".", method, ": variable ", k,
                    " of the list is undefined (default-constructed)");
-  DISTRIBUTE_CHECK(&var.distribute_strategy() == strategy_, InvalidArgumentError, name_, ".", method,
+  DISTRIBUTE_CHECK(detail::created_for(var, strategy_->get(name_)), InvalidArgumentError, name_, ".", method,
                    ": variable '", var.name(), "' was created for ", var.distribute_strategy().name(),
                    " but the optimizer for ", strategy_->name(),
                    "; create the optimizer under the scope of the variables' strategy");
@@ -133,8 +134,9 @@ bool Optimizer::has_slots_for(const std::vector<std::pair<Tensor, Variable>>& gr
 void Optimizer::create_slots(const std::vector<Variable>& variables) {
   // Slots are variables of the optimizer's strategy whatever the context: apply_gradients may be
   // called outside its scope.
+  Strategy& strategy = strategy_->get(name_);
   std::optional<StrategyScope> scope;
-  if (&get_strategy() != strategy_) scope.emplace(strategy_->scope());
+  if (&get_strategy() != &strategy) scope.emplace(strategy.scope());
   for (const Variable& variable : variables) {
     if (slots_->index.contains(variable)) continue;
     SlotTable::Entry entry{variable, {}};
@@ -166,12 +168,20 @@ void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_
     for (int i = 0; i < iterations_.num_components(); ++i) update_component(gradients, grads_and_vars, i);
     return;
   }
-  DISTRIBUTE_CHECK(&ctx->strategy() == strategy_, FailedPreconditionError, name_,
+  strategy_->get(name_);
+  DISTRIBUTE_CHECK(ctx->strategy().identity()->id() == strategy_->id(), FailedPreconditionError, name_,
                    ".apply_gradients: called in a replica of ", ctx->strategy().name(),
                    " but the optimizer was created for ", strategy_->name(),
                    "; create the optimizer under the scope of the strategy that runs the step");
   check(grads_and_vars);
+  // The collectives below name the variables, in order, in their signature: replicas (or
+  // workers) listing other variables or another order fail instead of applying one variable's
+  // gradient to another.
+  absl::InlinedVector<detail::VariableKey, 16> keys;
+  for (const auto& [gradient, variable] : grads_and_vars) keys.push_back(detail::variable_key(variable));
+  const detail::CallPurpose purpose(apply_action_.c_str(), keys);
   if (!has_slots_for(grads_and_vars)) {
+    detail::ScopedCallPurpose issued_for(*ctx, purpose);
     ctx->merge_call(
         [](Strategy&, const PerReplica<Optimizer*>& optimizers,
            const PerReplica<const std::vector<std::pair<Tensor, Variable>>*>& lists) {
@@ -183,16 +193,16 @@ void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_
           optimizers[0]->create_slots(variables_of(*lists[0]));
         },
         this, &grads_and_vars);
-    DISTRIBUTE_CHECK(has_slots_for(grads_and_vars), InvalidArgumentError, name_, ".apply_gradients: replica ",
-                     ctx->replica_id_in_sync_group(), " passed other variables than replica 0; every replica must "
-                     "pass the same variables in the same order");
   }
   std::vector<Tensor> gradients;
   gradients.reserve(grads_and_vars.size());
   for (const auto& [gradient, variable] : grads_and_vars) {
     gradients.push_back(gradient.device() == ctx->device() ? gradient : gradient.to(ctx->device()));
   }
-  if (!options.skip_gradients_aggregation) gradients = ctx->all_reduce(ReduceOp::kSum, gradients);
+  if (!options.skip_gradients_aggregation) {
+    detail::ScopedCallPurpose issued_for(*ctx, purpose);
+    gradients = ctx->all_reduce(ReduceOp::kSum, gradients);
+  }
   update_component(gradients, grads_and_vars, ctx->local_replica_id());
 }
 

@@ -141,25 +141,36 @@ std::exception_ptr field_disagreement(std::span<const RenderedSignature> calls, 
   if (classes.size() == 1) return nullptr;
   const auto shown = [&](const std::vector<int>& c) {
     const SignatureField* f = field(c[0]);
-    if (f == nullptr) return std::string("nothing");
-    return f->shown.empty() ? f->key : f->shown;
+    if (f != nullptr) return f->shown.empty() ? f->key : f->shown;
+    // A call without the field: one the user made (no purpose), or one of fewer leaves.
+    const RenderedSignature& call = calls[static_cast<std::size_t>(c[0])];
+    return call.purpose.empty() ? absl::StrCat(call.kind, " directly") : std::string("nothing");
   };
   const SignatureField* ref = field(classes[0][0]);
   if (ref == nullptr) ref = field(classes[1][0]);
+  // Parties that differ yet print alike (two variables of one name) are told apart by their key.
+  bool alike = true;
+  for (const auto& c : classes) alike &= shown(c) == shown(classes[0]);
+  const auto text = [&](const std::vector<int>& c) {
+    const SignatureField* f = field(c[0]);
+    return alike && f != nullptr ? f->key : shown(c);
+  };
   const std::string name = absl::StrCat(calls[static_cast<std::size_t>(classes[0][0])].name(), ref->where);
   std::vector<std::string> parts;
   switch (ref->kind) {
     case SignatureField::Kind::kPurpose: {
       for (std::size_t c = 1; c < classes.size(); ++c) {
-        parts.push_back(absl::StrCat(parties.name(classes[c]), " called ", shown(classes[c])));
+        parts.push_back(absl::StrCat(parties.name(classes[c]), " called ", text(classes[c])));
       }
-      return invalid(absl::StrCat(name, ": ", parties.name(classes[0]), " called ", shown(classes[0]), " where ",
+      return invalid(absl::StrCat(name, ": ", parties.name(classes[0]), " called ", text(classes[0]), " where ",
                                   absl::StrJoin(parts, ", "), "; every ", parties.noun,
                                   " must make the same updates in the same order"));
     }
     case SignatureField::Kind::kMergeFunction: {
       std::vector<int> others;
-      for (std::size_t c = 1; c < classes.size(); ++c) others.insert(others.end(), classes[c].begin(), classes[c].end());
+      for (std::size_t c = 1; c < classes.size(); ++c) {
+        others.insert(others.end(), classes[c].begin(), classes[c].end());
+      }
       std::sort(others.begin(), others.end());
       return precondition(absl::StrCat(name, ": ", parties.name(others),
                                        " passed a merge_fn or arguments of other types than ", parties.name(classes[0]),
@@ -167,9 +178,9 @@ std::exception_ptr field_disagreement(std::span<const RenderedSignature> calls, 
     }
     default: {
       for (std::size_t c = 1; c < classes.size(); ++c) {
-        parts.push_back(absl::StrCat(parties.name(classes[c]), " passed ", shown(classes[c])));
+        parts.push_back(absl::StrCat(parties.name(classes[c]), " passed ", text(classes[c])));
       }
-      parts.push_back(absl::StrCat(parties.name(classes[0]), " passed ", shown(classes[0])));
+      parts.push_back(absl::StrCat(parties.name(classes[0]), " passed ", text(classes[0])));
       return invalid(absl::StrCat(name, ": ", absl::StrJoin(parts, ", "),
                                   parties.value_hint != nullptr ? parties.value_hint : ref->hint));
     }
@@ -203,7 +214,9 @@ std::uint64_t signature_digest(const CollectiveCall& call) {
   if (call.purpose != nullptr) h = mix(h, call.purpose->digest);
   switch (op.kind) {
     case CollectiveKind::kAllReduce: h = mix(h, static_cast<std::uint64_t>(op.op)); break;
-    case CollectiveKind::kReduceTo: h = mix(mix(h, static_cast<std::uint64_t>(op.op)), static_cast<std::uint64_t>(op.axis)); break;
+    case CollectiveKind::kReduceTo:
+      h = mix(mix(h, static_cast<std::uint64_t>(op.op)), static_cast<std::uint64_t>(op.axis));
+      break;
     case CollectiveKind::kAllGather:
     case CollectiveKind::kGatherTo: h = mix(h, static_cast<std::uint64_t>(call_axis(op))); break;
     case CollectiveKind::kMergeCall: h = mix(h, call.merge_type_hash); break;
@@ -228,7 +241,8 @@ RenderedSignature render_signature(const CollectiveCall& call) {
       const VariableKey& v = purpose->variables[k];
       const std::string where = n > 1 ? absl::StrCat(" (leaf ", k, ")") : "";
       out.fields.push_back({Kind::kPurpose, absl::StrCat("variable", where), where,
-                            absl::StrCat(purpose->action, " ", hex(v.id)), variable_text(*purpose, v), ""});
+                            absl::StrCat(variable_text(*purpose, v), " (variable #", v.number, ", id ", hex(v.id), ")"),
+                            variable_text(*purpose, v), ""});
     }
   }
   switch (op.kind) {
@@ -237,8 +251,8 @@ RenderedSignature render_signature(const CollectiveCall& call) {
       break;
     case CollectiveKind::kReduceTo:
       out.fields.push_back({Kind::kOperation, "op", "", absl::StrCat("reduce op ", reduce_op_name(op.op)), "", ""});
-      out.fields.push_back(
-          {Kind::kOperation, "axis", "", op.axis < 0 ? std::string("axis=None") : absl::StrCat("axis=", op.axis), "", ""});
+      out.fields.push_back({Kind::kOperation, "axis", "",
+                            op.axis < 0 ? std::string("axis=None") : absl::StrCat("axis=", op.axis), "", ""});
       break;
     case CollectiveKind::kAllGather:
     case CollectiveKind::kGatherTo:
@@ -361,7 +375,8 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls, int fir
     return replicas_text(replicas);
   };
   if (std::exception_ptr error = find_disagreement(rendered, Parties{name, "replica"})) return error;
-  return invalid(absl::StrCat(call_name(*calls[0]), ": the replicas' calls differ in a way their descriptions do not show"));
+  return invalid(
+      absl::StrCat(call_name(*calls[0]), ": the replicas' calls differ in a way their descriptions do not show"));
 }
 
 std::string replicas_text(const std::vector<int>& replicas) {

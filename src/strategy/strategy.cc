@@ -6,7 +6,37 @@
 
 namespace distribute {
 
-Strategy::~Strategy() { detail::forget_strategy(this); }
+namespace detail {
+
+StrategyIdentity::StrategyIdentity(Strategy& strategy)
+    : id_([] {
+        static std::atomic<std::uint64_t> strategies{0};
+        return strategies.fetch_add(1, std::memory_order_relaxed) + 1;
+      }()),
+      name_(strategy.name()),
+      num_replicas_in_sync_(strategy.num_replicas_in_sync()),
+      worker_id_(strategy.extended().worker_id()),
+      strategy_(&strategy) {}
+
+Strategy& StrategyIdentity::get(std::string_view user) const {
+  Strategy* strategy = strategy_.load(std::memory_order_acquire);
+  DISTRIBUTE_CHECK(strategy != nullptr, FailedPreconditionError, std::string(user), " was made for ", name_,
+                   ", which has been destroyed; use it only while its strategy exists (its last values stay "
+                   "readable through component(i))");
+  return *strategy;
+}
+
+}  // namespace detail
+
+Strategy::~Strategy() {
+  if (identity_) identity_->strategy_.store(nullptr, std::memory_order_release);
+  detail::forget_strategy(this);
+}
+
+void Strategy::set_extended(std::unique_ptr<StrategyExtended> extended) {
+  extended_ = std::move(extended);
+  identity_.reset(new detail::StrategyIdentity(*this));
+}
 
 StrategyScope Strategy::scope() { return StrategyScope(*this); }
 

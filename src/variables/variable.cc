@@ -24,11 +24,24 @@ struct VariableState {
   bool trainable;
   VariableSynchronization synchronization;
   VariableAggregation aggregation;
-  Strategy* strategy;
+  std::shared_ptr<StrategyIdentity> strategy;
   std::vector<Tensor> components;  // one per worker device of `strategy`, in replica order
+  // Names the variable in the signature of the collectives its updates make (key.name points at
+  // `name`).
+  VariableKey key;
 
   bool on_read() const { return synchronization == VariableSynchronization::kOnRead; }
+  // "Variable 'w'", as messages name it.
+  std::string text() const { return absl::StrCat("Variable '", name, "'"); }
+  // The strategy, or FailedPreconditionError when it has been destroyed.
+  Strategy& live_strategy() const { return strategy->get(text()); }
 };
+
+bool created_for(const Variable& variable, const Strategy& strategy) {
+  return variable.state("created_for").strategy->id() == strategy.identity()->id();
+}
+
+const VariableKey& variable_key(const Variable& variable) { return variable.state("variable_key").key; }
 
 }  // namespace detail
 
@@ -55,9 +68,11 @@ ReduceOp reduce_op_of(VariableAggregation aggregation) {
 ReplicaContext* replica_context_for(const VariableState& s, const char* method) {
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr || !has_strategy()) return nullptr;
-  DISTRIBUTE_CHECK(&ctx->strategy() == s.strategy, FailedPreconditionError, "Variable '", s.name, "': ", method,
-                   " called in a replica of ", ctx->strategy().name(), " but the variable was created for ",
-                   s.strategy->name(), "; use a variable created under the scope of the strategy that runs the step");
+  s.live_strategy();
+  DISTRIBUTE_CHECK(ctx->strategy().identity()->id() == s.strategy->id(), FailedPreconditionError, "Variable '",
+                   s.name, "': ", method, " called in a replica of ", ctx->strategy().name(),
+                   " but the variable was created for ", s.strategy->name(),
+                   "; use a variable created under the scope of the strategy that runs the step");
   return ctx;
 }
 
@@ -105,8 +120,17 @@ Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::
 // Every component, in cross-replica context (one thread, no replica running or all of them
 // waiting in a merge_call).
 void update_cross_replica(const VariableState& s, VariableUpdate op, const Tensor& value, const char* method) {
+  const Strategy& strategy = s.live_strategy();
+  // Under another strategy's scope, or in its merge_fn, the variable is not this context's.
+  const Strategy* context = get_cross_replica_context();
+  const bool default_variable = s.strategy == detail::default_strategy().identity();
+  DISTRIBUTE_CHECK(context == nullptr || default_variable || context->identity()->id() == s.strategy->id(),
+                   FailedPreconditionError,
+                   "Variable '", s.name, "': ", method, ": Mixing different distribute::Strategy objects: the variable "
+                   "was created for ", s.strategy->name(), " but this thread is in the cross-replica context of ",
+                   context->name(), "; update it under its own strategy's scope (or outside every scope)");
   // Every worker's components: the read sums them all.
-  const auto n = static_cast<std::int64_t>(s.strategy->num_replicas_in_sync());
+  const auto n = static_cast<std::int64_t>(strategy.num_replicas_in_sync());
   if (!s.on_read() || s.aggregation != VariableAggregation::kSum || n == 1) {
     for (const Tensor& c : s.components) apply(c, op, value);
     return;
@@ -119,7 +143,7 @@ void update_cross_replica(const VariableState& s, VariableUpdate op, const Tenso
   if (!is_floating(s.dtype)) {
     const Tensor zeros = Tensor::zeros(s.dtype, s.shape, Device::cpu());
     for (const Tensor& c : s.components) {
-      const bool first = c.same_storage(s.components[0]) && s.strategy->extended().worker_id() == 0;
+      const bool first = c.same_storage(s.components[0]) && s.strategy->worker_id() == 0;
       apply(c, VariableUpdate::kAssign, first ? value : zeros);
     }
     return;
@@ -185,13 +209,8 @@ void update_in_merge_call(ReplicaContext& ctx, const VariableState& s, VariableU
   ctx.merge_call(
       [](Strategy& strategy, const PerReplica<Tensor>& values, const PerReplica<const VariableState*>& states,
          const PerReplica<VariableUpdate>& ops) {
+        // Every replica's call named this variable and update (its CallPurpose): index 0 serves all.
         const VariableState& var = *states[0];
-        for (int r = 1; r < states.num_replicas(); ++r) {
-          DISTRIBUTE_CHECK(states[r] == states[0] && ops[r] == ops[0], InvalidArgumentError, "Variable '", var.name,
-                           "': replica 0 called ", update_name(ops[0]), " of '", var.name, "' where replica ", r,
-                           " called ", update_name(ops[r]), " of '", states[r]->name,
-                           "'; every replica must make the same updates in the same order");
-        }
         const Tensor first = first_replica_value(strategy, var, ops[0], values);
         for (const Tensor& c : var.components) apply(c, ops[0], first);
       },
@@ -235,6 +254,14 @@ std::ostream& operator<<(std::ostream& os, VariableAggregation aggregation) {
 Variable::Variable(const Tensor& initial_value, VariableOptions options) {
   std::string name = options.name.empty() ? "Variable" : std::move(options.name);
   Strategy& strategy = get_strategy();
+  DISTRIBUTE_CHECK(static_cast<int>(options.synchronization) >= 0 &&
+                       options.synchronization <= VariableSynchronization::kOnRead,
+                   InvalidArgumentError, "Variable '", name, "': invalid variable synchronization mode ",
+                   static_cast<int>(options.synchronization), "; use AUTO, NONE, ON_WRITE or ON_READ");
+  DISTRIBUTE_CHECK(static_cast<int>(options.aggregation) >= 0 &&
+                       options.aggregation <= VariableAggregation::kOnlyFirstReplica,
+                   InvalidArgumentError, "Variable '", name, "': invalid variable aggregation mode ",
+                   static_cast<int>(options.aggregation), "; use NONE, SUM, MEAN or ONLY_FIRST_REPLICA");
   if (const ReplicaContext* ctx = get_replica_context(); ctx != nullptr && has_strategy()) {
     throw FailedPreconditionError(absl::StrCat("Variable '", name, "': created inside the fn of replica ",
                                                ctx->replica_id_in_sync_group(), " of ", strategy.name(),
@@ -259,9 +286,12 @@ Variable::Variable(const Tensor& initial_value, VariableOptions options) {
   std::vector<Tensor> components;
   components.reserve(devices.size());
   for (const Device& device : devices) components.push_back(initial_value.to(device));
+  const std::shared_ptr<detail::StrategyIdentity>& identity = strategy.identity();
+  const std::uint64_t number = identity->next_variable_number();
   state_ = std::make_shared<VariableState>(VariableState{std::move(name), initial_value.dtype(), initial_value.shape(),
                                                          options.trainable, synchronization, options.aggregation,
-                                                         &strategy, std::move(components)});
+                                                         identity, std::move(components), {}});
+  state_->key = {detail::fixed_hash(state_->name) ^ (number + 1) * 0x9e3779b97f4a7c15, &state_->name, number};
 }
 
 const VariableState& Variable::state(const char* method) const {
@@ -276,7 +306,7 @@ const Shape& Variable::shape() const { return state("shape").shape; }
 bool Variable::trainable() const { return state("trainable").trainable; }
 VariableSynchronization Variable::synchronization() const { return state("synchronization").synchronization; }
 VariableAggregation Variable::aggregation() const { return state("aggregation").aggregation; }
-Strategy& Variable::distribute_strategy() const { return *state("distribute_strategy").strategy; }
+Strategy& Variable::distribute_strategy() const { return state("distribute_strategy").live_strategy(); }
 int Variable::num_components() const { return static_cast<int>(state("num_components").components.size()); }
 
 const Tensor& Variable::component(int i) const {
@@ -291,12 +321,13 @@ Tensor Variable::value() const {
   if (const ReplicaContext* ctx = replica_context_for(s, "value")) {
     return s.components[static_cast<std::size_t>(ctx->local_replica_id())];
   }
+  Strategy& strategy = s.live_strategy();
   if (!s.on_read() || s.aggregation == VariableAggregation::kOnlyFirstReplica ||
-      s.strategy->num_replicas_in_sync() == 1) {
+      strategy.num_replicas_in_sync() == 1) {
     return s.components[0];
   }
   // Across every worker's components where the strategy spans several.
-  return s.strategy->extended().reduce_to(reduce_op_of(s.aggregation), DistributedValues<Tensor>(s.components),
+  return strategy.extended().reduce_to(reduce_op_of(s.aggregation), DistributedValues<Tensor>(s.components),
                                           Device::cpu());
 }
 
@@ -327,6 +358,10 @@ void Variable::update(VariableUpdate op, const Tensor& value, const char* method
     apply(mine, op, local);
     return;
   }
+  // The collective below names this variable and update in its signature: replicas (or workers)
+  // updating different variables at one point fail instead of pairing their values.
+  const detail::CallPurpose purpose(update_name(op), std::span(&s.key, 1));
+  detail::ScopedCallPurpose issued_for(*ctx, purpose);
   switch (s.aggregation) {
     case VariableAggregation::kSum:
     case VariableAggregation::kMean:

@@ -10,7 +10,10 @@
 //   }, batches);
 //
 // apply_gradients in replica context (inside the fn passed to run) is collective: every replica
-// calls it, with the same variables in the same order. It sums the replicas' gradients (the loss is
+// calls it, with the same variables in the same order, which is checked on every step (its
+// collectives name the variables, in order, in their signature: another set or order on a
+// replica or worker is an InvalidArgumentError naming both, never a gradient applied to another
+// variable). It sums the replicas' gradients (the loss is
 // already divided by the global batch: nn::compute_average_loss) in ONE all_reduce of the whole
 // gradient list, then each replica updates its own component of every variable and slot in place,
 // with the same arithmetic on the same inputs, so the components stay equal without a second
@@ -106,8 +109,10 @@ class Optimizer {
   void update_component(const std::vector<Tensor>& gradients,
                         const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component) const;
 
-  Strategy* strategy_;
+  // The strategy the optimizer was made for, held by identity: it may be destroyed first.
+  std::shared_ptr<detail::StrategyIdentity> strategy_;
   std::string name_;
+  std::string apply_action_;  // "SGD.apply_gradients": what its gradient lists' all_reduce is for
   double learning_rate_;
   std::vector<std::string> slot_names_;
   Variable iterations_;

@@ -10,6 +10,8 @@
 // FailedPreconditionError. Scopes of one strategy nest; scopes of two strategies do not mix.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -31,6 +33,39 @@
 namespace distribute {
 
 class StrategyScope;
+
+namespace detail {
+
+// What the objects made for a strategy (variables, optimizers) hold of it. It outlives the
+// strategy: it says whether the strategy still exists (so that using a variable after its
+// strategy went is an error, not a crash) and identifies the strategy by a number no other
+// strategy of the process has, wherever the next one is built.
+class StrategyIdentity {
+ public:
+  std::uint64_t id() const { return id_; }
+  const std::string& name() const { return name_; }
+  int num_replicas_in_sync() const { return num_replicas_in_sync_; }
+  int worker_id() const { return worker_id_; }
+  // The strategy; FailedPreconditionError saying that `user` (e.g. "Variable 'w'") was made for a
+  // strategy that has been destroyed.
+  Strategy& get(std::string_view user) const;
+  // Numbers the variables created for the strategy: counted alike on every replica and worker,
+  // which create them in the same order.
+  std::uint64_t next_variable_number() { return variables_created_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  friend class distribute::Strategy;
+  explicit StrategyIdentity(Strategy& strategy);
+
+  const std::uint64_t id_;
+  const std::string name_;
+  const int num_replicas_in_sync_;
+  const int worker_id_;
+  std::atomic<Strategy*> strategy_;  // null once the strategy is destroyed
+  std::atomic<std::uint64_t> variables_created_{0};
+};
+
+}  // namespace detail
 
 class Strategy {
  public:
@@ -81,6 +116,9 @@ class Strategy {
   // A variable's components, in replica order (defined in distribute/variables/variable.h).
   inline std::vector<Tensor> experimental_local_results(const Variable& variable) const;
 
+  // For the objects made for this strategy (variables, optimizers): see detail::StrategyIdentity.
+  const std::shared_ptr<detail::StrategyIdentity>& identity() const { return identity_; }
+
   // Calls value_fn(ValueContext(i, n)) for each replica i of this worker (i global, n replicas in
   // sync) and returns the results as PerReplica.
   template <class Fn>
@@ -109,7 +147,7 @@ class Strategy {
  protected:
   Strategy() = default;
   // Called once by the concrete strategy's constructor.
-  void set_extended(std::unique_ptr<StrategyExtended> extended) { extended_ = std::move(extended); }
+  void set_extended(std::unique_ptr<StrategyExtended> extended);
 
  private:
   template <class Arg>
@@ -119,6 +157,7 @@ class Strategy {
   Tensor reduce_non_distributed(ReduceOp op, const Tensor& value, std::optional<int> axis);
 
   std::unique_ptr<StrategyExtended> extended_;
+  std::shared_ptr<detail::StrategyIdentity> identity_;
 };
 
 // RAII guard returned by Strategy::scope(). Destroy scopes in reverse order of creation, on the

@@ -22,7 +22,10 @@
 //     copies drift apart; a difference here is an InvalidArgumentError naming the replicas). The
 //     last two go through one merge_call whose merge_fn writes every component. Misuse (a replica
 //     that skips an update or makes another) ends like any collective misuse: a typed error on
-//     every replica, never a hang.
+//     every replica, never a hang. The collective's signature names the variable and the update
+//     (CallPurpose), so replicas or workers that update different variables at one point, or the
+//     same ones in another order, get an InvalidArgumentError naming both, whatever the
+//     aggregation, instead of combining one variable's values with another's.
 //   - ON_READ (a SyncOnReadVariable: metrics, batch-norm statistics): each replica updates only its
 //     own component, with no collective; a read in cross-replica context aggregates the
 //     components (SUM, MEAN, or component 0 for ONLY_FIRST_REPLICA). It needs an aggregation.
@@ -35,12 +38,16 @@
 // update applies to every component; for an on-read SUM variable assign(x) stores x / N in each
 // of the N components (integers: x in component 0, zeros elsewhere) so that the read gives x,
 // and assign_add / assign_sub are a FailedPreconditionError. A variable is used only in its own
-// strategy's replicas (FailedPreconditionError otherwise); it cannot be created inside one.
+// strategy's replicas, and updated only under its own strategy's scope or under none
+// (FailedPreconditionError otherwise); it cannot be created inside one. It holds its strategy by
+// identity, not by address: once the strategy is destroyed, updates, value() and
+// distribute_strategy() are a FailedPreconditionError naming the variable, while component(i) and
+// printing still show its last values.
 //
-// Checks, all InvalidArgumentError naming the variable: an update's dtype and shape must be the
-// variable's (a scalar given as a C++ number is converted when the variable's dtype holds it
-// exactly, as TF converts Python numbers); MEAN needs a floating-point dtype; ON_READ needs an
-// aggregation. Components on GPUs are updated by the device's kernels, on the replica's stream.
+// Checks, all InvalidArgumentError naming the variable: the options' enums must be in range; an
+// update's dtype and shape must be the variable's (a scalar given as a C++ number is converted
+// when the variable's dtype holds it exactly, as TF converts Python numbers); MEAN needs a
+// floating-point dtype; ON_READ needs an aggregation. Components on GPUs are updated by the device's kernels, on the replica's stream.
 //
 // Threading: in replica context replica r writes component r only; every other update happens on
 // one thread while no replica runs (cross-replica context) or while all wait in a merge_call.
@@ -72,6 +79,11 @@ std::ostream& operator<<(std::ostream& os, VariableAggregation aggregation);
 namespace detail {
 struct VariableState;  // what the handles of one variable share (variable.cc)
 enum class VariableUpdate { kAssign, kAdd, kSub };
+// Whether `variable` was created for `strategy` (by identity: not by address, which a later
+// strategy may reuse).
+bool created_for(const Variable& variable, const Strategy& strategy);
+// How the collectives issued on the variable's behalf name it (CallPurpose).
+const VariableKey& variable_key(const Variable& variable);
 }  // namespace detail
 
 struct VariableOptions {
@@ -137,6 +149,8 @@ class Variable {
   }
 
  private:
+  friend bool detail::created_for(const Variable& variable, const Strategy& strategy);
+  friend const detail::VariableKey& detail::variable_key(const Variable& variable);
   const detail::VariableState& state(const char* method) const;
   void update(detail::VariableUpdate op, const Tensor& value, const char* method) const;
   // A scalar tensor of the variable's dtype holding `value` (on the replica's device in replica
@@ -168,7 +182,7 @@ inline std::vector<Tensor> Strategy::experimental_local_results(const Variable& 
 }
 
 inline bool StrategyExtended::variable_created_in_scope(const Variable& v) const {
-  return &v.distribute_strategy() == &container_strategy();
+  return detail::created_for(v, container_strategy());
 }
 
 template <class Fn, class... Args>

@@ -73,11 +73,12 @@ constexpr std::uint64_t fixed_hash(std::string_view bytes) {
 }
 
 // A variable as the collectives issued on its behalf name it: `id` is the same on every replica
-// and worker without communication (its name and its strategy's count of variables created
-// before it), `name` is for messages.
+// and worker without communication (a hash of its name and `number`); `name` and `number` are
+// for messages.
 struct VariableKey {
   std::uint64_t id = 0;
   const std::string* name = nullptr;
+  std::uint64_t number = 0;  // the count of its strategy's variables created before it
 };
 
 // What the library issued a collective for, when it did so on behalf of variables (an update of
