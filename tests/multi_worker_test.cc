@@ -537,6 +537,75 @@ TEST_F(MultiWorker, MergeFnRaisingOnOneWorkerReleasesTheOthersMidReduce) {
   EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 2); })[0], 2 * n());
 }
 
+// A run nested in a merge_fn concludes on its own: a replica that raises after it, in the outer
+// run, still reaches the other workers at once (they do not wait for a timeout).
+TEST_F(MultiWorker, AFailureAfterANestedRunReachesTheOtherWorkersAtOnce) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int last = workers() - 1;
+  const bool raises = worker() == last;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    s.run([raises] {
+      get_replica_context()->merge_call([](Strategy& strategy) {
+        strategy.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+      });
+      if (raises) throw std::runtime_error("boom after a nested run");
+      get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f);
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const AbortedError& e) {
+    EXPECT_FALSE(raises);
+    EXPECT_THAT(e.what(), ::testing::StartsWith("worker " + std::to_string(last) + " (replica "));
+    EXPECT_THAT(e.what(), HasSubstr(") raised: boom after a nested run; the other workers were released"));
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(raises);
+    EXPECT_STREQ(e.what(), "boom after a nested run");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  expect_still_usable();
+}
+
+// Worker 1 arrives at a collective after the others gave up on it (their timeout passed): it is
+// told so, with DeadlineExceededError naming them, and never starts the data phase alone; the job
+// goes on (no MPI_Abort) and the strategy is unusable on every worker.
+TEST_F(MultiWorker, AWorkerArrivingAfterTheOthersGaveUpIsToldSo) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  options.communication.timeout = std::chrono::seconds(1);
+  MultiWorkerMirroredStrategy job(options);
+  job.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+  const bool late = worker() == 1;
+  std::string others;
+  for (int w = 0; w < workers(); ++w) {
+    if (w == 1) continue;
+    others += (others.empty() ? "" : ", ") + std::to_string(w);
+  }
+  try {
+    job.run([late] {
+      if (late) std::this_thread::sleep_for(std::chrono::seconds(3));
+      get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f);
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const DeadlineExceededError& e) {
+    if (late) {
+      EXPECT_THAT(e.what(), HasSubstr((workers() == 2 ? "worker " : "workers ") + others + " ("));
+      EXPECT_THAT(e.what(), HasSubstr(") gave up waiting in all_reduce #1 when "));
+      EXPECT_THAT(e.what(), HasSubstr(" timeout passed, before " + workers_text(1, 1) +
+                                      " arrived in all_reduce #1; the collective was abandoned"));
+    } else {
+      EXPECT_THAT(e.what(), HasSubstr("timed out after 1 s: " + workers_text(1, 1) + " did not arrive"));
+    }
+  }
+  try {
+    job.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+    ADD_FAILURE() << "no error";
+  } catch (const UnavailableError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the workers' collectives are unusable after an earlier failure"));
+  }
+  expect_still_usable();
+}
+
 TEST_F(MultiWorker, EarlyReturnOnOneWorkerNamesIt) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";
   const int w = worker();

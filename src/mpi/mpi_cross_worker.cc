@@ -25,6 +25,8 @@ constexpr int kAnswerTag = 19;
 // What the first worker to conclude found (text), sent to the others before it ends the job.
 constexpr int kFindingTag = 20;
 constexpr int kRingTag = 21;
+// A worker that gave up on a step at its deadline tells the others (text: the step).
+constexpr int kGaveUpTag = 22;
 // How long a stalled worker waits for the answers before it ends the job.
 constexpr auto kAnswerGrace = std::chrono::seconds(1);
 
@@ -202,6 +204,31 @@ void MpiCrossWorker::send_last(std::span<const std::byte> mine) {
   }
 }
 
+void MpiCrossWorker::send_gave_up(const std::string& what) {
+  if (size_ > 1) send_to_others(what.data(), what.size(), kGaveUpTag);
+}
+
+void MpiCrossWorker::receive_gave_up() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kGaveUpTag, probe_comm_, &flag, &status);
+    if (!flag) return;
+    int length = 0;
+    MPI_Get_count(&status, MPI_BYTE, &length);
+    std::string step(static_cast<std::size_t>(length), '\0');
+    MPI_Recv(step.data(), length, MPI_BYTE, status.MPI_SOURCE, kGaveUpTag, probe_comm_, MPI_STATUS_IGNORE);
+    gave_up_.emplace_back(status.MPI_SOURCE, std::move(step));
+  }
+}
+
+std::vector<std::pair<int, std::string>> MpiCrossWorker::take_gave_up() {
+  if (size_ == 1) return {};
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  receive_gave_up();
+  return std::exchange(gave_up_, {});
+}
+
 void MpiCrossWorker::wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const std::string& what) {
   const auto test = [&] {
     std::lock_guard<std::mutex> lock(mpi_mutex());
@@ -212,8 +239,31 @@ void MpiCrossWorker::wait_or_abort(std::span<MPI_Request> requests, Deadline dea
   const auto answer = [this] {
     std::lock_guard<std::mutex> lock(mpi_mutex());
     answer_queries();
+    receive_gave_up();
   };
-  if (poll_until(test, deadline, answer)) return;
+  if (poll_until(test, deadline, [&] {
+        answer();
+        if (gave_up_.empty()) return;
+        // Workers gave up on the step at their deadline after this one's header reached them:
+        // they will never join this data phase. When every other worker did, nobody will ever
+        // match this worker's requests, and they can be left behind; when some did not, those may
+        // already have sent into this worker's buffers, and the job must end.
+        std::vector<char> gone(static_cast<std::size_t>(size_), 0);
+        for (const auto& note : gave_up_) gone[static_cast<std::size_t>(note.first)] = 1;
+        if (std::count(gone.begin(), gone.end(), 1) == size_ - 1) {
+          throw DeadlineExceededError(absl::StrCat("every other worker gave up on ", what));
+        }
+        std::vector<std::string> notes;
+        for (const auto& [worker, step] : gave_up_) notes.push_back(absl::StrCat("worker ", worker, " in ", step));
+        std::fprintf(stderr,
+                     "distribute: worker %d: %s gave up when its timeout passed, after this worker had agreed to %s "
+                     "and started its data phase with the others; ending the job\n",
+                     rank_, absl::StrJoin(notes, ", ").c_str(), what.c_str());
+        std::fflush(stderr);
+        MPI_Abort(comm_, 1);
+      })) {
+    return;
+  }
   // Past the deadline: ask every other worker whether it is alive. Those that wait in the
   // strategy answer; one that is stopped, hung or busy elsewhere does not, and is named. The first
   // worker to conclude tells the others its finding before it ends the job, since ending it wakes

@@ -4,7 +4,9 @@
 // strategy's. Every wait polls non-blocking MPI calls against the collective's deadline: a header
 // exchange that times out names the workers that did not send theirs, and a data phase that
 // stalls past the deadline is reported, naming the workers that do not answer a liveness query,
-// and ends the job (MPI_Abort), as a collective left half done cannot be taken back.
+// and ends the job (MPI_Abort), as a collective left half done cannot be taken back. A worker
+// whose header exchange times out tells the others that it gave up, so that a late worker does
+// not start the step's data phase with it (see CrossWorker::send_gave_up).
 #pragma once
 
 #include <mpi.h>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "replica/worker_sync.h"
@@ -43,6 +46,8 @@ class MpiCrossWorker final : public CrossWorker {
   void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
                   const std::string& what) override;
   void send_last(std::span<const std::byte> mine) override;
+  void send_gave_up(const std::string& what) override;
+  std::vector<std::pair<int, std::string>> take_gave_up() override;
 
  private:
   // Waits for every request; past `deadline`, reports `what` and the workers that do not answer
@@ -58,6 +63,9 @@ class MpiCrossWorker final : public CrossWorker {
   void ring_all_reduce(DType dtype, std::byte* data, std::int64_t count, Deadline deadline, const std::string& what);
   // Answers other workers' liveness queries (the caller holds the MPI lock).
   void answer_queries();
+  // Moves the other workers' gave-up notes that have come into gave_up_ (the caller holds the
+  // MPI lock).
+  void receive_gave_up();
   // Sends a copy of `bytes` at `data` to every other worker on the liveness communicator.
   void send_to_others(const void* data, std::size_t bytes, int tag);
 
@@ -68,6 +76,7 @@ class MpiCrossWorker final : public CrossWorker {
   // Send buffers of exchanges abandoned at a deadline, and of liveness queries: MPI may still
   // read them.
   std::vector<std::unique_ptr<std::byte[]>> abandoned_;
+  std::vector<std::pair<int, std::string>> gave_up_;  // notes received and not yet taken
   int rank_ = 0;
   int size_ = 1;
   int on_host_ = 1;

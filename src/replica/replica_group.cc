@@ -237,7 +237,10 @@ void ReplicaGroup::gather_across_workers() {
 }
 
 void ReplicaGroup::finish_run() {
-  if (workers_ == nullptr || workers_->concluded()) return;
+  if (workers_ == nullptr) return;
+  const bool concluded = workers_->concluded();
+  workers_->end_run();
+  if (concluded) return;
   WorkerCall mine;
   mine.status = WorkerCall::Status::kFailed;
   mine.call = &failure_report_;

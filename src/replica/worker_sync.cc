@@ -73,8 +73,40 @@ void WorkerSync::time_out(const WorkerCall& mine, const std::vector<int>& missin
   std::string message = absl::StrCat("timed out after ", mine.call->op.options.timeout.count(), " s: ",
                                      workers_text(missing), " did not arrive while ", workers_text({worker_id()}),
                                      " waits in ", what, "; a worker is stuck, slow or skipped the collective");
-  broken_reason_ = message;
+  break_with(message);
+  engine_->send_gave_up(what);
+  throw DeadlineExceededError(message);
+}
+
+void WorkerSync::break_with(std::string reason) {
+  if (broken_.load(std::memory_order_acquire)) return;
+  broken_reason_ = std::move(reason);
   broken_.store(true, std::memory_order_release);
+}
+
+void WorkerSync::abandon_data_phase(const Error& error, const std::string& what) {
+  // The other workers gave up before this one arrived: say who, as the agreement would have.
+  check_nobody_gave_up(what);
+  // A data phase left half done cannot be taken back.
+  break_with(error.what());
+  throw;
+}
+
+void WorkerSync::check_nobody_gave_up(const std::string& what) {
+  const std::vector<std::pair<int, std::string>> notes = engine_->take_gave_up();
+  if (notes.empty()) return;
+  std::vector<int> workers;
+  std::vector<std::string> steps;
+  for (const auto& [worker, step] : notes) {
+    workers.push_back(worker);
+    if (std::find(steps.begin(), steps.end(), step) == steps.end()) steps.push_back(step);
+  }
+  std::sort(workers.begin(), workers.end());
+  const std::string message = absl::StrCat(
+      workers_text(workers), " gave up waiting in ", absl::StrJoin(steps, ", "), " when ",
+      workers.size() == 1 ? "its" : "their", " timeout passed, before ", workers_text({worker_id()}), " arrived in ", what,
+      "; the collective was abandoned (this worker is late: raise CommunicationOptions::timeout if it is slow)");
+  break_with(message);
   throw DeadlineExceededError(message);
 }
 
@@ -107,10 +139,10 @@ void WorkerSync::agree(const WorkerCall& mine) {
   try {
     agree_or_throw(mine);
   } catch (...) {
-    concluded_ = true;
+    if (!runs_.empty()) runs_.back() = true;
     throw;
   }
-  if (mine.status == WorkerCall::Status::kReturned) concluded_ = true;
+  if (mine.status == WorkerCall::Status::kReturned && !runs_.empty()) runs_.back() = true;
 }
 
 void WorkerSync::agree_or_throw(const WorkerCall& mine) {
@@ -127,6 +159,9 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
       !missing.empty()) {
     time_out(mine, missing);
   }
+  // Every header came, but a worker may have given up before this one's header reached it.
+  const std::string what = mine.status == WorkerCall::Status::kCall ? call_name(*mine.call) : "the end of a run";
+  check_nobody_gave_up(what);
   if (std::all_of(headers.begin(), headers.end(), [&](const Header& h) { return h == header; }) &&
       mine.status != WorkerCall::Status::kFailed) {
     return;
@@ -140,10 +175,7 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
     }
   }
   if (!left.empty()) {
-    const std::string what =
-        mine.status == WorkerCall::Status::kCall ? call_name(*mine.call) : std::string("the end of a run");
-    broken_reason_ = absl::StrCat(workers_text(left), " destroyed its strategy");
-    broken_.store(true, std::memory_order_release);
+    break_with(absl::StrCat(workers_text(left), " destroyed its strategy"));
     throw UnavailableError(absl::StrCat(workers_text(left), " destroyed its strategy while ",
                                         workers_text({worker_id()}), " waits in ", what,
                                         "; every worker must make the same calls before destroying its strategy"));
@@ -181,7 +213,11 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
 void WorkerSync::all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count,
                             std::chrono::duration<double> timeout, const std::string& what) {
   check_usable();
-  engine_->all_reduce(dtype, op, data, count, deadline_after(timeout), what);
+  try {
+    engine_->all_reduce(dtype, op, data, count, deadline_after(timeout), what);
+  } catch (const Error& e) {
+    abandon_data_phase(e, what);
+  }
 }
 
 std::vector<std::byte> WorkerSync::all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,
@@ -193,8 +229,7 @@ std::vector<std::byte> WorkerSync::all_gather(std::span<const std::byte> mine, s
   std::vector<std::uint64_t> all(n);
   std::vector<std::byte> raw(n * sizeof(size));
   if (std::vector<int> missing = engine_->exchange(std::as_bytes(std::span(&size, 1)), raw, deadline); !missing.empty()) {
-    broken_reason_ = absl::StrCat("the data phase of ", what, " stalled");
-    broken_.store(true, std::memory_order_release);
+    break_with(absl::StrCat("the data phase of ", what, " stalled"));
     throw DeadlineExceededError(absl::StrCat("timed out after ", timeout.count(), " s in ", what, ": ",
                                              workers_text(missing), " did not send its sizes"));
   }
@@ -203,7 +238,11 @@ std::vector<std::byte> WorkerSync::all_gather(std::span<const std::byte> mine, s
   std::size_t total = 0;
   for (std::size_t s : sizes) total += s;
   std::vector<std::byte> out(total);
-  engine_->all_gather(mine.data(), sizes, out.data(), deadline, what);
+  try {
+    engine_->all_gather(mine.data(), sizes, out.data(), deadline, what);
+  } catch (const Error& e) {
+    abandon_data_phase(e, what);
+  }
   return out;
 }
 

@@ -16,12 +16,14 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "base/wait.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/reduce_op.h"
+#include "distribute/errors.h"
 #include "distribute/replica/internal/collective_call.h"
 
 namespace distribute::detail {
@@ -48,6 +50,14 @@ class CrossWorker {
   // Sends `mine` to every other worker as this worker's part of their next exchange, without
   // waiting for theirs: this worker's last word.
   virtual void send_last(std::span<const std::byte> mine) = 0;
+  // Tells every other worker, without waiting, that this one gave up on a step of the strategy
+  // (`what`) when its deadline passed: it makes no more collectives of the strategy, so a worker
+  // that arrives later must not start the step's data phase with it.
+  virtual void send_gave_up(const std::string& what) = 0;
+  // The notes of other workers that gave up (sent by send_gave_up) that have come, each once:
+  // {worker, what}. A data phase waiting for such a worker throws DeadlineExceededError instead of
+  // waiting for it.
+  virtual std::vector<std::pair<int, std::string>> take_gave_up() = 0;
 };
 
 // One worker's part in one cross-worker step.
@@ -80,13 +90,18 @@ class WorkerSync {
   // Agrees with every other worker on `mine`. Returns when every worker made the same call (or
   // all returned); otherwise throws, on every worker, the error naming the workers that differ
   // (a failed worker's own error on that worker). DeadlineExceededError when a worker does not
-  // arrive within mine.timeout; after that, UnavailableError at once.
+  // arrive within the call's timeout: this worker then tells the others that it gave up, and a
+  // worker that arrives later gets DeadlineExceededError naming the workers that gave up (never a
+  // data phase with workers that left it). After either, UnavailableError at once.
   void agree(const WorkerCall& mine);
-  // Whether every worker knows that the current run ended: an agree() threw (on every worker
-  // alike) or found every worker returned. A run that failed on this worker alone before that
-  // must still tell the others (a kFailed agree). begin_run() starts a run.
-  bool concluded() const { return concluded_; }
-  void begin_run() { concluded_ = false; }
+  // Whether every worker knows that the innermost current run ended: an agree() in it threw (on
+  // every worker alike, also one of a cross-replica step in its merge_fn) or found every worker
+  // returned. A run that failed on this worker alone before that must still tell the others (a
+  // kFailed agree). Runs nest (a run in a merge_fn), each concluding on its own: begin_run() and
+  // end_run() bracket each, on the thread that runs it.
+  bool concluded() const { return !runs_.empty() && runs_.back(); }
+  void begin_run() { runs_.push_back(false); }
+  void end_run() { runs_.pop_back(); }
   // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.
   std::int64_t next_cross_replica_sequence() { return ++cross_replica_sequence_; }
 
@@ -112,6 +127,14 @@ class WorkerSync {
 
  private:
   void check_usable() const;
+  // Makes the strategy unusable: every later step throws UnavailableError citing `reason`.
+  void break_with(std::string reason);
+  // Throws DeadlineExceededError, leaving the strategy unusable, when another worker gave up on
+  // the strategy while this one was late: `what` (this worker's step) is abandoned.
+  void check_nobody_gave_up(const std::string& what);
+  // In a catch of `error` from a data phase of `what`: rethrows it, or the error naming the
+  // workers that gave up, and leaves the strategy unusable.
+  [[noreturn]] void abandon_data_phase(const Error& error, const std::string& what);
   // Every worker's description of its call (its rendered signature, or its failure), exchanged
   // when the headers differ.
   std::vector<std::string> exchange_descriptions(const WorkerCall& mine, Deadline deadline);
@@ -121,9 +144,10 @@ class WorkerSync {
   std::unique_ptr<CrossWorker> engine_;
   const int num_local_;
   std::int64_t cross_replica_sequence_ = 0;
-  // Written by whichever thread takes the run's current step across the workers; the steps of
-  // a run are ordered by its rendezvous, and the run's end by its runner.
-  bool concluded_ = false;
+  // Per run in progress, innermost last: whether it concluded. Written by whichever thread takes
+  // the run's current step across the workers; the steps of a run are ordered by its rendezvous,
+  // nested runs by their merge_fn, and a run's end by its runner.
+  std::vector<bool> runs_;
   std::atomic<bool> broken_{false};
   std::string broken_reason_;  // written once, before broken_ is set
 };
