@@ -285,6 +285,34 @@ TEST_P(DistributedInput, IteratingInsideAReplicaIsAFailedPrecondition) {
   EXPECT_EQ(it.get_next()[0].to_vector<float>(), std::vector<float>{5});
 }
 
+// Distributing is refused at the call inside a replica, not at the first iteration of the result.
+TEST_P(DistributedInput, DistributingInsideAReplicaIsAFailedPrecondition) {
+  MirroredStrategy strategy(cpu_devices(n()));
+  std::atomic<int> dataset_fn_calls{0};
+  strategy.run([&] {
+    expect_error<FailedPreconditionError>(
+        [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2)); },
+        {"experimental_distribute_dataset requires being in cross-replica context",
+         "distribute the dataset outside Strategy::run"});
+    expect_error<FailedPreconditionError>(
+        [&] {
+          (void)strategy.distribute_datasets_from_function([&](const InputContext&) {
+            ++dataset_fn_calls;
+            return five_to_eight();
+          });
+        },
+        {"distribute_datasets_from_function requires being in cross-replica context",
+         "distribute the dataset outside Strategy::run"});
+  });
+  EXPECT_EQ(dataset_fn_calls.load(), 0) << "dataset_fn must not run when the call is refused";
+  // In the strategy's scope (cross-replica context) both are allowed.
+  const StrategyScope scope = strategy.scope();
+  EXPECT_EQ(steps<float>(strategy.experimental_distribute_dataset(five_to_eight().batch(4))).size(), 1u);
+  EXPECT_EQ(strategy.distribute_datasets_from_function([](const InputContext&) { return five_to_eight(); })
+                .num_replicas_in_sync(),
+            n());
+}
+
 TEST_P(DistributedInput, AUserExceptionReachesItsStepWithItsTypeAndStays) {
   Watchdog watchdog(kHangLimit, "a failing distributed dataset");
   MirroredStrategy strategy(cpu_devices(n()));

@@ -300,6 +300,10 @@ const std::vector<Row>& expected_rows() {
        {"distribute_datasets_from_function: replica 1 has no element in the last step, and leaf 0 of the step's "
         "first element has shape () (a scalar)",
         "an empty batch needs a dimension 0"}},
+      {"E116",
+       "FailedPreconditionError",
+       {"requires being in cross-replica context",
+        "distribute the dataset outside Strategy::run and pass each step's PerReplica batch to run"}},
   };
   return rows;
 }
@@ -1267,6 +1271,19 @@ TEST(Errors, E115_NoEmptyBatchForAScalar) {
       strategy.distribute_datasets_from_function([](const InputContext&) { return data::range(3); }).make_iterator();
   (void)it.get_next();
   expect_row<InvalidArgumentError>("E115", [&] { (void)it.get_next(); });
+}
+
+TEST(Errors, E116_DistributingInsideAReplica) {
+  MirroredStrategy strategy(cpu_devices(2));
+  strategy.run([&] {
+    expect_row<FailedPreconditionError>(
+        "E116", [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2)); },
+        {"experimental_distribute_dataset"});
+    expect_row<FailedPreconditionError>(
+        "E116",
+        [&] { (void)strategy.distribute_datasets_from_function([](const InputContext&) { return five_to_eight(); }); },
+        {"distribute_datasets_from_function"});
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -90,9 +90,12 @@ class Strategy {
   // split between the replicas (of every worker: this worker's replicas get their rows), prepared
   // ahead on a background thread while the steps run:
   //   for (auto batch : strategy.experimental_distribute_dataset(ds)) strategy.run(step, batch);
+  // Both this and distribute_datasets_from_function belong to cross-replica or default context:
+  // inside a replica's function they throw FailedPreconditionError at the call.
   template <class T>
   DistributedDataset<T> experimental_distribute_dataset(const data::Dataset<T>& dataset,
                                                         const InputOptions& options = {}) const {
+    detail::require_cross_replica_or_default(*this, "experimental_distribute_dataset", kDistributeInputHint);
     return DistributedDataset<T>::from_dataset(extended_->worker_devices(), dataset, options,
                                                extended_->input_context());
   }
@@ -102,6 +105,7 @@ class Strategy {
   template <class Fn>
   auto distribute_datasets_from_function(Fn&& dataset_fn, const InputOptions& options = {}) const {
     using Returned = std::decay_t<std::invoke_result_t<Fn&, const InputContext&>>;
+    detail::require_cross_replica_or_default(*this, "distribute_datasets_from_function", kDistributeInputHint);
     return DistributedDataset<typename Returned::element_type>::from_function(
         extended_->worker_devices(), std::forward<Fn>(dataset_fn), options, extended_->input_context());
   }
@@ -117,6 +121,9 @@ class Strategy {
   // Throws InvalidArgumentError unless a distributed value has one value per replica.
   void check_replica_count(int num_values, const char* method) const;
   Tensor reduce_non_distributed(ReduceOp op, const Tensor& value, std::optional<int> axis);
+
+  static constexpr const char* kDistributeInputHint =
+      "distribute the dataset outside Strategy::run and pass each step's PerReplica batch to run";
 
   std::unique_ptr<StrategyExtended> extended_;
 };
