@@ -304,6 +304,13 @@ const std::vector<Row>& expected_rows() {
        "FailedPreconditionError",
        {"requires being in cross-replica context",
         "distribute the dataset outside Strategy::run and pass each step's PerReplica batch to run"}},
+      {"E117",
+       "InvalidArgumentError",
+       {"Shape: (1099511627776, 1099511627776) has more elements than an int64 counts",
+        "multiply to more than 9223372036854775807"}},
+      {"E118",
+       "InvalidArgumentError",
+       {"4611686018427387904 elements of float32 (shape (4611686018427387904,)) take more bytes than a size_t counts"}},
   };
   return rows;
 }
@@ -1284,6 +1291,19 @@ TEST(Errors, E116_DistributingInsideAReplica) {
         [&] { (void)strategy.distribute_datasets_from_function([](const InputContext&) { return five_to_eight(); }); },
         {"distribute_datasets_from_function"});
   });
+}
+
+TEST(Errors, E117_ShapeWithTooManyElements) {
+  constexpr std::int64_t k2_40 = std::int64_t{1} << 40;
+  expect_row<InvalidArgumentError>("E117", [] { (void)Shape{k2_40, k2_40}; });
+  expect_row<InvalidArgumentError>("E117", [] { (void)Shape{k2_40, 1}.with_dim(1, k2_40); });
+}
+
+TEST(Errors, E118_TensorWithTooManyBytes) {
+  const Shape huge{std::int64_t{1} << 62};
+  expect_row<InvalidArgumentError>("E118", [&] { (void)Tensor::zeros(DType::kFloat32, huge); }, {"Tensor::empty"});
+  float x = 0;
+  expect_row<InvalidArgumentError>("E118", [&] { (void)Tensor::from_blob(&x, huge); }, {"Tensor::from_blob"});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -97,13 +97,14 @@ class Tensor {
 
   // Uninitialised / zero-filled memory of the given type and shape on `device` (by default the
   // replica's device inside a replica's function, else CPU:0: see default_device()).
+  // InvalidArgumentError when the shape's bytes overflow a size_t.
   static Tensor empty(DType dtype, Shape shape, const Device& device = default_device());
   static Tensor zeros(DType dtype, Shape shape, const Device& device = default_device());
 
   // A zero-copy view of memory the caller owns, host memory or device memory of `device` (a
   // user's own cudaMalloc'd buffer goes into all_reduce without a copy). The tensor does not own
   // the memory: it must outlive every tensor sharing it. InvalidArgumentError for a null pointer
-  // with elements to hold.
+  // with elements to hold, and for a shape whose bytes overflow a size_t.
   static Tensor from_blob(void* data, DType dtype, Shape shape, const Device& device);
   // The same with the dtype taken from T; host memory unless `device` says otherwise.
   template <Element T>
