@@ -311,6 +311,9 @@ const std::vector<Row>& expected_rows() {
       {"E118",
        "InvalidArgumentError",
        {"4611686018427387904 elements of float32 (shape (4611686018427387904,)) take more bytes than a size_t counts"}},
+      {"E119",
+       "InvalidArgumentError",
+       {"timeout is -1 s; it must be a finite number of seconds >= 0"}},
   };
   return rows;
 }
@@ -1304,6 +1307,17 @@ TEST(Errors, E118_TensorWithTooManyBytes) {
   expect_row<InvalidArgumentError>("E118", [&] { (void)Tensor::zeros(DType::kFloat32, huge); }, {"Tensor::empty"});
   float x = 0;
   expect_row<InvalidArgumentError>("E118", [&] { (void)Tensor::from_blob(&x, huge); }, {"Tensor::from_blob"});
+}
+
+TEST(Errors, E119_TimeoutThatIsNegativeOrNotFinite) {
+  const CommunicationOptions bad{.timeout = std::chrono::duration<double>(-1)};
+  expect_row<InvalidArgumentError>(
+      "E119", [&] { MirroredStrategy strategy(cpu_devices(2), MirroredStrategyOptions{.communication = bad}); },
+      {"MirroredStrategy: options.communication.timeout"});
+  MirroredStrategy strategy(cpu_devices(2));
+  expect_row<InvalidArgumentError>(
+      "E119", [&] { strategy.run([&] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, bad); }); },
+      {"CommunicationOptions::timeout"});
 }
 
 // ---------------------------------------------------------------------------------------------
