@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -194,6 +195,64 @@ TEST(Scope, MovedScopeLeavesOnDestruction) {
     holder.reset();
     after = get_cross_replica_context();
   }).join();
+  EXPECT_EQ(inside, &strategy);
+  EXPECT_EQ(after, nullptr);
+}
+
+// A scope destroyed on a thread that did not enter it used to be accepted silently, leaving the
+// entering thread in the scope. Each thread here is a new one, so no scope leaks into other tests.
+TEST(Scope, DestroyedOnAnotherThreadIsAFailedPrecondition) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope* scope = nullptr;
+  const Strategy* inside = nullptr;
+  std::thread([&] {
+    scope = new StrategyScope(strategy.scope());
+    inside = get_cross_replica_context();
+  }).join();
+  EXPECT_EQ(inside, &strategy);
+  expect_error<FailedPreconditionError>(
+      [&] { delete scope; },
+      {"StrategyScope: destroyed on a thread that did not enter it",
+       "that thread stays in the strategy's cross-replica context",
+       "Destroy a scope on the thread that called Strategy::scope()"});
+  EXPECT_EQ(get_cross_replica_context(), nullptr) << "this thread never entered the scope";
+
+  // While an exception propagates, the destructor must not throw (that would end the program).
+  std::thread([&] { scope = new StrategyScope(strategy.scope()); }).join();
+  struct DeletesWhileUnwinding {
+    StrategyScope* scope;
+    ~DeletesWhileUnwinding() noexcept(false) { delete scope; }
+  };
+  EXPECT_THROW(
+      {
+        DeletesWhileUnwinding holder{scope};
+        throw std::runtime_error("unwinding");
+      },
+      std::runtime_error);
+}
+
+// Moving a scope on another thread keeps it the entering thread's: destroyed back there, it leaves
+// the scope (the move used to lose track of it, leaving that thread in the scope).
+TEST(Scope, MovedOnAnotherThreadStillLeavesOnTheEnteringThread) {
+  MirroredStrategy strategy(cpu_devices(2));
+  std::atomic<int> phase{0};
+  StrategyScope* entered = nullptr;
+  StrategyScope* moved = nullptr;
+  const Strategy* inside = nullptr;
+  const Strategy* after = &strategy;
+  std::thread entering([&] {
+    entered = new StrategyScope(strategy.scope());
+    inside = get_cross_replica_context();
+    phase = 1;
+    while (phase != 2) std::this_thread::yield();
+    delete moved;
+    after = get_cross_replica_context();
+  });
+  while (phase != 1) std::this_thread::yield();
+  moved = new StrategyScope(std::move(*entered));
+  delete entered;  // moved from: nothing to leave, on any thread
+  phase = 2;
+  entering.join();
   EXPECT_EQ(inside, &strategy);
   EXPECT_EQ(after, nullptr);
 }

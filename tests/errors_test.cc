@@ -314,6 +314,10 @@ const std::vector<Row>& expected_rows() {
       {"E119",
        "InvalidArgumentError",
        {"timeout is -1 s; it must be a finite number of seconds >= 0"}},
+      {"E120",
+       "FailedPreconditionError",
+       {"StrategyScope: destroyed on a thread that did not enter it",
+        "Destroy a scope on the thread that called Strategy::scope()"}},
   };
   return rows;
 }
@@ -1318,6 +1322,13 @@ TEST(Errors, E119_TimeoutThatIsNegativeOrNotFinite) {
   expect_row<InvalidArgumentError>(
       "E119", [&] { strategy.run([&] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, bad); }); },
       {"CommunicationOptions::timeout"});
+}
+
+TEST(Errors, E120_ScopeDestroyedOnAnotherThread) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope* scope = nullptr;
+  std::thread([&] { scope = new StrategyScope(strategy.scope()); }).join();
+  expect_row<FailedPreconditionError>("E120", [&] { delete scope; });
 }
 
 // ---------------------------------------------------------------------------------------------

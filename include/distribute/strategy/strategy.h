@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -129,18 +130,29 @@ class Strategy {
 };
 
 // RAII guard returned by Strategy::scope(). Destroy scopes in reverse order of creation, on the
-// thread that created them.
+// thread that created them; a scope may be moved on any thread meanwhile.
+//
+// The scope is the entering thread's context, which no other thread can leave for it. Destroyed
+// on another thread, the destructor throws FailedPreconditionError and the entering thread stays
+// in the scope; hence noexcept(false). It never throws while an exception is propagating on the
+// destroying thread (std::uncaught_exceptions() > 0): then it does nothing. Keep a scope in a
+// local or a member, destroyed by its own thread; a holder whose destruction is noexcept
+// (std::optional::reset, std::unique_ptr) turns that error into std::terminate.
 class StrategyScope {
  public:
   StrategyScope(StrategyScope&& other) noexcept;
   StrategyScope& operator=(StrategyScope&&) = delete;
-  ~StrategyScope();
+  ~StrategyScope() noexcept(false);
   Strategy& strategy() const { return *strategy_; }
 
  private:
   friend class Strategy;
   explicit StrategyScope(Strategy& strategy);
   Strategy* strategy_;
+  // The thread that entered the scope. Its address is the key of the scope's entry on that
+  // thread's context stack, so the key moves with the scope from whatever thread moves it. Null
+  // once moved from.
+  std::unique_ptr<const std::thread::id> thread_;
 };
 
 // ---------------------------------------------------------------------------------------------
