@@ -318,6 +318,17 @@ const std::vector<Row>& expected_rows() {
        "FailedPreconditionError",
        {"StrategyScope: destroyed on a thread that did not enter it",
         "Destroy a scope on the thread that called Strategy::scope()"}},
+      {"E121",
+       "UnimplementedError",
+       {"experimental_distribute_dataset: InputReplicationMode::kPerReplica is only supported by distribute_datasets_from_function"}},
+      {"E122",
+       "InvalidArgumentError",
+       {"InputOptions: experimental_place_dataset_on_device places each replica's own input pipeline on its device",
+        "it needs experimental_replication_mode = InputReplicationMode::kPerReplica"}},
+      {"E123",
+       "InvalidArgumentError",
+       {"InputOptions: experimental_place_dataset_on_device and experimental_fetch_to_device are both set",
+        "set experimental_fetch_to_device = false"}},
   };
   return rows;
 }
@@ -1329,6 +1340,33 @@ TEST(Errors, E120_ScopeDestroyedOnAnotherThread) {
   StrategyScope* scope = nullptr;
   std::thread([&] { scope = new StrategyScope(strategy.scope()); }).join();
   expect_row<FailedPreconditionError>("E120", [&] { delete scope; });
+}
+
+TEST(Errors, E121_PerReplicaInputOfOneDataset) {
+  MirroredStrategy strategy(cpu_devices(2));
+  InputOptions options;
+  options.experimental_replication_mode = InputReplicationMode::kPerReplica;
+  expect_row<UnimplementedError>("E121", [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2), options); });
+}
+
+TEST(Errors, E122_PlaceDatasetOnDeviceOfOnePipeline) {
+  MirroredStrategy strategy(cpu_devices(2));
+  InputOptions options;
+  options.experimental_fetch_to_device = false;
+  options.experimental_place_dataset_on_device = true;
+  expect_row<InvalidArgumentError>("E122", [&] {
+    (void)strategy.distribute_datasets_from_function([](const InputContext&) { return five_to_eight(); }, options);
+  });
+}
+
+TEST(Errors, E123_PlaceDatasetOnDeviceAndFetchToDevice) {
+  MirroredStrategy strategy(cpu_devices(2));
+  InputOptions options;
+  options.experimental_replication_mode = InputReplicationMode::kPerReplica;
+  options.experimental_place_dataset_on_device = true;
+  expect_row<InvalidArgumentError>("E123", [&] {
+    (void)strategy.distribute_datasets_from_function([](const InputContext&) { return five_to_eight(); }, options);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -103,6 +103,9 @@ class Strategy {
   // Calls dataset_fn(extended().input_context()) once for this process's input pipeline (a worker
   // shards its input by input_pipeline_id()); the replicas of
   // each step take consecutive elements (per-replica batches) of the data::Dataset it returns.
+  // With options.experimental_replication_mode = InputReplicationMode::kPerReplica, dataset_fn is
+  // called once per replica of this worker instead, with input_pipeline_id() = the replica's
+  // global id, and each replica takes the elements of its own dataset.
   template <class Fn>
   auto distribute_datasets_from_function(Fn&& dataset_fn, const InputOptions& options = {}) const {
     using Returned = std::decay_t<std::invoke_result_t<Fn&, const InputContext&>>;
