@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -200,6 +201,62 @@ TEST_P(DistributedInput, SplittingMakesViewsOfTheGlobalBatch) {
   for (int r = 1; r < n(); ++r) EXPECT_TRUE(batch[r].same_storage(batch[0]));
   // CPU replicas share host memory: the batches stay where the dataset made them.
   for (const Tensor& t : batch.values()) EXPECT_TRUE(t.device().is_cpu());
+}
+
+// With fetch_to_device (the default) each CPU replica's part reports its replica's device; it
+// used to report CPU:0, where the dataset made the batch. It is still a view of that batch, and
+// collectives take a CPU tensor on any CPU replica.
+TEST_P(DistributedInput, CpuReplicasPartsReportTheirReplicasDevice) {
+  MirroredStrategy strategy(cpu_devices(n()));
+  const auto expect_replica_devices = [&](const PerReplica<Tensor>& batch) {
+    for (int r = 0; r < n(); ++r) EXPECT_EQ(batch[r].device(), Device::cpu(r)) << "replica " << r;
+  };
+  const PerReplica<Tensor> split =
+      strategy.experimental_distribute_dataset(data::range(12).batch(12)).make_iterator().get_next();
+  expect_replica_devices(split);
+  for (int r = 1; r < n(); ++r) {
+    EXPECT_TRUE(split[r].same_storage(split[0]));
+    EXPECT_EQ(split[r].raw_data(), static_cast<const std::int64_t*>(split[0].raw_data()) + r * (12 / n()));
+  }
+  // Consecutive elements, the last step's empty batches, and one pipeline per replica.
+  for (const auto& batch : strategy.distribute_datasets_from_function(
+           [](const InputContext&) { return data::range(3).batch(2); })) {
+    expect_replica_devices(batch);
+  }
+  InputOptions per_replica;
+  per_replica.experimental_replication_mode = InputReplicationMode::kPerReplica;
+  for (const auto& batch : strategy.distribute_datasets_from_function(
+           [](const InputContext&) { return data::range(2).batch(2); }, per_replica)) {
+    expect_replica_devices(batch);
+  }
+  // Each replica all-reduces its own part, then another replica's: both are host memory.
+  const std::int64_t rows = 12 / n();
+  std::vector<std::int64_t> column_sums(static_cast<std::size_t>(rows), 0);
+  for (int r = 0; r < n(); ++r) {
+    for (std::int64_t k = 0; k < rows; ++k) column_sums[static_cast<std::size_t>(k)] += r * rows + k;
+  }
+  const auto sums = strategy.run(
+      [&](const Tensor& mine) {
+        ReplicaContext& ctx = *get_replica_context();
+        EXPECT_EQ(mine.device(), ctx.device());
+        const Tensor own = ctx.all_reduce(ReduceOp::kSum, mine);
+        const Tensor& other = split[(ctx.replica_id_in_sync_group() + 1) % n()];
+        return std::make_pair(own, ctx.all_reduce(ReduceOp::kSum, other));
+      },
+      split);
+  for (int r = 0; r < n(); ++r) {
+    EXPECT_EQ(sums[r].first.to_vector<std::int64_t>(), column_sums);
+    EXPECT_EQ(sums[r].second.to_vector<std::int64_t>(), column_sums);
+  }
+  std::vector<std::int64_t> all(12);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(strategy.gather(split, 0).to_vector<std::int64_t>(), all);
+  // Without fetch_to_device the parts stay where the dataset made them.
+  InputOptions stay;
+  stay.experimental_fetch_to_device = false;
+  const PerReplica<Tensor> kept =
+      strategy.experimental_distribute_dataset(data::range(12).batch(12), stay).make_iterator().get_next();
+  for (const Tensor& t : kept.values()) EXPECT_EQ(t.device(), Device::cpu(0));
 }
 
 TEST_P(DistributedInput, NestedElementsAreSplitLeafByLeaf) {

@@ -323,6 +323,23 @@ TEST(Tensor, ReplicaStepsGiveTheirReferencesBackBeforeRunReturns) {
   EXPECT_EQ(block.releases(), 1);
 }
 
+// A host tensor seen as another CPU device's: how a CPU replica's batch reports its replica's device.
+TEST(Tensor, ViewOnAnotherCpuSharesTheMemoryAndReportsThatDevice) {
+  Tensor original = Tensor::from_vector<float>({1, 2, 3, 4}, Shape{2, 2});
+  const Tensor row = original.slice(1, 2);
+  const Tensor view = detail::view_on_cpu(row, Device::cpu(3));
+  EXPECT_EQ(view.device(), Device::cpu(3));
+  EXPECT_EQ(view.raw_data(), row.raw_data());
+  EXPECT_EQ(view.shape(), (Shape{1, 2}));
+  EXPECT_TRUE(view.same_storage(original));
+  EXPECT_TRUE(original.same_storage(view));
+  EXPECT_TRUE(detail::view_on_cpu(view, Device::cpu(1)).same_storage(original));
+  EXPECT_FALSE(view.same_storage(original.clone()));
+  original = Tensor();
+  EXPECT_EQ(view.to_vector<float>(), (std::vector<float>{3, 4})) << "the view keeps the memory alive";
+  EXPECT_EQ(view.to(Device::cpu(0)).device(), Device::cpu(0));
+}
+
 TEST(Tensor, CloneIsDeep) {
   const Tensor a = Tensor::from_vector<double>({1.5, 2.5}, Shape{2}, Device::cpu(2));
   Tensor b = a.clone();

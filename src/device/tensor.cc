@@ -109,6 +109,14 @@ Tensor Tensor::reshape(Shape shape) const {
   return Tensor(storage_, data_, dtype_, std::move(shape));
 }
 
+bool Tensor::same_storage(const Tensor& other) const {
+  return storage_ == other.storage_ || (storage_ && other.storage_ && storage_->block() == other.storage_->block());
+}
+
+Tensor detail::view_on_cpu(const Tensor& host, const Device& cpu) {
+  return Tensor(alias_storage(host.storage_, cpu), host.data_, host.dtype_, host.shape_);
+}
+
 Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
   check_defined("slice");
   DISTRIBUTE_CHECK(rank() >= 1, InvalidArgumentError, "Tensor::slice: the tensor has shape ", shape_.to_string(),

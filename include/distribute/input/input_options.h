@@ -24,7 +24,8 @@ enum class InputReplicationMode {
 struct InputOptions {
   // Place each replica's batch on that replica's device, ready before its step reads it. GPU
   // replicas get a copy on their GPU; CPU replicas share host memory, where the batch already is,
-  // so theirs stays a view. When false, batches stay where the dataset made them (host memory).
+  // so theirs stays a view, which reports the replica's device (CPU:1 for a replica on CPU:1).
+  // When false, batches stay where the dataset made them (host memory).
   bool experimental_fetch_to_device = true;
   InputReplicationMode experimental_replication_mode = InputReplicationMode::kPerWorker;
   // Make each replica's input pipeline on its device: dataset_fn, called for replica r, creates
