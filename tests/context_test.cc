@@ -297,12 +297,27 @@ TEST_P(RunContext, OneProcessIsTheOnlyWorkerAndItsChief) {
   EXPECT_FALSE(extended.in_multi_worker_mode());
   EXPECT_TRUE(extended.should_checkpoint());
   EXPECT_TRUE(extended.should_save_summary());
+  EXPECT_FALSE(extended.experimental_between_graph());
+  EXPECT_TRUE(extended.experimental_should_init());
   const InputContext input = extended.input_context();
   EXPECT_EQ(input.num_input_pipelines(), 1);
   EXPECT_EQ(input.input_pipeline_id(), 0);
   EXPECT_EQ(input.num_replicas_in_sync(), n());
   PerReplica<int> local_ids = strategy.run([] { return get_replica_context()->local_replica_id(); });
   for (int r = 0; r < n(); ++r) EXPECT_EQ(local_ids[r], r);
+}
+
+// As TensorFlow defines them: one program drives the replicas of these strategies (not between
+// graphs), and their one worker initialises its variables.
+TEST(StrategyExtended, BetweenGraphAndShouldInitOfOneProcessStrategies) {
+  MirroredStrategy mirrored(cpu_devices(2));
+  OneDeviceStrategy one_device("CPU:0");
+  for (const Strategy* strategy : {static_cast<const Strategy*>(&mirrored), static_cast<const Strategy*>(&one_device),
+                                   static_cast<const Strategy*>(&get_strategy())}) {
+    SCOPED_TRACE(strategy->name());
+    EXPECT_FALSE(strategy->extended().experimental_between_graph());
+    EXPECT_TRUE(strategy->extended().experimental_should_init());
+  }
 }
 
 TEST_P(RunContext, ReplicaContextReportsItsDevice) {

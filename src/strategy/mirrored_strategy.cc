@@ -196,6 +196,8 @@ class MirroredExtended final : public StrategyExtended {
 
   int num_workers() const override { return workers_ != nullptr ? workers_->num_workers() : 1; }
   int worker_id() const override { return workers_ != nullptr ? workers_->worker_id() : 0; }
+  // A multi-worker strategy: one process per worker, each running the whole program.
+  bool experimental_between_graph() const override { return workers_ != nullptr; }
 
   detail::Backend backend() const { return backend_; }
 
