@@ -579,8 +579,8 @@ TEST(PerReplicaInputErrors, OptionsTensorFlowRefuses) {
   const std::vector<std::string> needs_per_replica = {
       "InputOptions: experimental_place_dataset_on_device places each replica's own input pipeline on its device",
       "it needs experimental_replication_mode = InputReplicationMode::kPerReplica"};
-  expect_error<InvalidArgumentError>([&] { (void)strategy.distribute_datasets_from_function(dataset_fn, placed_per_worker); },
-                                     needs_per_replica);
+  expect_error<InvalidArgumentError>(
+      [&] { (void)strategy.distribute_datasets_from_function(dataset_fn, placed_per_worker); }, needs_per_replica);
   expect_error<InvalidArgumentError>(
       [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2), placed_per_worker); },
       needs_per_replica);

@@ -320,7 +320,8 @@ const std::vector<Row>& expected_rows() {
         "Destroy a scope on the thread that called Strategy::scope()"}},
       {"E121",
        "UnimplementedError",
-       {"experimental_distribute_dataset: InputReplicationMode::kPerReplica is only supported by distribute_datasets_from_function"}},
+       {"experimental_distribute_dataset: InputReplicationMode::kPerReplica is only supported by "
+        "distribute_datasets_from_function"}},
       {"E122",
        "InvalidArgumentError",
        {"InputOptions: experimental_place_dataset_on_device places each replica's own input pipeline on its device",
@@ -1346,7 +1347,8 @@ TEST(Errors, E121_PerReplicaInputOfOneDataset) {
   MirroredStrategy strategy(cpu_devices(2));
   InputOptions options;
   options.experimental_replication_mode = InputReplicationMode::kPerReplica;
-  expect_row<UnimplementedError>("E121", [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2), options); });
+  expect_row<UnimplementedError>(
+      "E121", [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2), options); });
 }
 
 TEST(Errors, E122_PlaceDatasetOnDeviceOfOnePipeline) {

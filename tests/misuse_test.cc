@@ -729,7 +729,9 @@ TEST_F(Misuse, TimeoutsThatAreNegativeOrNotFiniteAreRejectedWhereGiven) {
     SCOPED_TRACE(seconds);
     const std::chrono::duration<double> timeout(seconds);
     expect_error<InvalidArgumentError>(
-        [&] { MirroredStrategy strategy(cpu_devices(2), MirroredStrategyOptions{.communication = {.timeout = timeout}}); },
+        [&] {
+          MirroredStrategy strategy(cpu_devices(2), MirroredStrategyOptions{.communication = {.timeout = timeout}});
+        },
         {"MirroredStrategy: options.communication.timeout is " + absl::StrCat(seconds) + " s", rule,
          "(0: no timeout)"});
     expect_error<InvalidArgumentError>([&] { OneDeviceStrategy strategy("CPU:0", {.timeout = timeout}); },

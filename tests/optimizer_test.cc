@@ -441,7 +441,8 @@ TEST(Optimizer, NonFiniteOrNegativeHyperparametersAreRejected) {
   Adam adam(0.1);
   expect_error<InvalidArgumentError>([&] { sgd.set_learning_rate(-inf); },
                                      {"SGD.set_learning_rate: learning_rate is -inf; it must be >= 0 and finite"});
-  expect_error<InvalidArgumentError>([&] { sgd.set_learning_rate(nan); }, {"SGD.set_learning_rate: learning_rate is nan"});
+  expect_error<InvalidArgumentError>([&] { sgd.set_learning_rate(nan); },
+                                     {"SGD.set_learning_rate: learning_rate is nan"});
   expect_error<InvalidArgumentError>([&] { adam.set_learning_rate(inf); }, {"Adam.set_learning_rate"});
   EXPECT_EQ(sgd.learning_rate(), 0.1) << "a rejected rate leaves the old one";
   sgd.apply_gradients({{Tensor::scalar<float>(1.0f), w}});
