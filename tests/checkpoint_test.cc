@@ -365,6 +365,32 @@ TEST_F(CheckpointTest, PathsThatCannotBeUsed) {
   EXPECT_EQ(files(), (std::vector<std::string>{"dir"})) << "the temporary file is removed";
 }
 
+// Restoring a directory used to throw std::ios_base::failure from the read, outside the taxonomy.
+TEST_F(CheckpointTest, EveryPathErrorIsADistributeError) {
+  Variable w(1.0f);
+  Checkpoint checkpoint({{"w", w}});
+  fs::create_directories(file("dir"));
+  expect_error<InvalidArgumentError>([&] { checkpoint.restore(file("dir")); },
+                                     {"Checkpoint::restore: \"" + file("dir").string() + "\" is a directory",
+                                      "pass the path of a checkpoint file"});
+  // A path below a regular file can be neither written nor read.
+  checkpoint.save(file("ckpt"));
+  expect_error<InvalidArgumentError>([&] { checkpoint.save(file("ckpt") / "inside"); },
+                                     {"Checkpoint::save: cannot create", "Not a directory"});
+  expect_error<InvalidArgumentError>([&] { checkpoint.restore(file("ckpt") / "inside"); },
+                                     {"Checkpoint::restore: cannot open", "Not a directory"});
+  // An empty directory is no file to replace either.
+  fs::create_directories(file("empty"));
+  try {
+    checkpoint.save(file("empty"));
+    ADD_FAILURE() << "saving over a directory succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Checkpoint::save"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(files(), (std::vector<std::string>{"ckpt", "dir", "empty"})) << "nothing is left behind";
+  checkpoint.restore(file("ckpt"));
+}
+
 TEST(DataLossError, IsTheErrorOfAbslDataLoss) {
   try {
     throw_status(absl::DataLossError("torn"));

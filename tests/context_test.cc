@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -198,6 +199,64 @@ TEST(Scope, MovedScopeLeavesOnDestruction) {
   EXPECT_EQ(after, nullptr);
 }
 
+// A scope destroyed on a thread that did not enter it used to be accepted silently, leaving the
+// entering thread in the scope. Each thread here is a new one, so no scope leaks into other tests.
+TEST(Scope, DestroyedOnAnotherThreadIsAFailedPrecondition) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope* scope = nullptr;
+  const Strategy* inside = nullptr;
+  std::thread([&] {
+    scope = new StrategyScope(strategy.scope());
+    inside = get_cross_replica_context();
+  }).join();
+  EXPECT_EQ(inside, &strategy);
+  expect_error<FailedPreconditionError>(
+      [&] { delete scope; },
+      {"StrategyScope: destroyed on a thread that did not enter it",
+       "that thread stays in the strategy's cross-replica context",
+       "Destroy a scope on the thread that called Strategy::scope()"});
+  EXPECT_EQ(get_cross_replica_context(), nullptr) << "this thread never entered the scope";
+
+  // While an exception propagates, the destructor must not throw (that would end the program).
+  std::thread([&] { scope = new StrategyScope(strategy.scope()); }).join();
+  struct DeletesWhileUnwinding {
+    StrategyScope* scope;
+    ~DeletesWhileUnwinding() noexcept(false) { delete scope; }
+  };
+  EXPECT_THROW(
+      {
+        DeletesWhileUnwinding holder{scope};
+        throw std::runtime_error("unwinding");
+      },
+      std::runtime_error);
+}
+
+// Moving a scope on another thread keeps it the entering thread's: destroyed back there, it leaves
+// the scope (the move used to lose track of it, leaving that thread in the scope).
+TEST(Scope, MovedOnAnotherThreadStillLeavesOnTheEnteringThread) {
+  MirroredStrategy strategy(cpu_devices(2));
+  std::atomic<int> phase{0};
+  StrategyScope* entered = nullptr;
+  StrategyScope* moved = nullptr;
+  const Strategy* inside = nullptr;
+  const Strategy* after = &strategy;
+  std::thread entering([&] {
+    entered = new StrategyScope(strategy.scope());
+    inside = get_cross_replica_context();
+    phase = 1;
+    while (phase != 2) std::this_thread::yield();
+    delete moved;
+    after = get_cross_replica_context();
+  });
+  while (phase != 1) std::this_thread::yield();
+  moved = new StrategyScope(std::move(*entered));
+  delete entered;  // moved from: nothing to leave, on any thread
+  phase = 2;
+  entering.join();
+  EXPECT_EQ(inside, &strategy);
+  EXPECT_EQ(after, nullptr);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Inside run.
 
@@ -238,12 +297,27 @@ TEST_P(RunContext, OneProcessIsTheOnlyWorkerAndItsChief) {
   EXPECT_FALSE(extended.in_multi_worker_mode());
   EXPECT_TRUE(extended.should_checkpoint());
   EXPECT_TRUE(extended.should_save_summary());
+  EXPECT_FALSE(extended.experimental_between_graph());
+  EXPECT_TRUE(extended.experimental_should_init());
   const InputContext input = extended.input_context();
   EXPECT_EQ(input.num_input_pipelines(), 1);
   EXPECT_EQ(input.input_pipeline_id(), 0);
   EXPECT_EQ(input.num_replicas_in_sync(), n());
   PerReplica<int> local_ids = strategy.run([] { return get_replica_context()->local_replica_id(); });
   for (int r = 0; r < n(); ++r) EXPECT_EQ(local_ids[r], r);
+}
+
+// As TensorFlow defines them: one program drives the replicas of these strategies (not between
+// graphs), and their one worker initialises its variables.
+TEST(StrategyExtended, BetweenGraphAndShouldInitOfOneProcessStrategies) {
+  MirroredStrategy mirrored(cpu_devices(2));
+  OneDeviceStrategy one_device("CPU:0");
+  for (const Strategy* strategy : {static_cast<const Strategy*>(&mirrored), static_cast<const Strategy*>(&one_device),
+                                   static_cast<const Strategy*>(&get_strategy())}) {
+    SCOPED_TRACE(strategy->name());
+    EXPECT_FALSE(strategy->extended().experimental_between_graph());
+    EXPECT_TRUE(strategy->extended().experimental_should_init());
+  }
 }
 
 TEST_P(RunContext, ReplicaContextReportsItsDevice) {

@@ -178,6 +178,59 @@ TEST(Dataset, BatchStacksAlongANewDimensionZero) {
   EXPECT_EQ(five_to_eight().batch(3).batch(2).batch_spec()->batch_size, 2);
 }
 
+// batch() used to allocate batch_size rows before the first: batch(1 << 60) failed with "host
+// allocation of ... bytes failed". It allocates for the rows there are, on every path (rows of
+// from_tensor_slices, elements of a generator or a map).
+TEST(Dataset, AHugeBatchSizeGivesOneBatchOfTheRowsThereAre) {
+  const std::int64_t huge = std::int64_t{1} << 60;
+  EXPECT_EQ(values<std::int64_t>(data::range(3).batch(huge)), (std::vector<std::vector<std::int64_t>>{{0, 1, 2}}));
+  EXPECT_TRUE(values<std::int64_t>(data::range(3).batch(huge, true)).empty());
+  EXPECT_EQ(values<float>(five_to_eight().batch(huge)), (std::vector<std::vector<float>>{{5, 6, 7, 8}}));
+  const auto generated = Dataset<Tensor>::from_generator([] {
+    return std::function<std::optional<Tensor>()>([i = 0]() mutable -> std::optional<Tensor> {
+      if (i == 3) return std::nullopt;
+      const float v = static_cast<float>(i++);
+      return Tensor::from_vector<float>({v, v});
+    });
+  });
+  std::vector<Tensor> batches;
+  for (const Tensor& t : generated.batch(huge)) batches.push_back(t);
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_EQ(batches[0].shape(), (Shape{3, 2}));
+  EXPECT_EQ(batches[0].to_vector<float>(), (std::vector<float>{0, 0, 1, 1, 2, 2}));
+  // Split between replicas by that batch size, the rows fill replica 0 first.
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  std::vector<std::vector<std::int64_t>> parts;
+  for (const PerReplica<Tensor>& step : strategy.experimental_distribute_dataset(data::range(3).batch(huge))) {
+    for (const Tensor& t : step.values()) parts.push_back(t.to_vector<std::int64_t>());
+  }
+  EXPECT_EQ(parts, (std::vector<std::vector<std::int64_t>>{{0, 1, 2}, {}}));
+}
+
+// Batches of more bytes than batch() first allocates grow as their rows come, and stay exact.
+TEST(Dataset, LargeBatchesAreExactOnEveryPath) {
+  constexpr std::int64_t kRows = 700;
+  constexpr std::int64_t kWidth = 2048;  // 8 KiB rows: a batch of 300 holds 2.4 MiB
+  std::vector<float> source(static_cast<std::size_t>(kRows * kWidth));
+  std::iota(source.begin(), source.end(), 0.0f);
+  const Tensor rows = Tensor::from_vector<float>(source, Shape{kRows, kWidth});
+  const auto sliced = Dataset<Tensor>::from_tensor_slices(rows);
+  const auto mapped = sliced.map([](const Tensor& t) { return t.clone(); });
+  for (const Dataset<Tensor>& ds : {sliced, mapped}) {
+    std::int64_t next_row = 0;
+    std::vector<std::int64_t> sizes;
+    for (const Tensor& batch : ds.batch(300)) {
+      sizes.push_back(batch.shape()[0]);
+      EXPECT_EQ(batch.shape()[1], kWidth);
+      const std::vector<float> got = batch.to_vector<float>();
+      const auto first = source.begin() + next_row * kWidth;
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), first, first + batch.shape()[0] * kWidth));
+      next_row += batch.shape()[0];
+    }
+    EXPECT_EQ(sizes, (std::vector<std::int64_t>{300, 300, 100}));
+  }
+}
+
 TEST(Dataset, BatchOfPairsKeepsTheStructure) {
   using Pair = std::pair<Tensor, Tensor>;
   const Pair source{Tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, Shape{3, 2}),

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -226,6 +228,25 @@ TEST(Shape, NegativeDimensionsAreRejected) {
   expect_error<InvalidArgumentError>([] { (void)Shape{2, -3}; }, {"dimension 1 is -3", ">= 0"});
   expect_error<InvalidArgumentError>([] { (void)Shape(std::vector<std::int64_t>{-1}); },
                                           {"dimension 0 is -1"});
+}
+
+// The product of the dimensions used to wrap: (2^40, 2^40) counted 0 elements.
+TEST(Shape, ElementCountsPastInt64AreRejected) {
+  constexpr std::int64_t k2_40 = std::int64_t{1} << 40;
+  expect_error<InvalidArgumentError>([] { (void)Shape{k2_40, k2_40}; },
+                                     {"Shape: (1099511627776, 1099511627776) has more elements than an int64 counts",
+                                      "dimensions multiply to more than 9223372036854775807"});
+  expect_error<InvalidArgumentError>([] { (void)Shape{std::int64_t{1} << 33, std::int64_t{1} << 31}; },
+                                     {"Shape: (8589934592, 2147483648) has more elements than an int64 counts"});
+  // A zero dimension does not make the others' product countable: outer_size and with_dim use it.
+  expect_error<InvalidArgumentError>([] { (void)Shape(std::vector<std::int64_t>{0, k2_40, k2_40}); },
+                                     {"its non-zero dimensions multiply to more than"});
+  expect_error<InvalidArgumentError>([] { (void)Shape{k2_40, 1}.with_dim(1, k2_40); },
+                                     {"Shape: (1099511627776, 1099511627776) has more elements"});
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ((Shape{max}).num_elements(), max);
+  EXPECT_EQ((Shape{std::int64_t{1} << 31, std::int64_t{1} << 31}).num_elements(), std::int64_t{1} << 62);
+  EXPECT_EQ((Shape{0, k2_40}).num_elements(), 0);
 }
 
 TEST(Shape, OuterInnerAndDimEdits) {

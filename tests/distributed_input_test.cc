@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -202,6 +203,62 @@ TEST_P(DistributedInput, SplittingMakesViewsOfTheGlobalBatch) {
   for (const Tensor& t : batch.values()) EXPECT_TRUE(t.device().is_cpu());
 }
 
+// With fetch_to_device (the default) each CPU replica's part reports its replica's device; it
+// used to report CPU:0, where the dataset made the batch. It is still a view of that batch, and
+// collectives take a CPU tensor on any CPU replica.
+TEST_P(DistributedInput, CpuReplicasPartsReportTheirReplicasDevice) {
+  MirroredStrategy strategy(cpu_devices(n()));
+  const auto expect_replica_devices = [&](const PerReplica<Tensor>& batch) {
+    for (int r = 0; r < n(); ++r) EXPECT_EQ(batch[r].device(), Device::cpu(r)) << "replica " << r;
+  };
+  const PerReplica<Tensor> split =
+      strategy.experimental_distribute_dataset(data::range(12).batch(12)).make_iterator().get_next();
+  expect_replica_devices(split);
+  for (int r = 1; r < n(); ++r) {
+    EXPECT_TRUE(split[r].same_storage(split[0]));
+    EXPECT_EQ(split[r].raw_data(), static_cast<const std::int64_t*>(split[0].raw_data()) + r * (12 / n()));
+  }
+  // Consecutive elements, the last step's empty batches, and one pipeline per replica.
+  for (const auto& batch : strategy.distribute_datasets_from_function(
+           [](const InputContext&) { return data::range(3).batch(2); })) {
+    expect_replica_devices(batch);
+  }
+  InputOptions per_replica;
+  per_replica.experimental_replication_mode = InputReplicationMode::kPerReplica;
+  for (const auto& batch : strategy.distribute_datasets_from_function(
+           [](const InputContext&) { return data::range(2).batch(2); }, per_replica)) {
+    expect_replica_devices(batch);
+  }
+  // Each replica all-reduces its own part, then another replica's: both are host memory.
+  const std::int64_t rows = 12 / n();
+  std::vector<std::int64_t> column_sums(static_cast<std::size_t>(rows), 0);
+  for (int r = 0; r < n(); ++r) {
+    for (std::int64_t k = 0; k < rows; ++k) column_sums[static_cast<std::size_t>(k)] += r * rows + k;
+  }
+  const auto sums = strategy.run(
+      [&](const Tensor& mine) {
+        ReplicaContext& ctx = *get_replica_context();
+        EXPECT_EQ(mine.device(), ctx.device());
+        const Tensor own = ctx.all_reduce(ReduceOp::kSum, mine);
+        const Tensor& other = split[(ctx.replica_id_in_sync_group() + 1) % n()];
+        return std::make_pair(own, ctx.all_reduce(ReduceOp::kSum, other));
+      },
+      split);
+  for (int r = 0; r < n(); ++r) {
+    EXPECT_EQ(sums[r].first.to_vector<std::int64_t>(), column_sums);
+    EXPECT_EQ(sums[r].second.to_vector<std::int64_t>(), column_sums);
+  }
+  std::vector<std::int64_t> all(12);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(strategy.gather(split, 0).to_vector<std::int64_t>(), all);
+  // Without fetch_to_device the parts stay where the dataset made them.
+  InputOptions stay;
+  stay.experimental_fetch_to_device = false;
+  const PerReplica<Tensor> kept =
+      strategy.experimental_distribute_dataset(data::range(12).batch(12), stay).make_iterator().get_next();
+  for (const Tensor& t : kept.values()) EXPECT_EQ(t.device(), Device::cpu(0));
+}
+
 TEST_P(DistributedInput, NestedElementsAreSplitLeafByLeaf) {
   using Pair = std::pair<Tensor, Tensor>;
   MirroredStrategy strategy(cpu_devices(n()));
@@ -285,6 +342,34 @@ TEST_P(DistributedInput, IteratingInsideAReplicaIsAFailedPrecondition) {
   EXPECT_EQ(it.get_next()[0].to_vector<float>(), std::vector<float>{5});
 }
 
+// Distributing is refused at the call inside a replica, not at the first iteration of the result.
+TEST_P(DistributedInput, DistributingInsideAReplicaIsAFailedPrecondition) {
+  MirroredStrategy strategy(cpu_devices(n()));
+  std::atomic<int> dataset_fn_calls{0};
+  strategy.run([&] {
+    expect_error<FailedPreconditionError>(
+        [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2)); },
+        {"experimental_distribute_dataset requires being in cross-replica context",
+         "distribute the dataset outside Strategy::run"});
+    expect_error<FailedPreconditionError>(
+        [&] {
+          (void)strategy.distribute_datasets_from_function([&](const InputContext&) {
+            ++dataset_fn_calls;
+            return five_to_eight();
+          });
+        },
+        {"distribute_datasets_from_function requires being in cross-replica context",
+         "distribute the dataset outside Strategy::run"});
+  });
+  EXPECT_EQ(dataset_fn_calls.load(), 0) << "dataset_fn must not run when the call is refused";
+  // In the strategy's scope (cross-replica context) both are allowed.
+  const StrategyScope scope = strategy.scope();
+  EXPECT_EQ(steps<float>(strategy.experimental_distribute_dataset(five_to_eight().batch(4))).size(), 1u);
+  EXPECT_EQ(strategy.distribute_datasets_from_function([](const InputContext&) { return five_to_eight(); })
+                .num_replicas_in_sync(),
+            n());
+}
+
 TEST_P(DistributedInput, AUserExceptionReachesItsStepWithItsTypeAndStays) {
   Watchdog watchdog(kHangLimit, "a failing distributed dataset");
   MirroredStrategy strategy(cpu_devices(n()));
@@ -346,6 +431,166 @@ TEST_P(DistributedInput, DroppingTheIteratorMidEpochStopsItsThread) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(made.load(), at_drop);
   EXPECT_EQ(seen, 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// InputReplicationMode::kPerReplica: one input pipeline per replica.
+
+class PerReplicaInput : public ::testing::TestWithParam<int> {
+ protected:
+  int n() const { return GetParam(); }
+  static InputOptions per_replica() {
+    InputOptions options;
+    options.experimental_replication_mode = InputReplicationMode::kPerReplica;
+    return options;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Replicas, PerReplicaInput, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param) + "replicas"; });
+
+// range(12) sharded by input pipeline, batches of 2: replica r reads r, r + N, r + 2N, ...
+TEST_P(PerReplicaInput, DatasetFnIsCalledOncePerReplicaWithItsPipelineId) {
+  const std::map<int, Steps<std::int64_t>> expected = {
+      {1, {{{0, 1}}, {{2, 3}}, {{4, 5}}, {{6, 7}}, {{8, 9}}, {{10, 11}}}},
+      {2, {{{0, 2}, {1, 3}}, {{4, 6}, {5, 7}}, {{8, 10}, {9, 11}}}},
+      {3, {{{0, 3}, {1, 4}, {2, 5}}, {{6, 9}, {7, 10}, {8, 11}}}},
+  };
+  MirroredStrategy strategy(cpu_devices(n()));
+  std::vector<std::string> contexts;
+  const auto ds = strategy.distribute_datasets_from_function(
+      [&](const InputContext& ctx) {
+        contexts.push_back(absl::StrCat(ctx.num_input_pipelines(), " ", ctx.input_pipeline_id(), " ",
+                                        ctx.num_replicas_in_sync()));
+        return data::range(12).shard(ctx.num_input_pipelines(), ctx.input_pipeline_id()).batch(2);
+      },
+      per_replica());
+  std::vector<std::string> expected_contexts;
+  for (int r = 0; r < n(); ++r) expected_contexts.push_back(absl::StrCat(n(), " ", r, " ", n()));
+  EXPECT_EQ(contexts, expected_contexts);
+  EXPECT_EQ(steps<std::int64_t>(ds), expected.at(n()));
+  EXPECT_EQ(steps<std::int64_t>(ds), expected.at(n()));  // re-iterable; dataset_fn is not called again
+  EXPECT_EQ(contexts.size(), static_cast<std::size_t>(n()));
+}
+
+// Replica r's dataset has r + 1 elements: a replica whose data ran out gets empty batches until
+// every dataset has ended; with drop_remainder those partial steps are dropped.
+TEST_P(PerReplicaInput, ReplicasWhoseDataRanOutGetEmptyBatches) {
+  const std::map<int, Steps<std::int64_t>> expected = {
+      {1, {{{0}}}},
+      {2, {{{0}, {10}}, {{}, {11}}}},
+      {3, {{{0}, {10}, {20}}, {{}, {11}, {21}}, {{}, {}, {22}}}},
+  };
+  MirroredStrategy strategy(cpu_devices(n()));
+  auto make = [&](bool drop_remainder) {
+    return strategy.distribute_datasets_from_function(
+        [drop_remainder](const InputContext& ctx) {
+          const int id = ctx.input_pipeline_id();
+          return data::range(10 * id, 10 * id + id + 1).batch(1, drop_remainder);
+        },
+        per_replica());
+  };
+  EXPECT_EQ(steps<std::int64_t>(make(false)), expected.at(n()));
+  const Steps<std::int64_t> whole_steps = {expected.at(n())[0]};
+  EXPECT_EQ(steps<std::int64_t>(make(true)), whole_steps);
+}
+
+TEST_P(PerReplicaInput, BatchesFeedRun) {
+  MirroredStrategy strategy(cpu_devices(n()));
+  const auto ds = strategy.distribute_datasets_from_function(
+      [](const InputContext& ctx) {
+        return data::range(40).shard(ctx.num_input_pipelines(), ctx.input_pipeline_id()).batch(4);
+      },
+      per_replica());
+  double total = 0;
+  for (auto batch : ds) {
+    auto sums = strategy.run([](const Tensor& local) {
+      const auto sum = static_cast<double>(local.flat<std::int64_t>().sum());
+      return get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::scalar(sum));
+    }, batch);
+    total += sums[0].item<double>();
+  }
+  EXPECT_EQ(total, 780.0);  // 0 + 1 + ... + 39, each element read by one replica once
+}
+
+// On worker 1 of 2 with 2 local replicas, the replicas' pipelines are 2 and 3 of 4.
+TEST(PerReplicaInputWorkers, PipelineIdsAreGlobalReplicaIds) {
+  InputOptions options;
+  options.experimental_replication_mode = InputReplicationMode::kPerReplica;
+  std::vector<std::string> contexts;
+  const auto ds = DistributedDataset<Tensor>::from_function(
+      {Device::cpu(0), Device::cpu(1)},
+      [&](const InputContext& ctx) {
+        contexts.push_back(absl::StrCat(ctx.num_input_pipelines(), " ", ctx.input_pipeline_id(), " ",
+                                        ctx.num_replicas_in_sync()));
+        return data::range(8).shard(ctx.num_input_pipelines(), ctx.input_pipeline_id()).batch(2);
+      },
+      options, InputContext(2, 1, 4));
+  EXPECT_EQ(contexts, (std::vector<std::string>{"4 2 4", "4 3 4"}));
+  EXPECT_EQ(steps<std::int64_t>(ds), (Steps<std::int64_t>{{{2, 6}, {3, 7}}}));
+}
+
+// experimental_place_dataset_on_device: dataset_fn makes its tensors on its replica's device.
+TEST(PerReplicaInputPlacement, PlaceDatasetOnDeviceMakesTheReplicasTensorsThere) {
+  MirroredStrategy strategy(cpu_devices(3));
+  InputOptions options;
+  options.experimental_replication_mode = InputReplicationMode::kPerReplica;
+  options.experimental_fetch_to_device = false;
+  options.experimental_place_dataset_on_device = true;
+  std::vector<Device> made_on;
+  const auto ds = strategy.distribute_datasets_from_function(
+      [&](const InputContext& ctx) {
+        const Tensor rows = Tensor::from_vector<float>({float(ctx.input_pipeline_id()), 9.0f});
+        made_on.push_back(rows.device());
+        return Dataset<Tensor>::from_tensor_slices(rows).batch(2);
+      },
+      options);
+  EXPECT_EQ(made_on, (std::vector<Device>{Device::cpu(0), Device::cpu(1), Device::cpu(2)}));
+  EXPECT_EQ(default_device(), Device::cpu(0)) << "the caller's default device is back";
+  EXPECT_EQ(steps<float>(ds), (Steps<float>{{{0, 9}, {1, 9}, {2, 9}}}));
+  // Without it, dataset_fn makes them where the caller would.
+  made_on.clear();
+  options.experimental_place_dataset_on_device = false;
+  (void)strategy.distribute_datasets_from_function(
+      [&](const InputContext&) {
+        made_on.push_back(Tensor::scalar(1.0f).device());
+        return data::range(2).batch(1);
+      },
+      options);
+  EXPECT_EQ(made_on, (std::vector<Device>(3, Device::cpu(0))));
+}
+
+TEST(PerReplicaInputErrors, OptionsTensorFlowRefuses) {
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  InputOptions per_replica;
+  per_replica.experimental_replication_mode = InputReplicationMode::kPerReplica;
+  expect_error<UnimplementedError>(
+      [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2), per_replica); },
+      {"experimental_distribute_dataset: InputReplicationMode::kPerReplica is only supported by "
+       "distribute_datasets_from_function"});
+  int calls = 0;
+  const auto dataset_fn = [&](const InputContext&) {
+    ++calls;
+    return five_to_eight().batch(2);
+  };
+  InputOptions placed_per_worker;
+  placed_per_worker.experimental_fetch_to_device = false;
+  placed_per_worker.experimental_place_dataset_on_device = true;
+  const std::vector<std::string> needs_per_replica = {
+      "InputOptions: experimental_place_dataset_on_device places each replica's own input pipeline on its device",
+      "it needs experimental_replication_mode = InputReplicationMode::kPerReplica"};
+  expect_error<InvalidArgumentError>(
+      [&] { (void)strategy.distribute_datasets_from_function(dataset_fn, placed_per_worker); }, needs_per_replica);
+  expect_error<InvalidArgumentError>(
+      [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2), placed_per_worker); },
+      needs_per_replica);
+  InputOptions placed_and_fetched = per_replica;
+  placed_and_fetched.experimental_place_dataset_on_device = true;
+  expect_error<InvalidArgumentError>(
+      [&] { (void)strategy.distribute_datasets_from_function(dataset_fn, placed_and_fetched); },
+      {"InputOptions: experimental_place_dataset_on_device and experimental_fetch_to_device are both set",
+       "set experimental_fetch_to_device = false"});
+  EXPECT_EQ(calls, 0) << "dataset_fn must not run when the options are refused";
 }
 
 TEST(DistributedInputOneReplica, DefaultStrategyKeepsTheDatasetAsItIs) {

@@ -300,6 +300,36 @@ const std::vector<Row>& expected_rows() {
        {"distribute_datasets_from_function: replica 1 has no element in the last step, and leaf 0 of the step's "
         "first element has shape () (a scalar)",
         "an empty batch needs a dimension 0"}},
+      {"E116",
+       "FailedPreconditionError",
+       {"requires being in cross-replica context",
+        "distribute the dataset outside Strategy::run and pass each step's PerReplica batch to run"}},
+      {"E117",
+       "InvalidArgumentError",
+       {"Shape: (1099511627776, 1099511627776) has more elements than an int64 counts",
+        "multiply to more than 9223372036854775807"}},
+      {"E118",
+       "InvalidArgumentError",
+       {"4611686018427387904 elements of float32 (shape (4611686018427387904,)) take more bytes than a size_t counts"}},
+      {"E119",
+       "InvalidArgumentError",
+       {"timeout is -1 s; it must be a finite number of seconds >= 0"}},
+      {"E120",
+       "FailedPreconditionError",
+       {"StrategyScope: destroyed on a thread that did not enter it",
+        "Destroy a scope on the thread that called Strategy::scope()"}},
+      {"E121",
+       "UnimplementedError",
+       {"experimental_distribute_dataset: InputReplicationMode::kPerReplica is only supported by "
+        "distribute_datasets_from_function"}},
+      {"E122",
+       "InvalidArgumentError",
+       {"InputOptions: experimental_place_dataset_on_device places each replica's own input pipeline on its device",
+        "it needs experimental_replication_mode = InputReplicationMode::kPerReplica"}},
+      {"E123",
+       "InvalidArgumentError",
+       {"InputOptions: experimental_place_dataset_on_device and experimental_fetch_to_device are both set",
+        "set experimental_fetch_to_device = false"}},
   };
   return rows;
 }
@@ -1267,6 +1297,78 @@ TEST(Errors, E115_NoEmptyBatchForAScalar) {
       strategy.distribute_datasets_from_function([](const InputContext&) { return data::range(3); }).make_iterator();
   (void)it.get_next();
   expect_row<InvalidArgumentError>("E115", [&] { (void)it.get_next(); });
+}
+
+TEST(Errors, E116_DistributingInsideAReplica) {
+  MirroredStrategy strategy(cpu_devices(2));
+  strategy.run([&] {
+    expect_row<FailedPreconditionError>(
+        "E116", [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2)); },
+        {"experimental_distribute_dataset"});
+    expect_row<FailedPreconditionError>(
+        "E116",
+        [&] { (void)strategy.distribute_datasets_from_function([](const InputContext&) { return five_to_eight(); }); },
+        {"distribute_datasets_from_function"});
+  });
+}
+
+TEST(Errors, E117_ShapeWithTooManyElements) {
+  constexpr std::int64_t k2_40 = std::int64_t{1} << 40;
+  expect_row<InvalidArgumentError>("E117", [] { (void)Shape{k2_40, k2_40}; });
+  expect_row<InvalidArgumentError>("E117", [] { (void)Shape{k2_40, 1}.with_dim(1, k2_40); });
+}
+
+TEST(Errors, E118_TensorWithTooManyBytes) {
+  const Shape huge{std::int64_t{1} << 62};
+  expect_row<InvalidArgumentError>("E118", [&] { (void)Tensor::zeros(DType::kFloat32, huge); }, {"Tensor::empty"});
+  float x = 0;
+  expect_row<InvalidArgumentError>("E118", [&] { (void)Tensor::from_blob(&x, huge); }, {"Tensor::from_blob"});
+}
+
+TEST(Errors, E119_TimeoutThatIsNegativeOrNotFinite) {
+  const CommunicationOptions bad{.timeout = std::chrono::duration<double>(-1)};
+  expect_row<InvalidArgumentError>(
+      "E119", [&] { MirroredStrategy strategy(cpu_devices(2), MirroredStrategyOptions{.communication = bad}); },
+      {"MirroredStrategy: options.communication.timeout"});
+  MirroredStrategy strategy(cpu_devices(2));
+  expect_row<InvalidArgumentError>(
+      "E119", [&] { strategy.run([&] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, bad); }); },
+      {"CommunicationOptions::timeout"});
+}
+
+TEST(Errors, E120_ScopeDestroyedOnAnotherThread) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope* scope = nullptr;
+  std::thread([&] { scope = new StrategyScope(strategy.scope()); }).join();
+  expect_row<FailedPreconditionError>("E120", [&] { delete scope; });
+}
+
+TEST(Errors, E121_PerReplicaInputOfOneDataset) {
+  MirroredStrategy strategy(cpu_devices(2));
+  InputOptions options;
+  options.experimental_replication_mode = InputReplicationMode::kPerReplica;
+  expect_row<UnimplementedError>(
+      "E121", [&] { (void)strategy.experimental_distribute_dataset(five_to_eight().batch(2), options); });
+}
+
+TEST(Errors, E122_PlaceDatasetOnDeviceOfOnePipeline) {
+  MirroredStrategy strategy(cpu_devices(2));
+  InputOptions options;
+  options.experimental_fetch_to_device = false;
+  options.experimental_place_dataset_on_device = true;
+  expect_row<InvalidArgumentError>("E122", [&] {
+    (void)strategy.distribute_datasets_from_function([](const InputContext&) { return five_to_eight(); }, options);
+  });
+}
+
+TEST(Errors, E123_PlaceDatasetOnDeviceAndFetchToDevice) {
+  MirroredStrategy strategy(cpu_devices(2));
+  InputOptions options;
+  options.experimental_replication_mode = InputReplicationMode::kPerReplica;
+  options.experimental_place_dataset_on_device = true;
+  expect_row<InvalidArgumentError>("E123", [&] {
+    (void)strategy.distribute_datasets_from_function([](const InputContext&) { return five_to_eight(); }, options);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "distribute/distribute.h"
 #include "testing/error_expect.h"
 #include "testing/replica_harness.h"
@@ -715,6 +717,50 @@ TEST_F(Misuse, CallTimeoutOverridesStrategyTimeout) {
     return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, options);
   });
   EXPECT_EQ(sums.values(), (std::vector<float>{2.0f, 2.0f}));
+}
+
+// A negative timeout used to mean "no timeout" and a NaN one failed every collective later; both
+// are refused where they are given: to a strategy, or to one call.
+TEST_F(Misuse, TimeoutsThatAreNegativeOrNotFiniteAreRejectedWhereGiven) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::string rule = "it must be a finite number of seconds >= 0";
+  for (const double seconds : {-1.0, nan, inf}) {
+    SCOPED_TRACE(seconds);
+    const std::chrono::duration<double> timeout(seconds);
+    expect_error<InvalidArgumentError>(
+        [&] {
+          MirroredStrategy strategy(cpu_devices(2), MirroredStrategyOptions{.communication = {.timeout = timeout}});
+        },
+        {"MirroredStrategy: options.communication.timeout is " + absl::StrCat(seconds) + " s", rule,
+         "(0: no timeout)"});
+    expect_error<InvalidArgumentError>([&] { OneDeviceStrategy strategy("CPU:0", {.timeout = timeout}); },
+                                       {"OneDeviceStrategy: options.timeout is", rule});
+  }
+  MirroredStrategy strategy(cpu_devices(2));
+  for (const double seconds : {-0.5, nan}) {
+    SCOPED_TRACE(seconds);
+    const CommunicationOptions bad{.timeout = std::chrono::duration<double>(seconds)};
+    expect_error<InvalidArgumentError>(
+        [&] { strategy.run([&] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, bad); }); },
+        {"CommunicationOptions::timeout is " + absl::StrCat(seconds) + " s", rule, "(0: the strategy's timeout)"});
+    expect_error<InvalidArgumentError>(
+        [&] { strategy.run([&] { get_replica_context()->all_gather(zeros(Shape{1}), 0, bad); }); },
+        {"CommunicationOptions::timeout is", rule});
+    const PerReplica<Tensor> values = strategy.run([] { return zeros(Shape{2}); });
+    expect_error<InvalidArgumentError>(
+        [&] { (void)strategy.extended().reduce_to(ReduceOp::kSum, values, Device::cpu(), bad); },
+        {"CommunicationOptions::timeout is", rule});
+    expect_error<InvalidArgumentError>(
+        [&] { (void)strategy.extended().gather_to(values, Device::cpu(), 0, bad); },
+        {"CommunicationOptions::timeout is", rule});
+    expect_healthy(strategy);
+  }
+  // 0 stays "no timeout of its own": the strategy's default, here none.
+  const CommunicationOptions zero{.timeout = std::chrono::duration<double>(0)};
+  auto sums = strategy.run([&] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, zero); });
+  EXPECT_EQ(sums.values(), (std::vector<float>{2.0f, 2.0f}));
+  OneDeviceStrategy one("CPU:0", zero);
 }
 
 // The timeout bounds waits in collectives, not the others' own work after a replica returned.

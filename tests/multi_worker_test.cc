@@ -95,6 +95,7 @@ TEST_F(MultiWorker, IdsAndPlaceInTheJobAreGlobal) {
   EXPECT_EQ(s.extended().in_multi_worker_mode(), workers() > 1);
   EXPECT_EQ(s.extended().should_checkpoint(), worker() == 0);
   EXPECT_EQ(s.extended().should_save_summary(), worker() == 0);
+  EXPECT_TRUE(s.extended().experimental_between_graph() && s.extended().experimental_should_init());
   EXPECT_EQ(s.cluster_resolver().task_type(), "worker");
   EXPECT_EQ(s.cluster_resolver().task_id(), worker());
   size = s.cluster_resolver().cluster_spec().num_tasks("worker");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -434,6 +435,38 @@ TEST(Optimizer, ConstructorChecks) {
                                      {"Adam: beta_2 is -0.5; it must be in [0, 1)"});
   expect_error<InvalidArgumentError>([] { Adam adam(0.1, 0.9, 0.999, -1.0); },
                                      {"Adam: epsilon is -1; it must be >= 0"});
+}
+
+// SGD(NaN) and set_learning_rate(-inf) used to be accepted and wrote NaN into the weights.
+TEST(Optimizer, NonFiniteOrNegativeHyperparametersAreRejected) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  expect_error<InvalidArgumentError>([&] { SGD sgd(nan); },
+                                     {"SGD: learning_rate is nan; it must be >= 0 and finite"});
+  expect_error<InvalidArgumentError>([&] { SGD sgd(-0.1, 0.9); }, {"SGD: learning_rate is -0.1"});
+  expect_error<InvalidArgumentError>([&] { Adam adam(inf); }, {"Adam: learning_rate is inf"});
+  expect_error<InvalidArgumentError>([&] { Adam adam(-1e-3); }, {"Adam: learning_rate is -0.001"});
+  expect_error<InvalidArgumentError>([&] { SGD sgd(0.1, nan); }, {"SGD: momentum is nan; it must be in [0, 1]"});
+  expect_error<InvalidArgumentError>([&] { Adam adam(0.1, nan); }, {"Adam: beta_1 is nan"});
+  expect_error<InvalidArgumentError>([&] { Adam adam(0.1, 0.9, nan); }, {"Adam: beta_2 is nan"});
+  expect_error<InvalidArgumentError>([&] { Adam adam(0.1, 0.9, 0.999, nan); }, {"Adam: epsilon is nan"});
+  expect_error<InvalidArgumentError>([&] { Adam adam(0.1, 0.9, 0.999, inf); },
+                                     {"Adam: epsilon is inf; it must be >= 0 and finite"});
+
+  Variable w(1.0f);
+  SGD sgd(0.1);
+  Adam adam(0.1);
+  expect_error<InvalidArgumentError>([&] { sgd.set_learning_rate(-inf); },
+                                     {"SGD.set_learning_rate: learning_rate is -inf; it must be >= 0 and finite"});
+  expect_error<InvalidArgumentError>([&] { sgd.set_learning_rate(nan); },
+                                     {"SGD.set_learning_rate: learning_rate is nan"});
+  expect_error<InvalidArgumentError>([&] { adam.set_learning_rate(inf); }, {"Adam.set_learning_rate"});
+  EXPECT_EQ(sgd.learning_rate(), 0.1) << "a rejected rate leaves the old one";
+  sgd.apply_gradients({{Tensor::scalar<float>(1.0f), w}});
+  EXPECT_NEAR(w.value().item<float>(), 0.9f, 1e-6f);
+  sgd.set_learning_rate(0.0);  // zero is a rate: the weights stay
+  sgd.apply_gradients({{Tensor::scalar<float>(1.0f), w}});
+  EXPECT_NEAR(w.value().item<float>(), 0.9f, 1e-6f);
 }
 
 TEST(Optimizer, ApplyGradientsChecksEveryPair) {

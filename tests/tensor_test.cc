@@ -119,6 +119,22 @@ TYPED_TEST(TensorElements, RoundTripAndItem) {
   EXPECT_EQ(t.template flat<T>()(4), T(5));
 }
 
+// A shape whose bytes overflow used to allocate their wrapped count: an empty tensor.
+TEST(Tensor, BytesPastSizeTAreRejected) {
+  const Shape huge{std::int64_t{1} << 62};
+  expect_error<InvalidArgumentError>([&] { (void)Tensor::zeros(DType::kFloat32, huge, Device::cpu()); },
+                                     {"Tensor::empty: 4611686018427387904 elements of float32 (shape "
+                                      "(4611686018427387904,)) take more bytes than a size_t counts"});
+  expect_error<InvalidArgumentError>([&] { (void)Tensor::empty(DType::kFloat64, huge, Device::cpu()); },
+                                     {"Tensor::empty", "elements of float64"});
+  float x = 0;
+  expect_error<InvalidArgumentError>([&] { (void)Tensor::from_blob(&x, huge); },
+                                     {"Tensor::from_blob", "take more bytes than a size_t counts"});
+  expect_error<InvalidArgumentError>(
+      [] { (void)Tensor::zeros(DType::kFloat32, Shape{std::int64_t{1} << 33, std::int64_t{1} << 31}); },
+      {"has more elements than an int64 counts"});
+}
+
 TEST(Tensor, HalfPrecisionValuesKeepTheirRounding) {
   // 0.1 is not exact in either 16-bit type: what comes back is the 16-bit value, not 0.1f.
   const Tensor h = Tensor::scalar<Half>(Half(0.1f));
@@ -305,6 +321,23 @@ TEST(Tensor, ReplicaStepsGiveTheirReferencesBackBeforeRunReturns) {
   EXPECT_EQ(block.releases(), 0);
   t = Tensor();
   EXPECT_EQ(block.releases(), 1);
+}
+
+// A host tensor seen as another CPU device's: how a CPU replica's batch reports its replica's device.
+TEST(Tensor, ViewOnAnotherCpuSharesTheMemoryAndReportsThatDevice) {
+  Tensor original = Tensor::from_vector<float>({1, 2, 3, 4}, Shape{2, 2});
+  const Tensor row = original.slice(1, 2);
+  const Tensor view = detail::view_on_cpu(row, Device::cpu(3));
+  EXPECT_EQ(view.device(), Device::cpu(3));
+  EXPECT_EQ(view.raw_data(), row.raw_data());
+  EXPECT_EQ(view.shape(), (Shape{1, 2}));
+  EXPECT_TRUE(view.same_storage(original));
+  EXPECT_TRUE(original.same_storage(view));
+  EXPECT_TRUE(detail::view_on_cpu(view, Device::cpu(1)).same_storage(original));
+  EXPECT_FALSE(view.same_storage(original.clone()));
+  original = Tensor();
+  EXPECT_EQ(view.to_vector<float>(), (std::vector<float>{3, 4})) << "the view keeps the memory alive";
+  EXPECT_EQ(view.to(Device::cpu(0)).device(), Device::cpu(0));
 }
 
 TEST(Tensor, CloneIsDeep) {

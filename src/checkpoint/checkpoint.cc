@@ -11,10 +11,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <ios>
 #include <map>
 #include <optional>
 #include <set>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -265,10 +268,19 @@ class Reader {
 };
 
 std::string read_file(const std::filesystem::path& path) {
+  // A directory opens as a stream, and reading it throws std::ios_base::failure.
+  std::error_code ignored;
+  DISTRIBUTE_CHECK(!std::filesystem::is_directory(path, ignored), InvalidArgumentError, "Checkpoint::restore: \"",
+                   path.string(), "\" is a directory; pass the path of a checkpoint file");
   std::ifstream in(path, std::ios::binary);
   DISTRIBUTE_CHECK(in.is_open(), InvalidArgumentError, "Checkpoint::restore: cannot open \"", path.string(),
                    "\": ", std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes;
+  try {
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::ios_base::failure& e) {
+    throw InternalError(absl::StrCat("Checkpoint::restore: reading \"", path.string(), "\" failed: ", e.what()));
+  }
   DISTRIBUTE_CHECK(!in.bad(), InternalError, "Checkpoint::restore: reading \"", path.string(), "\" failed");
   return bytes;
 }

@@ -1,12 +1,29 @@
 // CommunicationOptions: merging a call's options with a strategy's defaults, and names.
 #include "distribute/collective/communication_options.h"
 
+#include <cmath>
+
+#include "distribute/check.h"
+
 namespace distribute {
 
+namespace detail {
+
+// A negative timeout used to mean "no timeout" and a NaN one a deadline already past.
+void check_timeout(std::chrono::duration<double> timeout, const char* field, const char* zero_means) {
+  const double seconds = timeout.count();
+  DISTRIBUTE_CHECK(std::isfinite(seconds) && seconds >= 0.0, InvalidArgumentError, field, " is ", seconds,
+                   " s; it must be a finite number of seconds >= 0 (0: ", zero_means, ")");
+}
+
+}  // namespace detail
+
 CommunicationOptions CommunicationOptions::merged_with(const CommunicationOptions& defaults) const {
+  detail::check_timeout(timeout, "CommunicationOptions::timeout", "the strategy's timeout");
+  detail::check_timeout(defaults.timeout, "the strategy's CommunicationOptions::timeout", "no timeout");
   CommunicationOptions out = *this;
   if (out.bytes_per_pack == 0) out.bytes_per_pack = defaults.bytes_per_pack;
-  if (out.timeout.count() <= 0) out.timeout = defaults.timeout;
+  if (out.timeout.count() == 0) out.timeout = defaults.timeout;
   if (out.implementation == CommunicationImplementation::kAuto) out.implementation = defaults.implementation;
   return out;
 }

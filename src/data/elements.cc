@@ -86,16 +86,31 @@ void BatchBuilder::check_host(std::size_t leaf, const Tensor& value) const {
 }
 
 void BatchBuilder::start_leaf(DType dtype, const Shape& element_shape) {
-  std::vector<std::int64_t> dims{batch_size_};
+  const std::size_t row_bytes = static_cast<std::size_t>(element_shape.num_elements()) * dtype_size(dtype);
+  std::int64_t capacity = batch_size_;
+  if (!filled_once_ && row_bytes != 0) {
+    capacity = std::min<std::int64_t>(batch_size_, std::max<std::int64_t>(1, kFirstBytes / row_bytes));
+  }
+  std::vector<std::int64_t> dims{capacity};
   for (std::int64_t d : element_shape.span()) dims.push_back(d);
   outputs_.push_back(Tensor::empty(dtype, Shape(std::move(dims)), Device::cpu()));
   shapes_.push_back(element_shape);
-  row_bytes_.push_back(static_cast<std::size_t>(element_shape.num_elements()) * dtype_size(dtype));
+  row_bytes_.push_back(row_bytes);
+}
+
+void BatchBuilder::grow(std::size_t leaf) {
+  Tensor& out = outputs_[leaf];
+  const std::int64_t capacity = out.shape()[0];
+  Tensor bigger = Tensor::empty(out.dtype(), out.shape().with_dim(0, std::min(batch_size_, 2 * capacity)),
+                                Device::cpu());
+  std::memcpy(bigger.raw_data(), out.raw_data(), static_cast<std::size_t>(rows_) * row_bytes_[leaf]);
+  out = std::move(bigger);
 }
 
 void BatchBuilder::copy_row(std::size_t leaf, const void* data) {
   const std::size_t bytes = row_bytes_[leaf];
   if (bytes == 0) return;
+  if (rows_ == outputs_[leaf].shape()[0]) [[unlikely]] grow(leaf);
   Tensor& out = outputs_[leaf];
   std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(rows_) * bytes, data, bytes);
 }
@@ -131,6 +146,7 @@ void BatchBuilder::throw_structure_mismatch(const std::string& structure, const 
 }
 
 void BatchBuilder::reset() {
+  filled_once_ = filled_once_ || full();
   rows_ = 0;
   outputs_.clear();
   shapes_.clear();

@@ -1,6 +1,8 @@
 // Device: parsing TF device strings, names, and the thread's default device.
 #include "distribute/device/device.h"
 
+#include <utility>
+
 #include <charconv>
 #include <vector>
 
@@ -135,6 +137,8 @@ constinit thread_local const Device* t_default_device = nullptr;
 
 Device default_device() { return t_default_device != nullptr ? *t_default_device : Device::cpu(); }
 
-void detail::set_default_device(const Device* device) noexcept { t_default_device = device; }
+const Device* detail::set_default_device(const Device* device) noexcept {
+  return std::exchange(t_default_device, device);
+}
 
 }  // namespace distribute

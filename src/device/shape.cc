@@ -2,6 +2,7 @@
 #include "distribute/device/shape.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_join.h"
 #include "distribute/check.h"
@@ -9,19 +10,30 @@
 namespace distribute {
 namespace {
 
-void check_dims(std::span<const std::int64_t> dims) {
+// The number of elements of `dims`. Zero dimensions aside, the product must fit in an int64, so
+// that outer_size, inner_size and with_dim of the shape cannot overflow either.
+std::int64_t checked_num_elements(std::span<const std::int64_t> dims) {
+  std::int64_t nonzero = 1;
+  bool has_zero = false;
   for (std::size_t i = 0; i < dims.size(); ++i) {
     DISTRIBUTE_CHECK(dims[i] >= 0, InvalidArgumentError, "Shape: dimension ", i, " is ", dims[i],
                      "; dimensions must be >= 0");
+    if (dims[i] == 0) {
+      has_zero = true;
+      continue;
+    }
+    DISTRIBUTE_CHECK(!__builtin_mul_overflow(nonzero, dims[i], &nonzero), InvalidArgumentError, "Shape: (",
+                     absl::StrJoin(dims, ", "), ") has more elements than an int64 counts: its ",
+                     has_zero ? "non-zero " : "", "dimensions multiply to more than ",
+                     std::numeric_limits<std::int64_t>::max());
   }
+  return has_zero ? 0 : nonzero;
 }
 
 }  // namespace
 
-Shape::Shape(std::span<const std::int64_t> dims) : dims_(dims.begin(), dims.end()) {
-  check_dims(dims);
-  for (std::int64_t d : dims) num_elements_ *= d;
-}
+Shape::Shape(std::span<const std::int64_t> dims)
+    : dims_(dims.begin(), dims.end()), num_elements_(checked_num_elements(dims)) {}
 
 Shape::Shape(std::initializer_list<std::int64_t> dims)
     : Shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
@@ -51,7 +63,7 @@ Shape Shape::with_dim(int axis, std::int64_t size) const {
                    ".with_dim(", axis, ", ", size, "): needs 0 <= axis < rank and size >= 0");
   Shape out = *this;
   out.dims_[static_cast<std::size_t>(axis)] = size;
-  out.num_elements_ = outer_size(axis) * size * inner_size(axis);
+  out.num_elements_ = checked_num_elements(out.span());
   return out;
 }
 

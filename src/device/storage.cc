@@ -56,6 +56,12 @@ StorageRef make_storage(void* data, std::size_t nbytes, Device device, Storage::
   return StorageRef::adopt(new Storage(data, nbytes, std::move(device), std::move(release)));
 }
 
+StorageRef alias_storage(const StorageRef& of, Device device) {
+  const Storage& storage = *of.get();
+  return StorageRef::adopt(new Storage(storage.data(), storage.nbytes(), std::move(device),
+                                       [held = of](void*, std::size_t) {}, storage.block()));
+}
+
 ReleaseBatch::ReleaseBatch() : outer_(std::exchange(deferred_releases.active, true)) {}
 
 ReleaseBatch::~ReleaseBatch() {

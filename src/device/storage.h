@@ -22,8 +22,9 @@ class Storage {
   // Storage, block and all, for a later request (see reuse()).
   using Recycle = void (*)(Storage* storage);
 
-  Storage(void* data, std::size_t nbytes, Device device, Release release)
-      : data_(data), nbytes_(nbytes), device_(std::move(device)), release_(std::move(release)) {}
+  // `block`: the Storage whose memory this one shows (see alias_storage); null for its own.
+  Storage(void* data, std::size_t nbytes, Device device, Release release, const Storage* block = nullptr)
+      : data_(data), nbytes_(nbytes), device_(std::move(device)), release_(std::move(release)), block_(block) {}
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage() {
@@ -33,6 +34,9 @@ class Storage {
   void* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
+  // The Storage that owns the memory: this one, or the one an alias shows. Tensor::same_storage
+  // compares these.
+  const Storage* block() const { return block_ != nullptr ? block_ : this; }
 
   void set_recycle(Recycle recycle) { recycle_ = recycle; }
   // A recycled Storage made new again, on `device`, with one reference for the StorageRef that
@@ -58,11 +62,16 @@ class Storage {
   std::size_t nbytes_;
   Device device_;
   Release release_;
+  const Storage* block_;
   Recycle recycle_ = nullptr;
 };
 
 // A new Storage of `nbytes` at `data` on `device`, given back through `release` (none: borrowed).
 StorageRef make_storage(void* data, std::size_t nbytes, Device device, Storage::Release release);
+
+// A Storage of the memory of `of` that reports `device` and holds a reference to `of` while it
+// lives. For host memory seen as another CPU device's (one address space serves every CPU).
+StorageRef alias_storage(const StorageRef& of, Device device);
 
 // Allocates nbytes on `device` (64-byte aligned on the host). Throws UnimplementedError for a
 // device type whose backend is not built, InternalError when memory runs out.

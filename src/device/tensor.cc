@@ -1,6 +1,8 @@
 // Tensor: making, viewing, copying and reshaping; the storage handles behind it.
 #include "distribute/device/tensor.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "device/gpu_runtime.h"
 #include "device/storage.h"
@@ -14,13 +16,27 @@ Tensor::Tensor(detail::StorageRef storage, DType dtype, Shape shape)
   if (storage_) data_ = storage_->data();
 }
 
+namespace {
+
+// The bytes of `shape` elements of `dtype`; InvalidArgumentError when they overflow a size_t.
+std::size_t checked_nbytes(DType dtype, const Shape& shape, const char* what) {
+  std::size_t nbytes = 0;
+  DISTRIBUTE_CHECK(!__builtin_mul_overflow(static_cast<std::size_t>(shape.num_elements()), dtype_size(dtype), &nbytes),
+                   InvalidArgumentError, "Tensor::", what, ": ", shape.num_elements(), " elements of ",
+                   dtype_name(dtype), " (shape ", shape.to_string(), ") take more bytes than a size_t counts (",
+                   std::numeric_limits<std::size_t>::max(), ")");
+  return nbytes;
+}
+
+}  // namespace
+
 const Device& Tensor::device() const {
   check_defined("device");
   return storage_->device();
 }
 
 Tensor Tensor::empty(DType dtype, Shape shape, const Device& device) {
-  const std::size_t nbytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
+  const std::size_t nbytes = checked_nbytes(dtype, shape, "empty");
   return Tensor(detail::allocate_storage(device, nbytes), dtype, std::move(shape));
 }
 
@@ -42,7 +58,7 @@ Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& dev
   DISTRIBUTE_CHECK(device.is_cpu() || detail::gpu::built(), UnimplementedError, "Tensor::from_blob on ",
                    device.short_name(), ": this build of distribute has no GPU backend");
   if (device.is_gpu()) physical_gpu_of(device);  // OutOfRangeError when it does not exist
-  const std::size_t nbytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(dtype);
+  const std::size_t nbytes = checked_nbytes(dtype, shape, "from_blob");
   return Tensor(detail::make_storage(data, nbytes, device, nullptr), dtype, std::move(shape));
 }
 
@@ -91,6 +107,14 @@ Tensor Tensor::reshape(Shape shape) const {
                    shape_.to_string(), " as shape ", shape.to_string(), " (", shape.num_elements(),
                    " elements)");
   return Tensor(storage_, data_, dtype_, std::move(shape));
+}
+
+bool Tensor::same_storage(const Tensor& other) const {
+  return storage_ == other.storage_ || (storage_ && other.storage_ && storage_->block() == other.storage_->block());
+}
+
+Tensor detail::view_on_cpu(const Tensor& host, const Device& cpu) {
+  return Tensor(alias_storage(host.storage_, cpu), host.data_, host.dtype_, host.shape_);
 }
 
 Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {

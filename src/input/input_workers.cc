@@ -16,20 +16,46 @@ InputWorkers::InputWorkers(std::vector<Device> devices, const InputOptions& opti
       context_(context.value_or(InputContext(1, 0, std::max<int>(static_cast<int>(devices_.size()), 1)))),
       num_replicas_in_sync_(context ? context->num_replicas_in_sync() : static_cast<int>(devices_.size())),
       first_replica_(context ? context->input_pipeline_id() * static_cast<int>(devices_.size()) : 0),
-      fetch_to_device_(options.experimental_fetch_to_device) {
+      to_device_(options.experimental_fetch_to_device || options.experimental_place_dataset_on_device),
+      per_replica_(options.experimental_replication_mode == InputReplicationMode::kPerReplica),
+      place_dataset_on_device_(options.experimental_place_dataset_on_device) {
   DISTRIBUTE_CHECK(!devices_.empty(), InvalidArgumentError,
                    "DistributedDataset: worker_devices is empty; it needs one device per replica");
   DISTRIBUTE_CHECK(options.experimental_per_replica_buffer_size >= 1, InvalidArgumentError,
                    "InputOptions: experimental_per_replica_buffer_size is ",
                    options.experimental_per_replica_buffer_size, "; it must be >= 1");
+  DISTRIBUTE_CHECK(!place_dataset_on_device_ || per_replica_, InvalidArgumentError,
+                   "InputOptions: experimental_place_dataset_on_device places each replica's own input pipeline on "
+                   "its device, so it needs experimental_replication_mode = InputReplicationMode::kPerReplica, not "
+                   "kPerWorker");
+  DISTRIBUTE_CHECK(!place_dataset_on_device_ || !options.experimental_fetch_to_device, InvalidArgumentError,
+                   "InputOptions: experimental_place_dataset_on_device and experimental_fetch_to_device are both "
+                   "set; a dataset made on its replica's device has nothing to fetch there, so set "
+                   "experimental_fetch_to_device = false");
   buffer_size_ = static_cast<std::size_t>(options.experimental_per_replica_buffer_size);
 }
 
 Tensor InputWorkers::place(const Tensor& batch, int replica) const {
   const Device& device = devices_[static_cast<std::size_t>(replica)];
   const Device& where = batch.device();
-  if (!fetch_to_device_ || where == device || (device.is_cpu() && where.is_cpu())) return batch;
+  if (!to_device_ || where == device) return batch;
+  if (device.is_cpu() && where.is_cpu()) return detail::view_on_cpu(batch, device);
   return batch.to(device);
+}
+
+DatasetDeviceScope::DatasetDeviceScope(const Device* device) : active_(device != nullptr) {
+  if (active_) previous_ = detail::set_default_device(device);
+}
+
+DatasetDeviceScope::~DatasetDeviceScope() {
+  if (active_) detail::set_default_device(previous_);
+}
+
+void check_splittable(const InputOptions& options) {
+  DISTRIBUTE_CHECK(options.experimental_replication_mode != InputReplicationMode::kPerReplica, UnimplementedError,
+                   "experimental_distribute_dataset: InputReplicationMode::kPerReplica is only supported by "
+                   "distribute_datasets_from_function (one input pipeline per replica); "
+                   "experimental_distribute_dataset splits one dataset, so use kPerWorker");
 }
 
 void check_not_in_replica(const char* method) {

@@ -41,7 +41,8 @@ Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon)
       beta_1_(checked_beta("beta_1", beta_1)),
       beta_2_(checked_beta("beta_2", beta_2)),
       epsilon_(epsilon) {
-  DISTRIBUTE_CHECK(epsilon >= 0.0, InvalidArgumentError, "Adam: epsilon is ", epsilon, "; it must be >= 0");
+  DISTRIBUTE_CHECK(std::isfinite(epsilon) && epsilon >= 0.0, InvalidArgumentError, "Adam: epsilon is ", epsilon,
+                   "; it must be >= 0 and finite");
 }
 
 void Adam::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) { apply(grads_and_vars); }

@@ -1,7 +1,9 @@
 // Optimizer: the checks, the batched all_reduce and the slots every optimizer shares.
 #include "distribute/optimizers/optimizer.h"
 
+#include <cmath>
 #include <optional>
+#include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
@@ -14,6 +16,13 @@ namespace distribute::optimizers {
 namespace {
 
 bool in_replica_fn() { return get_replica_context() != nullptr && has_strategy(); }
+
+// A NaN or infinite rate writes NaN into every weight at the next step; a negative one climbs.
+double checked_learning_rate(double learning_rate, const std::string& method) {
+  DISTRIBUTE_CHECK(std::isfinite(learning_rate) && learning_rate >= 0.0, InvalidArgumentError, method,
+                   ": learning_rate is ", learning_rate, "; it must be >= 0 and finite");
+  return learning_rate;
+}
 
 std::vector<Variable> variables_of(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
   std::vector<Variable> variables;
@@ -43,7 +52,7 @@ Optimizer::Optimizer(std::string name, double learning_rate, std::vector<std::st
     : strategy_(get_strategy().identity()),
       name_(std::move(name)),
       apply_action_(name_ + ".apply_gradients"),
-      learning_rate_(learning_rate),
+      learning_rate_(checked_learning_rate(learning_rate, name_)),
       slot_names_(std::move(slot_names)),
       iterations_(std::int64_t{0}, VariableOptions{.name = name_ + "/iterations",
                                                    .trainable = false,
@@ -56,7 +65,7 @@ void Optimizer::set_learning_rate(double learning_rate) {
   DISTRIBUTE_CHECK(!in_replica_fn(), FailedPreconditionError, name_,
                    ".set_learning_rate: called inside a replica's fn, where the replicas read it; set it between "
                    "Strategy::run calls");
-  learning_rate_ = learning_rate;
+  learning_rate_ = checked_learning_rate(learning_rate, absl::StrCat(name_, ".set_learning_rate"));
 }
 
 void Optimizer::build(const std::vector<Variable>& variables) {

@@ -47,10 +47,4 @@ void forget_strategy(const Strategy* strategy) noexcept {
   update_default_device();
 }
 
-void transfer_mode(const void* from, const void* to) noexcept {
-  for (Entry& e : t_stack) {
-    if (e.owner == from) e.owner = to;
-  }
-}
-
 }  // namespace distribute::detail

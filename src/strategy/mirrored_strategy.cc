@@ -180,6 +180,10 @@ class MirroredExtended final : public StrategyExtended {
         options_(options),
         backend_(choose_backend(worker_devices(), options)),
         workers_(std::move(workers)) {
+    detail::check_timeout(options.communication.timeout,
+                          workers_ != nullptr ? "MultiWorkerMirroredStrategy: options.communication.timeout"
+                                              : "MirroredStrategy: options.communication.timeout",
+                          "no timeout");
     DISTRIBUTE_CHECK(workers_ == nullptr || worker_devices()[0].is_cpu() || backend_ == detail::Backend::kNccl,
                      InvalidArgumentError, "MultiWorkerMirroredStrategy: GPU replicas across workers are ranks of one "
                      "NCCL communicator, which needs ", DISTRIBUTE_HAS_NCCL ? "one physical GPU per replica; "
@@ -192,6 +196,8 @@ class MirroredExtended final : public StrategyExtended {
 
   int num_workers() const override { return workers_ != nullptr ? workers_->num_workers() : 1; }
   int worker_id() const override { return workers_ != nullptr ? workers_->worker_id() : 0; }
+  // A multi-worker strategy: one process per worker, each running the whole program.
+  bool experimental_between_graph() const override { return workers_ != nullptr; }
 
   detail::Backend backend() const { return backend_; }
 

@@ -9,6 +9,7 @@
 namespace distribute {
 
 OneDeviceStrategy::OneDeviceStrategy(std::string_view device, CommunicationOptions options) {
+  detail::check_timeout(options.timeout, "OneDeviceStrategy: options.timeout", "no timeout");
   Device parsed = Device::parse(device);
   DISTRIBUTE_CHECK(parsed.is_cpu() || detail::gpu::built(), UnimplementedError, "OneDeviceStrategy(\"",
                    std::string(device),

@@ -1,6 +1,11 @@
 // Strategy: scopes, and the cross-replica methods that need no template.
 #include "distribute/strategy/strategy.h"
 
+#include <exception>
+#include <memory>
+#include <thread>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "distribute/strategy/default_strategy.h"
 
@@ -44,8 +49,9 @@ StrategyScope::StrategyScope(Strategy& strategy) : strategy_(&strategy) {
   const detail::ThreadMode& mode = detail::current_mode();
   if (mode.strategy == &strategy || !has_strategy()) {
     detail::require_cross_replica_or_default(strategy, "Strategy::scope", "a replica cannot enter a scope");
+    thread_ = std::make_unique<const std::thread::id>(std::this_thread::get_id());
     detail::push_mode(detail::ThreadMode{&strategy, nullptr, true, mode.strategy == &strategy ? mode.run_depth : 0},
-                      this);
+                      thread_.get());
     return;
   }
   throw FailedPreconditionError(absl::StrCat(
@@ -53,12 +59,22 @@ StrategyScope::StrategyScope(Strategy& strategy) : strategy_(&strategy) {
       strategy.name(), "; leave the scope of ", mode.strategy->name(), " before entering another strategy's"));
 }
 
-StrategyScope::StrategyScope(StrategyScope&& other) noexcept : strategy_(std::exchange(other.strategy_, nullptr)) {
-  if (strategy_ != nullptr) detail::transfer_mode(&other, this);
-}
+StrategyScope::StrategyScope(StrategyScope&& other) noexcept
+    : strategy_(std::exchange(other.strategy_, nullptr)), thread_(std::move(other.thread_)) {}
 
-StrategyScope::~StrategyScope() {
-  if (strategy_ != nullptr) detail::pop_mode(this);
+StrategyScope::~StrategyScope() noexcept(false) {
+  if (thread_ == nullptr) return;  // moved from
+  if (*thread_ == std::this_thread::get_id()) {
+    detail::pop_mode(thread_.get());
+    return;
+  }
+  // Throwing while another exception propagates would end the program.
+  if (std::uncaught_exceptions() > 0) return;
+  // The strategy may be gone already (a scope may outlive it), so the message does not name it.
+  throw FailedPreconditionError(
+      "StrategyScope: destroyed on a thread that did not enter it; only the entering thread can leave its scope, "
+      "so that thread stays in the strategy's cross-replica context. Destroy a scope on the thread that called "
+      "Strategy::scope()");
 }
 
 Tensor Strategy::gather(const DistributedValues<Tensor>& value, int axis) {

@@ -22,8 +22,8 @@
 // or shapes that do not match the checkpoint's variables are one InvalidArgumentError listing
 // every mismatch (a variable missing from the file, a tensor the checkpoint does not name, each
 // differing dtype and shape). Both run in cross-replica context (FailedPreconditionError inside a
-// replica's fn); a path that cannot be opened is an InvalidArgumentError, a failed write or
-// rename an InternalError.
+// replica's fn); a path that cannot be opened (for restore, also a directory) is an
+// InvalidArgumentError, a failed read, write or rename (saving over a directory) an InternalError.
 #pragma once
 
 #include <filesystem>

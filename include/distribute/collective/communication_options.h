@@ -1,6 +1,8 @@
 // CommunicationOptions: hints and limits for one collective (tf.distribute.experimental.
 // CommunicationOptions). A strategy holds defaults; options passed to a call override them field by
-// field where the call's field is set (non-zero / not kAuto).
+// field where the call's field is set (non-zero / not kAuto). A timeout that is negative, NaN or
+// infinite is an InvalidArgumentError where the options reach the library: when a strategy is
+// built with them, and when a collective or extended() operation is given them.
 #pragma once
 
 #include <chrono>
@@ -21,12 +23,14 @@ struct CommunicationOptions {
   // Upper bound on the bytes fused into one pack by backends that pack (NCCL); 0 lets the backend
   // choose. The CPU backend reduces a whole nest in one pass without packing copies.
   std::size_t bytes_per_pack = 0;
-  // Bound on every wait of the collective; 0 means no timeout. On expiry the replicas get
-  // DeadlineExceededError naming those that did not arrive.
+  // Bound on every wait of the collective, a finite number of seconds >= 0; 0 means no timeout
+  // (in a call's options: the strategy's). On expiry the replicas get DeadlineExceededError naming
+  // those that did not arrive.
   std::chrono::duration<double> timeout{0};
   CommunicationImplementation implementation = CommunicationImplementation::kAuto;
 
-  // These options with each unset field taken from `defaults`.
+  // These options with each unset field taken from `defaults`. Every collective and cross-replica
+  // operation merges its options this way: InvalidArgumentError when either timeout is invalid.
   CommunicationOptions merged_with(const CommunicationOptions& defaults) const;
   bool operator==(const CommunicationOptions&) const = default;
 };
@@ -34,5 +38,11 @@ struct CommunicationOptions {
 // "AUTO", "RING", "NCCL".
 const char* implementation_name(CommunicationImplementation implementation);
 std::ostream& operator<<(std::ostream& os, CommunicationImplementation implementation);
+
+namespace detail {
+// InvalidArgumentError unless `timeout` is finite and >= 0. `field` names it in the message
+// ("MirroredStrategy: options.communication.timeout"), `zero_means` what 0 stands for there.
+void check_timeout(std::chrono::duration<double> timeout, const char* field, const char* zero_means);
+}  // namespace detail
 
 }  // namespace distribute

@@ -58,9 +58,10 @@ std::ostream& operator<<(std::ostream& os, const Device& device);
 Device default_device();
 
 namespace detail {
-// Sets what default_device() returns on this thread (null: CPU:0). The replica layer sets it as a
-// thread enters and leaves a replica's context; `device` must stay valid until it is replaced.
-void set_default_device(const Device* device) noexcept;
+// Sets what default_device() returns on this thread (null: CPU:0) and returns what it was. The
+// replica layer sets it as a thread enters and leaves a replica's context; `device` must stay
+// valid until it is replaced.
+const Device* set_default_device(const Device* device) noexcept;
 }  // namespace detail
 
 }  // namespace distribute

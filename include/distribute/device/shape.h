@@ -17,7 +17,8 @@ namespace distribute {
 class Shape {
  public:
   Shape() = default;
-  // Throws InvalidArgumentError if a dimension is negative.
+  // Throws InvalidArgumentError if a dimension is negative, or if the dimensions (zeros aside)
+  // multiply to more than an int64 holds.
   Shape(std::initializer_list<std::int64_t> dims);
   explicit Shape(std::vector<std::int64_t> dims);
   // Copies and moves go element by element: InlinedVector's own copy of its inline buffer reads

@@ -77,6 +77,11 @@ const Device& storage_device(const Storage& storage);
 void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,
                 std::size_t nbytes);
 
+// `host`, a defined tensor in host memory, as a tensor of the CPU device `cpu`: the same elements
+// in the same memory (one address space serves every CPU), reporting `cpu` as its device. How a
+// CPU replica's part of a batch reports its replica's device. same_storage(host) holds.
+Tensor view_on_cpu(const Tensor& host, const Device& cpu);
+
 }  // namespace detail
 
 // An Eigen object whose elements lie contiguously in memory (a Matrix, an Array, or a Map of
@@ -97,13 +102,14 @@ class Tensor {
 
   // Uninitialised / zero-filled memory of the given type and shape on `device` (by default the
   // replica's device inside a replica's function, else CPU:0: see default_device()).
+  // InvalidArgumentError when the shape's bytes overflow a size_t.
   static Tensor empty(DType dtype, Shape shape, const Device& device = default_device());
   static Tensor zeros(DType dtype, Shape shape, const Device& device = default_device());
 
   // A zero-copy view of memory the caller owns, host memory or device memory of `device` (a
   // user's own cudaMalloc'd buffer goes into all_reduce without a copy). The tensor does not own
   // the memory: it must outlive every tensor sharing it. InvalidArgumentError for a null pointer
-  // with elements to hold.
+  // with elements to hold, and for a shape whose bytes overflow a size_t.
   static Tensor from_blob(void* data, DType dtype, Shape shape, const Device& device);
   // The same with the dtype taken from T; host memory unless `device` says otherwise.
   template <Element T>
@@ -185,10 +191,11 @@ class Tensor {
   Tensor slice(std::int64_t begin, std::int64_t end) const;
 
   // True when both view the same block of memory (possibly different parts of it).
-  bool same_storage(const Tensor& other) const { return storage_ == other.storage_; }
+  bool same_storage(const Tensor& other) const;
 
  private:
   friend class detail::TensorViews;
+  friend Tensor detail::view_on_cpu(const Tensor& host, const Device& cpu);
   Tensor(detail::StorageRef storage, void* data, DType dtype, Shape shape)
       : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)) {}
   // A tensor owning all of `storage`.

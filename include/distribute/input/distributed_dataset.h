@@ -7,17 +7,23 @@
 //   for (auto batch : strategy.experimental_distribute_dataset(ds)) strategy.run(step, batch);
 //   // step 1: replica 0 gets [5.0], replica 1 [6.0]; step 2: [7.0] and [8.0]
 //
-// Two policies:
+// Three policies:
 //   - experimental_distribute_dataset (from_dataset): every element is a global batch, cut along
 //     dimension 0 into one view per replica (input/internal/split.h: G / N rows each from the
 //     dataset's batch size G, the first G % N replicas one more, a partial batch filled in replica
 //     order, so later replicas get fewer rows or an empty batch: 0 rows, same trailing shape and
 //     dtype). With one replica the element is passed whole.
-//   - distribute_datasets_from_function (from_function): dataset_fn is called once, for this
-//     process's one input pipeline, with InputContext(1, 0, N); its elements are per-replica
-//     batches and the replicas of a step take consecutive elements. When the data runs out in the
-//     middle of a step, the replicas left without an element get an empty batch, unless the
-//     dataset's last batch() drops its remainder: then that partial step is dropped too.
+//   - distribute_datasets_from_function (from_function), InputReplicationMode::kPerWorker:
+//     dataset_fn is called once, for this process's one input pipeline, with InputContext(1, 0,
+//     N); its elements are per-replica batches and the replicas of a step take consecutive
+//     elements. When the data runs out in the middle of a step, the replicas left without an
+//     element get an empty batch, unless the dataset's last batch() drops its remainder: then that
+//     partial step is dropped too.
+//   - from_function with kPerReplica: dataset_fn is called once per replica of this worker, with
+//     InputContext(N, global replica id, N); each step takes one element of every replica's
+//     dataset. A replica whose dataset has run out gets an empty batch while others still have
+//     elements (the step is dropped instead when a dataset's last batch() drops its remainder);
+//     the data ends when every dataset has.
 //
 // Iteration: each make_iterator() (or range-for) starts a new pass over the dataset and a thread
 // of its own that prepares experimental_per_replica_buffer_size steps ahead (split, and placed on
@@ -30,6 +36,7 @@
 // from every later call; the end of the data is get_next's OutOfRangeError, or nullopt.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -83,14 +90,16 @@ class DistributedDataset {
   using element_type = T;
 
   // Splits every element of `dataset` between replicas on worker_devices (one per replica, in
-  // replica order). InvalidArgumentError for no device or a buffer size < 1. With a `context` of
+  // replica order). InvalidArgumentError for no device or a buffer size < 1, UnimplementedError for
+  // InputReplicationMode::kPerReplica. With a `context` of
   // several workers, each element (a global batch) is split between every worker's replicas and
   // this worker keeps its replicas' rows.
   static DistributedDataset from_dataset(std::vector<Device> worker_devices, data::Dataset<T> dataset,
                                          const InputOptions& options = {},
                                          std::optional<InputContext> context = std::nullopt);
   // Calls dataset_fn(context), by default InputContext(1, 0, worker_devices.size()), once, at
-  // once; the replicas take the elements of the data::Dataset<T> it returns in turn.
+  // once; the replicas take the elements of the data::Dataset<T> it returns in turn. With
+  // InputReplicationMode::kPerReplica, calls it once per device instead (see above).
   template <class Fn>
   static DistributedDataset from_function(std::vector<Device> worker_devices, Fn&& dataset_fn,
                                           const InputOptions& options = {},
@@ -104,13 +113,14 @@ class DistributedDataset {
   int num_replicas_in_sync() const { return workers_->num_replicas_in_sync(); }
 
  private:
-  enum class Policy { kSplitEachElement, kElementPerReplica };
-  DistributedDataset(std::shared_ptr<const input::internal::InputWorkers> workers, data::Dataset<T> dataset,
-                     Policy policy)
-      : workers_(std::move(workers)), dataset_(std::move(dataset)), policy_(policy) {}
+  enum class Policy { kSplitEachElement, kElementPerReplica, kDatasetPerReplica };
+  DistributedDataset(std::shared_ptr<const input::internal::InputWorkers> workers,
+                     std::vector<data::Dataset<T>> datasets, Policy policy)
+      : workers_(std::move(workers)), datasets_(std::move(datasets)), policy_(policy) {}
 
   std::shared_ptr<const input::internal::InputWorkers> workers_;
-  data::Dataset<T> dataset_;
+  // One dataset, or one per local replica for kDatasetPerReplica.
+  std::vector<data::Dataset<T>> datasets_;
   Policy policy_;
 };
 
@@ -181,6 +191,41 @@ data::internal::Next<PerReplica<T>> per_replica_pass(data::Iterator<T> elements,
   };
 }
 
+// The steps of distribute_datasets_from_function in kPerReplica mode: one element of each
+// replica's own dataset.
+template <class T>
+data::internal::Next<PerReplica<T>> replica_datasets_pass(std::vector<data::Iterator<T>> iterators,
+                                                          std::shared_ptr<const InputWorkers> workers,
+                                                          bool drop_partial_steps) {
+  return [iterators = std::move(iterators), workers = std::move(workers),
+          drop_partial_steps]() mutable -> std::optional<PerReplica<T>> {
+    std::vector<std::optional<T>> elements;
+    elements.reserve(iterators.size());
+    const std::optional<T>* first = nullptr;
+    std::size_t present = 0;
+    for (data::Iterator<T>& it : iterators) elements.push_back(it.get_next_as_optional());
+    for (const std::optional<T>& element : elements) {
+      if (!element) continue;
+      ++present;
+      if (first == nullptr) first = &element;
+    }
+    if (present == 0 || (drop_partial_steps && present < elements.size())) return std::nullopt;
+    std::vector<T> values;
+    values.reserve(elements.size());
+    for (std::size_t i = 0; i < elements.size(); ++i) {
+      const int r = static_cast<int>(i);
+      if (elements[i]) {
+        values.push_back(nest::map_leaves(*elements[i], [&](const Tensor& leaf) { return workers->place(leaf, r); }));
+      } else {
+        std::size_t index = 0;
+        values.push_back(nest::map_leaves(
+            **first, [&](const Tensor& leaf) { return workers->place(empty_batch_like(leaf, index++, r), r); }));
+      }
+    }
+    return PerReplica<T>(std::move(values));
+  };
+}
+
 }  // namespace input::internal
 
 template <class T>
@@ -200,9 +245,12 @@ template <class T>
 DistributedDataset<T> DistributedDataset<T>::from_dataset(std::vector<Device> worker_devices, data::Dataset<T> dataset,
                                                           const InputOptions& options,
                                                           std::optional<InputContext> context) {
+  input::internal::check_splittable(options);
+  std::vector<data::Dataset<T>> datasets;
+  datasets.push_back(std::move(dataset));
   return DistributedDataset(
       std::make_shared<const input::internal::InputWorkers>(std::move(worker_devices), options, context),
-                            std::move(dataset), Policy::kSplitEachElement);
+      std::move(datasets), Policy::kSplitEachElement);
 }
 
 template <class T>
@@ -213,19 +261,44 @@ DistributedDataset<T> DistributedDataset<T>::from_function(std::vector<Device> w
   static_assert(std::is_convertible_v<std::invoke_result_t<Fn&, const InputContext&>, data::Dataset<T>>,
                 "distribute_datasets_from_function: dataset_fn(const InputContext&) must return a data::Dataset");
   auto workers = std::make_shared<const input::internal::InputWorkers>(std::move(worker_devices), options, context);
-  data::Dataset<T> dataset = std::invoke(dataset_fn, workers->input_context());
-  return DistributedDataset(std::move(workers), std::move(dataset), Policy::kElementPerReplica);
+  std::vector<data::Dataset<T>> datasets;
+  if (!workers->per_replica()) {
+    datasets.push_back(std::invoke(dataset_fn, workers->input_context()));
+    return DistributedDataset(std::move(workers), std::move(datasets), Policy::kElementPerReplica);
+  }
+  for (int r = 0; r < workers->num_replicas(); ++r) {
+    const input::internal::DatasetDeviceScope on_device(workers->dataset_device(r));
+    datasets.push_back(std::invoke(dataset_fn, workers->replica_input_context(r)));
+  }
+  return DistributedDataset(std::move(workers), std::move(datasets), Policy::kDatasetPerReplica);
 }
 
 template <class T>
 DistributedIterator<T> DistributedDataset<T>::make_iterator() const {
   input::internal::check_not_in_replica("DistributedDataset::make_iterator");
-  const std::optional<data::BatchSpec>& spec = dataset_.batch_spec();
-  data::internal::Next<PerReplica<T>> steps =
-      policy_ == Policy::kSplitEachElement
-          ? input::internal::split_pass(dataset_.make_iterator(), workers_,
-                                        spec ? std::optional<std::int64_t>(spec->batch_size) : std::nullopt)
-          : input::internal::per_replica_pass(dataset_.make_iterator(), workers_, spec && spec->drop_remainder);
+  const auto drops_remainder = [](const data::Dataset<T>& dataset) {
+    return dataset.batch_spec() && dataset.batch_spec()->drop_remainder;
+  };
+  data::internal::Next<PerReplica<T>> steps;
+  switch (policy_) {
+    case Policy::kSplitEachElement: {
+      const std::optional<data::BatchSpec>& spec = datasets_[0].batch_spec();
+      steps = input::internal::split_pass(datasets_[0].make_iterator(), workers_,
+                                          spec ? std::optional<std::int64_t>(spec->batch_size) : std::nullopt);
+      break;
+    }
+    case Policy::kElementPerReplica:
+      steps = input::internal::per_replica_pass(datasets_[0].make_iterator(), workers_, drops_remainder(datasets_[0]));
+      break;
+    case Policy::kDatasetPerReplica: {
+      std::vector<data::Iterator<T>> iterators;
+      iterators.reserve(datasets_.size());
+      for (const data::Dataset<T>& dataset : datasets_) iterators.push_back(dataset.make_iterator());
+      steps = input::internal::replica_datasets_pass(std::move(iterators), workers_,
+                                                     std::any_of(datasets_.begin(), datasets_.end(), drops_remainder));
+      break;
+    }
+  }
   return DistributedIterator<T>(
       std::make_shared<typename DistributedIterator<T>::Pass>(std::move(steps), workers_->buffer_size()));
 }

@@ -14,7 +14,8 @@ namespace distribute::optimizers {
 
 class Adam final : public Optimizer {
  public:
-  // InvalidArgumentError unless 0 <= beta_1 < 1, 0 <= beta_2 < 1 and epsilon >= 0.
+  // InvalidArgumentError unless 0 <= beta_1 < 1, 0 <= beta_2 < 1, epsilon is finite and >= 0,
+  // and learning_rate is finite and >= 0.
   explicit Adam(double learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999, double epsilon = 1e-7);
 
   void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) override;

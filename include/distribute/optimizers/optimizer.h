@@ -72,6 +72,7 @@ class Optimizer {
   const std::string& name() const { return name_; }
   double learning_rate() const { return learning_rate_; }
   // FailedPreconditionError inside a replica's fn: the replicas read it while they run.
+  // InvalidArgumentError unless it is finite and >= 0 (also in the constructors).
   void set_learning_rate(double learning_rate);
   // The number of steps applied: an int64 scalar variable named "<name>/iterations".
   const Variable& iterations() const { return iterations_; }

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -128,18 +129,25 @@ class Strategy {
   // split between the replicas (of every worker: this worker's replicas get their rows), prepared
   // ahead on a background thread while the steps run:
   //   for (auto batch : strategy.experimental_distribute_dataset(ds)) strategy.run(step, batch);
+  // Both this and distribute_datasets_from_function belong to cross-replica or default context:
+  // inside a replica's function they throw FailedPreconditionError at the call.
   template <class T>
   DistributedDataset<T> experimental_distribute_dataset(const data::Dataset<T>& dataset,
                                                         const InputOptions& options = {}) const {
+    detail::require_cross_replica_or_default(*this, "experimental_distribute_dataset", kDistributeInputHint);
     return DistributedDataset<T>::from_dataset(extended_->worker_devices(), dataset, options,
                                                extended_->input_context());
   }
   // Calls dataset_fn(extended().input_context()) once for this process's input pipeline (a worker
   // shards its input by input_pipeline_id()); the replicas of
   // each step take consecutive elements (per-replica batches) of the data::Dataset it returns.
+  // With options.experimental_replication_mode = InputReplicationMode::kPerReplica, dataset_fn is
+  // called once per replica of this worker instead, with input_pipeline_id() = the replica's
+  // global id, and each replica takes the elements of its own dataset.
   template <class Fn>
   auto distribute_datasets_from_function(Fn&& dataset_fn, const InputOptions& options = {}) const {
     using Returned = std::decay_t<std::invoke_result_t<Fn&, const InputContext&>>;
+    detail::require_cross_replica_or_default(*this, "distribute_datasets_from_function", kDistributeInputHint);
     return DistributedDataset<typename Returned::element_type>::from_function(
         extended_->worker_devices(), std::forward<Fn>(dataset_fn), options, extended_->input_context());
   }
@@ -156,23 +164,37 @@ class Strategy {
   void check_replica_count(int num_values, const char* method) const;
   Tensor reduce_non_distributed(ReduceOp op, const Tensor& value, std::optional<int> axis);
 
+  static constexpr const char* kDistributeInputHint =
+      "distribute the dataset outside Strategy::run and pass each step's PerReplica batch to run";
+
   std::unique_ptr<StrategyExtended> extended_;
   std::shared_ptr<detail::StrategyIdentity> identity_;
 };
 
 // RAII guard returned by Strategy::scope(). Destroy scopes in reverse order of creation, on the
-// thread that created them.
+// thread that created them; a scope may be moved on any thread meanwhile.
+//
+// The scope is the entering thread's context, which no other thread can leave for it. Destroyed
+// on another thread, the destructor throws FailedPreconditionError and the entering thread stays
+// in the scope; hence noexcept(false). It never throws while an exception is propagating on the
+// destroying thread (std::uncaught_exceptions() > 0): then it does nothing. Keep a scope in a
+// local or a member, destroyed by its own thread; a holder whose destruction is noexcept
+// (std::optional::reset, std::unique_ptr) turns that error into std::terminate.
 class StrategyScope {
  public:
   StrategyScope(StrategyScope&& other) noexcept;
   StrategyScope& operator=(StrategyScope&&) = delete;
-  ~StrategyScope();
+  ~StrategyScope() noexcept(false);
   Strategy& strategy() const { return *strategy_; }
 
  private:
   friend class Strategy;
   explicit StrategyScope(Strategy& strategy);
   Strategy* strategy_;
+  // The thread that entered the scope. Its address is the key of the scope's entry on that
+  // thread's context stack, so the key moves with the scope from whatever thread moves it. Null
+  // once moved from.
+  std::unique_ptr<const std::thread::id> thread_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -96,6 +96,15 @@ class StrategyExtended {
 
   Strategy& container_strategy() const { return container_; }
 
+  // tf.distribute's experimental_between_graph: whether each worker runs its own copy of the
+  // program, as every MultiWorkerMirroredStrategy worker does (even alone), rather than one program
+  // driving every replica (MirroredStrategy, OneDeviceStrategy, the default strategy).
+  virtual bool experimental_between_graph() const { return false; }
+  // tf.distribute's experimental_should_init: whether this worker initialises the variables it
+  // creates. Unlike should_checkpoint(), true on every worker: the chief and each
+  // MultiWorkerMirroredStrategy worker create and initialise their own copies.
+  bool experimental_should_init() const { return true; }
+
  protected:
   StrategyExtended(Strategy& container, std::vector<Device> devices, CommunicationOptions default_options);
   void require_cross_replica_or_default(const char* method, const char* hint = nullptr) const;

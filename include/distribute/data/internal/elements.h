@@ -29,8 +29,12 @@ void check_shard(std::int64_t num_shards, std::int64_t index);
 // `problem` says which.
 [[noreturn]] void throw_empty_generator(const char* problem);
 
-// Stacks the elements of one batch, leaf by leaf, into new host tensors of batch_size rows. Row 0
-// fixes each leaf's dtype and shape; later rows must match them.
+// Stacks the elements of one batch, leaf by leaf, into new host tensors of up to batch_size rows.
+// Row 0 fixes each leaf's dtype and shape; later rows must match them. The data may end before a
+// batch fills, and batch_size may be far more than memory holds (batch(1 << 60) of a short
+// dataset is one batch of all of it), so a leaf is allocated for the rows there are: at most
+// kFirstBytes at first, then twice as many rows each time they run out. Once a batch has filled,
+// the data can fill one, and later batches are allocated whole from their first row.
 class BatchBuilder {
  public:
   explicit BatchBuilder(std::int64_t batch_size) : batch_size_(batch_size) {}
@@ -57,15 +61,21 @@ class BatchBuilder {
   void reset();
 
  private:
+  // Batches of up to this many bytes per leaf are allocated whole from their first row.
+  static constexpr std::size_t kFirstBytes = std::size_t{1} << 20;
+
   void check_host(std::size_t leaf, const Tensor& value) const;
   // Row 0 of a leaf: makes its stacked tensor.
   void start_leaf(DType dtype, const Shape& element_shape);
+  // Makes room for row rows() in a leaf whose stacked tensor is full.
+  void grow(std::size_t leaf);
   void copy_row(std::size_t leaf, const void* data);
 
   std::int64_t batch_size_;
   std::int64_t rows_ = 0;
-  // One entry per leaf, made by row 0: the stacked tensor of batch_size_ rows, row 0's shape, and
-  // the bytes of one row.
+  bool filled_once_ = false;
+  // One entry per leaf, made by row 0: the stacked tensor (room for up to batch_size_ rows), row
+  // 0's shape, and the bytes of one row.
   std::vector<Tensor> outputs_;
   std::vector<Shape> shapes_;
   std::vector<std::size_t> row_bytes_;

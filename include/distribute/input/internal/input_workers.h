@@ -16,8 +16,9 @@ namespace distribute::input::internal {
 
 class InputWorkers {
  public:
-  // InvalidArgumentError for an empty device list or a buffer size < 1. `context` places the
-  // devices among every worker's replicas: this worker's are replicas
+  // InvalidArgumentError for an empty device list, a buffer size < 1, and
+  // experimental_place_dataset_on_device without kPerReplica or with fetch_to_device. `context`
+  // places the devices among every worker's replicas: this worker's are replicas
   // input_pipeline_id() * devices.size() ... of context.num_replicas_in_sync() (default: all).
   InputWorkers(std::vector<Device> devices, const InputOptions& options,
                std::optional<InputContext> context = std::nullopt);
@@ -27,15 +28,26 @@ class InputWorkers {
   // Every worker's replicas, and the global id of this worker's first.
   int num_replicas_in_sync() const { return num_replicas_in_sync_; }
   int first_replica() const { return first_replica_; }
-  // What dataset_fn of distribute_datasets_from_function receives.
+  // What dataset_fn of distribute_datasets_from_function receives: this worker's pipeline, or in
+  // kPerReplica mode local replica `replica`'s.
   InputContext input_context() const { return context_; }
+  InputContext replica_input_context(int replica) const {
+    return InputContext(num_replicas_in_sync_, first_replica_ + replica, num_replicas_in_sync_);
+  }
+  bool per_replica() const { return per_replica_; }
+  // Where replica `replica`'s dataset_fn makes its tensors: the replica's device when
+  // experimental_place_dataset_on_device, else null (the thread's default).
+  const Device* dataset_device(int replica) const {
+    return place_dataset_on_device_ ? &devices_[static_cast<std::size_t>(replica)] : nullptr;
+  }
   const std::vector<Device>& devices() const { return devices_; }
   std::size_t buffer_size() const { return buffer_size_; }
 
   // `batch` where replica `replica` reads it. Host memory is one space, so a host batch serves a
-  // CPU replica as it is (a view); a GPU replica gets a copy on its GPU when fetch_to_device
-  // (Tensor::to: from a thread that is no replica's, on the GPU's legacy stream, which every
-  // replica stream of that GPU waits for); else the batch stays where it is.
+  // CPU replica where it is, through a view that reports the replica's device when fetch_to_device
+  // or place_dataset_on_device (detail::view_on_cpu); a GPU replica gets a copy on its GPU when fetch_to_device or
+  // place_dataset_on_device (Tensor::to: from a thread that is no replica's, on the GPU's legacy
+  // stream, which every replica stream of that GPU waits for); else the batch stays where it is.
   Tensor place(const Tensor& batch, int replica) const;
 
  private:
@@ -43,9 +55,28 @@ class InputWorkers {
   InputContext context_;
   int num_replicas_in_sync_;
   int first_replica_;
-  bool fetch_to_device_;
+  bool to_device_;
+  bool per_replica_;
+  bool place_dataset_on_device_;
   std::size_t buffer_size_;
 };
+
+// While it lives, tensors made on this thread without a device go to `device` (nothing changes
+// for null): dataset_fn runs in one for its replica's dataset_device().
+class DatasetDeviceScope {
+ public:
+  explicit DatasetDeviceScope(const Device* device);
+  DatasetDeviceScope(const DatasetDeviceScope&) = delete;
+  DatasetDeviceScope& operator=(const DatasetDeviceScope&) = delete;
+  ~DatasetDeviceScope();
+
+ private:
+  bool active_;
+  const Device* previous_ = nullptr;
+};
+
+// UnimplementedError for kPerReplica: experimental_distribute_dataset splits one dataset.
+void check_splittable(const InputOptions& options);
 
 // FailedPreconditionError when called inside a replica's function (the fn of any strategy's run):
 // `method` names the call in the message.

@@ -35,7 +35,5 @@ void pop_mode(const void* owner) noexcept;
 // Removes this thread's entries of a strategy being destroyed, so a scope guard that outlives its
 // strategy leaves nothing dangling behind.
 void forget_strategy(const Strategy* strategy) noexcept;
-// The entry pushed for `from` now belongs to `to` (a scope guard was moved).
-void transfer_mode(const void* from, const void* to) noexcept;
 
 }  // namespace distribute::detail
