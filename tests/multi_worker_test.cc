@@ -426,6 +426,20 @@ TEST_F(MultiWorker, WorkersUpdatingDifferentVariablesAreNamedOnEveryWorker) {
   expect_still_usable();
 }
 
+// A variable created inside run is created once for every replica of every worker, with global
+// replica 0's initial value; the workers create it in the same order, so its later updates pair.
+TEST_F(MultiWorker, VariableCreatedInsideRunTakesGlobalReplicaZerosValue) {
+  PerReplica<Variable> made = s.run([] {
+    const auto g = static_cast<float>(get_replica_context()->replica_id_in_sync_group());
+    Variable v(Tensor::from_vector<float>({g + 3}), {.name = "lazy", .aggregation = VariableAggregation::kSum});
+    v.assign_add(Tensor::from_vector<float>({1}));
+    return v;
+  });
+  for (const Tensor& c : s.experimental_local_results(made[0])) {
+    EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{3.0f + static_cast<float>(n())}));
+  }
+}
+
 TEST_F(MultiWorker, OnReadVariableReadsAggregateEveryWorkersComponents) {
   Variable count;
   {

@@ -530,7 +530,8 @@ TEST(Optimizer, ReplicaOnlyCallsAreFailedPreconditions) {
   expect_error<FailedPreconditionError>([&] { strategy.run([&] { sgd.build({w}); }); },
                                         {"SGD.build: called inside a replica's fn"});
   expect_error<FailedPreconditionError>([&] { strategy.run([&] { SGD inside(0.1); }); },
-                                        {"Variable 'SGD/iterations': created inside the fn of replica"});
+                                        {"SGD: created inside a replica's fn; create the optimizer under "
+                                         "strategy.scope(), outside Strategy::run"});
 }
 
 TEST(Optimizer, GetSlotErrors) {

@@ -124,12 +124,47 @@ TEST(Variable, HandlesShareTheVariable) {
   EXPECT_TRUE(a.defined());
 }
 
-TEST_F(Variable2, CreatingInsideAReplicaFnIsAFailedPrecondition) {
-  const std::string what = expect_error<FailedPreconditionError>(
-      [&] { strategy.run([] { Variable v(1.0f, {.name = "w"}); }); },
-      {"Variable 'w': created inside the fn of replica", "of MirroredStrategy(CPU:0, CPU:1)",
-       "create variables under strategy.scope(), outside Strategy::run"});
-  EXPECT_FALSE(what.empty());
+TEST_P(Variables, CreatedInsideRunIsOneMirroredVariableWithReplicaZerosValue) {
+  MirroredStrategy strategy(cpu_devices(n()));
+  // A lazily built layer: the first step creates its weight, every replica holds the same one.
+  PerReplica<Variable> made = strategy.run([] {
+    Variable w(Tensor::from_vector<float>({replica_id() + 1, 7}), {.name = "w", .aggregation = VariableAggregation::kSum});
+    w.assign_add(Tensor::from_vector<float>({1, 1}));
+    return w;
+  });
+  for (int r = 0; r < n(); ++r) EXPECT_TRUE(made[r] == made[0]);
+  const Variable& w = made[0];
+  EXPECT_EQ(w.name(), "w");
+  EXPECT_EQ(w.num_components(), n());
+  EXPECT_TRUE(w.trainable());
+  EXPECT_TRUE(strategy.extended().variable_created_in_scope(w));
+  // Replica 0's [1, 7], plus the SUM of every replica's [1, 1].
+  const float n_f = static_cast<float>(n());
+  for (int i = 0; i < n(); ++i) EXPECT_EQ(w.component(i).to_vector<float>(), (std::vector<float>{1 + n_f, 7 + n_f}));
+}
+
+TEST_F(Variable2, CreationInsideRunMustMatchOnEveryReplica) {
+  expect_error<InvalidArgumentError>(
+      [&] { strategy.run([] { Variable v(1.0f, {.name = replica_id() == 0 ? "a" : "b"}); }); },
+      {"merge_call #1: replica 0 called create of 'a' where replica 1 called create of 'b'"});
+  expect_error<InvalidArgumentError>(
+      [&] { strategy.run([] { Variable v(Tensor::zeros(DType::kFloat32, Shape{static_cast<std::int64_t>(replica_id()) + 1}), {.name = "w"}); }); },
+      {"Variable 'w': created inside run with an initial value of float32[1] on replica 0 but float32[2] on replica 1",
+       "every replica must create it with the same dtype and shape"});
+  expect_error<InvalidArgumentError>(
+      [&] {
+        strategy.run([] {
+          Variable v(1.0f, {.name = "w", .trainable = replica_id() == 0});
+        });
+      },
+      {"Variable 'w': created inside run with other options on replica 1 than on replica 0"});
+  expect_error<FailedPreconditionError>(
+      [&] {
+        strategy.run([] {
+          if (replica_id() == 0) Variable v(1.0f, {.name = "w"});
+        });
+      },
+      {"replica 1 returned from the replica function while replica 0 waits in merge_call for create of 'w'"});
 }
 
 TEST_F(Variable2, CreationErrors) {
@@ -137,8 +172,11 @@ TEST_F(Variable2, CreationErrors) {
   expect_error<InvalidArgumentError>([] { Variable v(Tensor(), {.name = "w"}); },
                                      {"Variable 'w': the initial value is an undefined Tensor"});
   expect_error<InvalidArgumentError>(
-      [] { Variable v(1.0f, {.name = "m", .synchronization = VariableSynchronization::kOnRead}); },
-      {"Variable 'm': synchronization ON_READ needs an aggregation (SUM, MEAN or ONLY_FIRST_REPLICA)"});
+      [] {
+        Variable v(1.0f, {.name = "m", .trainable = true, .synchronization = VariableSynchronization::kOnRead,
+                          .aggregation = VariableAggregation::kSum});
+      },
+      {"Variable 'm': synchronization ON_READ is only for variables that are not trainable, and trainable is true"});
   expect_error<InvalidArgumentError>(
       [] { Variable v(3, {.name = "c", .aggregation = VariableAggregation::kMean}); },
       {"Variable 'c': aggregation MEAN needs a floating-point dtype and the initial value is int32",
@@ -582,6 +620,58 @@ TEST_P(Variables, ExtendedUpdateCallsFnForEachComponentWithItsArguments) {
     EXPECT_EQ(v.component(i).item<float>(), 1.0f + 10.0f * static_cast<float>(i));
     EXPECT_EQ(values[i], v.component(i).item<float>());
   }
+}
+
+TEST_F(Variable2, OnReadVariablesAreNotTrainableUnlessSaid) {
+  const Variable metric = make_variable(strategy, 0.0f, {.synchronization = VariableSynchronization::kOnRead,
+                                                         .aggregation = VariableAggregation::kSum});
+  EXPECT_FALSE(metric.trainable());
+  const Variable weight = make_variable(strategy, 0.0f);
+  EXPECT_TRUE(weight.trainable());
+  const Variable frozen = make_variable(strategy, 0.0f, {.trainable = false});
+  EXPECT_FALSE(frozen.trainable());
+}
+
+TEST_F(Variable2, OnReadWithAggregationNoneIsReadInsideRunOnly) {
+  Variable counter = make_variable(strategy, 0, {.name = "counter", .synchronization = VariableSynchronization::kOnRead});
+  EXPECT_EQ(counter.aggregation(), VariableAggregation::kNone);
+  strategy.run([&] { counter.assign_add(replica_id() + 1); });
+  const PerReplica<int> read = strategy.run([&] { return counter.value().item<int>(); });
+  EXPECT_EQ(read.values(), (std::vector<int>{1, 2}));
+  expect_error<InvalidArgumentError>(
+      [&] { counter.value(); },
+      {"Variable 'counter': an ON_READ variable with aggregation NONE cannot be read in cross-replica context",
+       "read it inside the fn passed to Strategy::run, read component(i), or give it an aggregation"});
+  // Assignments in cross-replica context reach every component.
+  counter.assign(5);
+  counter.assign_add(1);
+  EXPECT_EQ(counter.component(0).item<int>(), 6);
+  EXPECT_EQ(counter.component(1).item<int>(), 6);
+}
+
+TEST_F(Variable2, WritesThroughTheVariableInsideUpdateReachTheUpdatedComponent) {
+  Variable total = make_variable(strategy, 0.0f, {.name = "total", .synchronization = VariableSynchronization::kOnRead,
+                                                  .aggregation = VariableAggregation::kSum});
+  Variable w = make_variable(strategy, 1.0f, {.name = "w"});
+  const PerReplica<float> deltas({10.0f, 20.0f});
+  StrategyScope scope = strategy.scope();
+  const Mirrored<float> seen = strategy.extended().update(
+      total,
+      [&](Tensor&, float delta) {
+        total.assign(delta);  // not divided by the replicas: this component only
+        w.assign_add(delta);  // another variable of the strategy: its component being updated too
+        return total.value().item<float>();
+      },
+      deltas);
+  EXPECT_EQ(seen.values(), (std::vector<float>{10.0f, 20.0f}));
+  EXPECT_EQ(total.component(0).item<float>(), 10.0f);
+  EXPECT_EQ(total.component(1).item<float>(), 20.0f);
+  EXPECT_EQ(total.value().item<float>(), 30.0f);
+  EXPECT_EQ(w.component(0).item<float>(), 11.0f);
+  EXPECT_EQ(w.component(1).item<float>(), 21.0f);
+  // Outside update, a cross-replica assign of an ON_READ SUM variable is shared out again.
+  total.assign(4.0f);
+  EXPECT_EQ(total.component(1).item<float>(), 2.0f);
 }
 
 TEST_F(Variable2, ExtendedUpdateErrors) {

@@ -17,6 +17,15 @@ namespace {
 
 bool in_replica_fn() { return get_replica_context() != nullptr && has_strategy(); }
 
+// The strategy an optimizer made now is for. Not inside a replica's function: each replica would
+// make an optimizer of its own.
+const std::shared_ptr<detail::StrategyIdentity>& strategy_for_new_optimizer(const std::string& name) {
+  DISTRIBUTE_CHECK(!in_replica_fn(), FailedPreconditionError, name,
+                   ": created inside a replica's fn; create the optimizer under strategy.scope(), outside "
+                   "Strategy::run, and use it in every replica");
+  return get_strategy().identity();
+}
+
 // A NaN or infinite rate writes NaN into every weight at the next step; a negative one climbs.
 double checked_learning_rate(double learning_rate, const std::string& method) {
   DISTRIBUTE_CHECK(std::isfinite(learning_rate) && learning_rate >= 0.0, InvalidArgumentError, method,
@@ -49,7 +58,7 @@ struct Optimizer::SlotTable {
 };
 
 Optimizer::Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names)
-    : strategy_(get_strategy().identity()),
+    : strategy_(strategy_for_new_optimizer(name)),
       name_(std::move(name)),
       apply_action_(name_ + ".apply_gradients"),
       learning_rate_(checked_learning_rate(learning_rate, name_)),
@@ -102,11 +111,11 @@ void Optimizer::check_variable(const Variable& var, std::size_t k, const char* m
                    ": variable '", var.name(), "' was created for ", var.distribute_strategy().name(),
                    " but the optimizer for ", strategy_->name(),
                    "; create the optimizer under the scope of the variables' strategy");
-  DISTRIBUTE_CHECK(var.trainable(), InvalidArgumentError, name_, ".", method, ": variable '", var.name(),
-                   "' is not trainable");
   DISTRIBUTE_CHECK(var.synchronization() != VariableSynchronization::kOnRead, InvalidArgumentError, name_, ".",
                    method, ": variable '", var.name(),
                    "' is synchronized ON_READ; optimizers update ON_WRITE (mirrored) variables");
+  DISTRIBUTE_CHECK(var.trainable(), InvalidArgumentError, name_, ".", method, ": variable '", var.name(),
+                   "' is not trainable");
   DISTRIBUTE_CHECK(var.dtype() == DType::kFloat32 || var.dtype() == DType::kFloat64, InvalidArgumentError, name_,
                    ".", method, ": variable '", var.name(), "' has dtype ", dtype_name(var.dtype()),
                    "; optimizers update float32 and float64 variables");

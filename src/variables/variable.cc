@@ -45,9 +45,37 @@ const VariableKey& variable_key(const Variable& variable) { return variable.stat
 
 }  // namespace detail
 
+namespace detail {
+namespace {
+
+// The component that extended().update is updating on this thread (strategy 0: none).
+struct UpdateTarget {
+  std::uint64_t strategy = 0;
+  int component = -1;
+};
+thread_local UpdateTarget t_update_target;
+
+}  // namespace
+
+ScopedUpdateContext::ScopedUpdateContext(const Strategy& strategy, int component)
+    : saved_strategy_(t_update_target.strategy), saved_component_(t_update_target.component) {
+  t_update_target = {strategy.identity()->id(), component};
+}
+
+ScopedUpdateContext::~ScopedUpdateContext() { t_update_target = {saved_strategy_, saved_component_}; }
+
+}  // namespace detail
+
 namespace {
 
 using detail::VariableState;
+
+// In extended().update's context on this thread, the component of `s` it acts on; else null.
+const Tensor* update_target(const VariableState& s) {
+  const detail::UpdateTarget& target = detail::t_update_target;
+  if (target.strategy != s.strategy->id()) return nullptr;
+  return &s.components[static_cast<std::size_t>(target.component)];
+}
 using detail::VariableUpdate;
 
 const char* update_name(VariableUpdate op) {
@@ -162,24 +190,28 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 
-// The value an ONLY_FIRST_REPLICA or NONE update applies: global replica 0's. Across workers that
-// is worker 0's first replica, which reaches every worker as a SUM to which every other replica
-// adds zeros. With NONE every replica must have passed that value; the replicas that did not are
-// gathered from every worker, so that each raises the same error.
+// Global replica 0's value, in a merge_fn. Across workers that is worker 0's first replica, which
+// reaches every worker as a SUM to which every other replica adds zeros.
+Tensor global_first_value(Strategy& strategy, const PerReplica<Tensor>& values) {
+  const StrategyExtended& extended = strategy.extended();
+  if (extended.num_workers() == 1) return values[0];
+  std::vector<Tensor> parts;
+  for (int r = 0; r < values.num_replicas(); ++r) {
+    const Tensor& v = values[r];
+    parts.push_back(r == 0 && extended.worker_id() == 0 ? v : Tensor::zeros(v.dtype(), v.shape(), v.device()));
+  }
+  return strategy.extended().reduce_to(ReduceOp::kSum, PerReplica<Tensor>(std::move(parts)), values[0].device());
+}
+
+// The value an ONLY_FIRST_REPLICA or NONE update applies: global replica 0's. With NONE every
+// replica must have passed that value; the replicas that did not are gathered from every worker,
+// so that each raises the same error.
 Tensor first_replica_value(Strategy& strategy, const VariableState& var, VariableUpdate op,
                            const PerReplica<Tensor>& values) {
   const StrategyExtended& extended = strategy.extended();
   const bool across_workers = extended.num_workers() > 1;
   const int local = values.num_replicas();
-  Tensor first = values[0];
-  if (across_workers) {
-    std::vector<Tensor> parts;
-    for (int r = 0; r < local; ++r) {
-      const Tensor& v = values[r];
-      parts.push_back(r == 0 && extended.worker_id() == 0 ? v : Tensor::zeros(v.dtype(), v.shape(), v.device()));
-    }
-    first = strategy.extended().reduce_to(ReduceOp::kSum, PerReplica<Tensor>(std::move(parts)), first.device());
-  }
+  const Tensor first = global_first_value(strategy, values);
   if (var.aggregation != VariableAggregation::kNone) return first;
   std::vector<int> differing;
   if (across_workers) {
@@ -215,6 +247,37 @@ void update_in_merge_call(ReplicaContext& ctx, const VariableState& s, VariableU
         for (const Tensor& c : var.components) apply(c, ops[0], first);
       },
       value, &s, op);
+}
+
+// A variable created inside run: every replica calls the constructor, and one merge_call creates
+// it for all of them, with global replica 0's initial value (TF's MirroredVariable creation in a
+// replica context, which lazily built layers rely on). Its signature names the variable, so
+// replicas (or workers) creating different variables at one point fail; the merge_fn checks that
+// they agree on everything else.
+Variable create_in_replica(ReplicaContext& ctx, const Tensor& initial_value, const VariableOptions& options) {
+  const detail::VariableKey key{detail::fixed_hash(options.name), &options.name, 0};
+  const detail::CallPurpose purpose("create", std::span(&key, 1));
+  detail::ScopedCallPurpose issued_for(ctx, purpose);
+  const Tensor local = initial_value.device() == ctx.device() ? initial_value : initial_value.to(ctx.device());
+  return ctx.merge_call(
+      [](Strategy& strategy, const PerReplica<Tensor>& initials, const PerReplica<const VariableOptions*>& all) {
+        const VariableOptions& first = *all[0];
+        for (int r = 1; r < initials.num_replicas(); ++r) {
+          const VariableOptions& other = *all[r];
+          DISTRIBUTE_CHECK(initials[r].dtype() == initials[0].dtype() && initials[r].shape() == initials[0].shape(),
+                           InvalidArgumentError, "Variable '", first.name, "': created inside run with an initial "
+                           "value of ", dtype_name(initials[0].dtype()), initials[0].shape().compact(), " on replica 0 "
+                           "but ", dtype_name(initials[r].dtype()), initials[r].shape().compact(), " on replica ", r,
+                           "; every replica must create it with the same dtype and shape");
+          DISTRIBUTE_CHECK(other.trainable == first.trainable && other.synchronization == first.synchronization &&
+                               other.aggregation == first.aggregation,
+                           InvalidArgumentError, "Variable '", first.name, "': created inside run with other options "
+                           "on replica ", r, " than on replica 0 (trainable, synchronization or aggregation); every "
+                           "replica must create it with the same options");
+        }
+        return Variable(global_first_value(strategy, initials), first);
+      },
+      local, &options);
 }
 
 std::string component_name(const std::string& name, int i) {
@@ -262,35 +325,36 @@ Variable::Variable(const Tensor& initial_value, VariableOptions options) {
                        options.aggregation <= VariableAggregation::kOnlyFirstReplica,
                    InvalidArgumentError, "Variable '", name, "': invalid variable aggregation mode ",
                    static_cast<int>(options.aggregation), "; use NONE, SUM, MEAN or ONLY_FIRST_REPLICA");
-  if (const ReplicaContext* ctx = get_replica_context(); ctx != nullptr && has_strategy()) {
-    throw FailedPreconditionError(absl::StrCat("Variable '", name, "': created inside the fn of replica ",
-                                               ctx->replica_id_in_sync_group(), " of ", strategy.name(),
-                                               "; create variables under strategy.scope(), outside Strategy::run"));
-  }
   DISTRIBUTE_CHECK(initial_value.defined(), InvalidArgumentError, "Variable '", name,
                    "': the initial value is an undefined Tensor");
   const std::vector<Device>& devices = strategy.extended().worker_devices();
   const VariableSynchronization synchronization = options.synchronization == VariableSynchronization::kAuto
                                                       ? VariableSynchronization::kOnWrite
                                                       : options.synchronization;
+  const bool on_read = synchronization == VariableSynchronization::kOnRead;
   DISTRIBUTE_CHECK(synchronization != VariableSynchronization::kNone || devices.size() == 1, InvalidArgumentError,
                    "Variable '", name, "': synchronization NONE is not supported by ", strategy.name(), ", which has ",
                    devices.size(), " replicas; use ON_WRITE (AUTO) or ON_READ");
-  const bool aggregated = options.aggregation != VariableAggregation::kNone;
-  DISTRIBUTE_CHECK(synchronization != VariableSynchronization::kOnRead || aggregated, InvalidArgumentError,
-                   "Variable '", name, "': synchronization ON_READ needs an aggregation (SUM, MEAN or "
-                   "ONLY_FIRST_REPLICA) to combine the replicas' components when it is read");
+  DISTRIBUTE_CHECK(!on_read || !options.trainable.value_or(false), InvalidArgumentError, "Variable '", name,
+                   "': synchronization ON_READ is only for variables that are not trainable, and trainable is true; "
+                   "leave trainable unset (ON_READ variables hold metrics and statistics, not weights)");
+  const bool trainable = options.trainable.value_or(!on_read);
   DISTRIBUTE_CHECK(options.aggregation != VariableAggregation::kMean || is_floating(initial_value.dtype()),
                    InvalidArgumentError, "Variable '", name, "': aggregation MEAN needs a floating-point dtype and the "
                    "initial value is ", dtype_name(initial_value.dtype()), "; use SUM or ONLY_FIRST_REPLICA");
+  if (ReplicaContext* ctx = get_replica_context(); ctx != nullptr && has_strategy()) {
+    options.name = std::move(name);
+    *this = create_in_replica(*ctx, initial_value, options);
+    return;
+  }
   std::vector<Tensor> components;
   components.reserve(devices.size());
   for (const Device& device : devices) components.push_back(initial_value.to(device));
   const std::shared_ptr<detail::StrategyIdentity>& identity = strategy.identity();
   const std::uint64_t number = identity->next_variable_number();
   state_ = std::make_shared<VariableState>(VariableState{std::move(name), initial_value.dtype(), initial_value.shape(),
-                                                         options.trainable, synchronization, options.aggregation,
-                                                         identity, std::move(components), {}});
+                                                         trainable, synchronization, options.aggregation, identity,
+                                                         std::move(components), {}});
   state_->key = {detail::fixed_hash(state_->name) ^ (number + 1) * 0x9e3779b97f4a7c15, &state_->name, number};
 }
 
@@ -322,10 +386,16 @@ Tensor Variable::value() const {
     return s.components[static_cast<std::size_t>(ctx->local_replica_id())];
   }
   Strategy& strategy = s.live_strategy();
+  if (const Tensor* target = update_target(s)) return *target;
   if (!s.on_read() || s.aggregation == VariableAggregation::kOnlyFirstReplica ||
       strategy.num_replicas_in_sync() == 1) {
     return s.components[0];
   }
+  DISTRIBUTE_CHECK(s.aggregation != VariableAggregation::kNone, InvalidArgumentError, "Variable '", s.name,
+                   "': an ON_READ variable with aggregation NONE cannot be read in cross-replica context, where its ",
+                   strategy.num_replicas_in_sync(), " components would have to be combined; read it inside the fn "
+                   "passed to Strategy::run, read component(i), or give it an aggregation (SUM, MEAN, "
+                   "ONLY_FIRST_REPLICA)");
   // Across every worker's components where the strategy spans several.
   return strategy.extended().reduce_to(reduce_op_of(s.aggregation), DistributedValues<Tensor>(s.components),
                                           Device::cpu());
@@ -349,6 +419,10 @@ void Variable::update(VariableUpdate op, const Tensor& value, const char* method
   check_value(s, value, method);
   ReplicaContext* ctx = replica_context_for(s, method);
   if (ctx == nullptr) {
+    if (const Tensor* target = update_target(s)) {
+      apply(*target, op, on_host(value));
+      return;
+    }
     update_cross_replica(s, op, on_host(value), method);
     return;
   }

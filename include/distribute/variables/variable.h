@@ -28,7 +28,9 @@
 //     aggregation, instead of combining one variable's values with another's.
 //   - ON_READ (a SyncOnReadVariable: metrics, batch-norm statistics): each replica updates only its
 //     own component, with no collective; a read in cross-replica context aggregates the
-//     components (SUM, MEAN, or component 0 for ONLY_FIRST_REPLICA). It needs an aggregation.
+//     components (SUM, MEAN, or component 0 for ONLY_FIRST_REPLICA; with aggregation NONE such a
+//     read is an InvalidArgumentError). It is not trainable (trainable unset means false; true is
+//     an InvalidArgumentError).
 //   - NONE: only for strategies with one replica (as in TF, a multi-replica strategy rejects it);
 //     it then behaves as ON_WRITE.
 //
@@ -39,7 +41,11 @@
 // of the N components (integers: x in component 0, zeros elsewhere) so that the read gives x,
 // and assign_add / assign_sub are a FailedPreconditionError. A variable is used only in its own
 // strategy's replicas, and updated only under its own strategy's scope or under none
-// (FailedPreconditionError otherwise); it cannot be created inside one. It holds its strategy by
+// (FailedPreconditionError otherwise). Created inside run, it is created once for all replicas:
+// every replica must create it (a collective, like an update), with the same dtype, shape and
+// options, and its initial value is global replica 0's. Inside extended().update(v, fn), a write
+// or read through any variable of the strategy acts on the component being updated, as TF's
+// update context routes it. A variable holds its strategy by
 // identity, not by address: once the strategy is destroyed, updates, value() and
 // distribute_strategy() are a FailedPreconditionError naming the variable, while component(i) and
 // printing still show its last values.
@@ -47,7 +53,8 @@
 // Checks, all InvalidArgumentError naming the variable: the options' enums must be in range; an
 // update's dtype and shape must be the variable's (a scalar given as a C++ number is converted
 // when the variable's dtype holds it exactly, as TF converts Python numbers); MEAN needs a
-// floating-point dtype; ON_READ needs an aggregation. Components on GPUs are updated by the device's kernels, on the replica's stream.
+// floating-point dtype. Components on GPUs are updated by the device's kernels, on the replica's
+// stream.
 //
 // Threading: in replica context replica r writes component r only; every other update happens on
 // one thread while no replica runs (cross-replica context) or while all wait in a merge_call.
@@ -55,6 +62,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <type_traits>
@@ -84,11 +92,26 @@ enum class VariableUpdate { kAssign, kAdd, kSub };
 bool created_for(const Variable& variable, const Strategy& strategy);
 // How the collectives issued on the variable's behalf name it (CallPurpose).
 const VariableKey& variable_key(const Variable& variable);
+// extended().update's context (TF's UpdateContext): while it lives, on this thread, writes and
+// reads of `strategy`'s variables through the variable itself act on its component `component`,
+// the one being updated.
+class ScopedUpdateContext {
+ public:
+  ScopedUpdateContext(const Strategy& strategy, int component);
+  ~ScopedUpdateContext();
+  ScopedUpdateContext(const ScopedUpdateContext&) = delete;
+  ScopedUpdateContext& operator=(const ScopedUpdateContext&) = delete;
+
+ private:
+  std::uint64_t saved_strategy_;
+  int saved_component_;
+};
 }  // namespace detail
 
 struct VariableOptions {
   std::string name;  // "" -> "Variable"; printed as 'name:0', 'name/replica_1:0', ...
-  bool trainable = true;
+  // Unset: true, except for ON_READ variables (metrics, statistics), which cannot be trainable.
+  std::optional<bool> trainable;
   VariableSynchronization synchronization = VariableSynchronization::kAuto;
   VariableAggregation aggregation = VariableAggregation::kNone;
 };
@@ -206,6 +229,7 @@ auto StrategyExtended::update(const Variable& var, Fn&& fn, Args&&... args) {
   if constexpr (std::is_void_v<R>) {
     for (int i = 0; i < n; ++i) {
       Tensor component = var.component(i);
+      detail::ScopedUpdateContext updating(container_strategy(), i);
       fn(component, detail::component(args, i)...);
     }
   } else {
@@ -213,6 +237,7 @@ auto StrategyExtended::update(const Variable& var, Fn&& fn, Args&&... args) {
     results.reserve(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) {
       Tensor component = var.component(i);
+      detail::ScopedUpdateContext updating(container_strategy(), i);
       results.push_back(fn(component, detail::component(args, i)...));
     }
     return Mirrored<std::decay_t<R>>(std::move(results));
