@@ -755,6 +755,14 @@ TEST_F(Misuse, TimeoutsThatAreNegativeOrNotFiniteAreRejectedWhereGiven) {
         [&] { (void)strategy.extended().gather_to(values, Device::cpu(), 0, bad); },
         {"CommunicationOptions::timeout is", rule});
     expect_healthy(strategy);
+    // One replica, where a collective never waits: checked all the same.
+    OneDeviceStrategy one("CPU:0");
+    expect_error<InvalidArgumentError>(
+        [&] { one.run([&] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, bad); }); },
+        {"CommunicationOptions::timeout is", rule});
+    expect_error<InvalidArgumentError>(
+        [&] { one.run([&] { get_replica_context()->all_gather(zeros(Shape{1}), 0, bad); }); },
+        {"CommunicationOptions::timeout is", rule});
   }
   // 0 stays "no timeout of its own": the strategy's default, here none.
   const CommunicationOptions zero{.timeout = std::chrono::duration<double>(0)};

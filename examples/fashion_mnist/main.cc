@@ -155,7 +155,7 @@ int train() {
   }
   if (accuracy == 0) accuracy = trainer.evaluate();  // resumed after the last epoch: nothing trained
   if (chief) {
-    std::printf("test accuracy %.4f after %d epochs (baselines.json lists 0.84-0.88 for MLPs); checkpoint: %s\n",
+    std::printf("test accuracy %.4f after %d epochs; checkpoint: %s\n",
                 accuracy, trainer.epochs_done(), checkpoint.c_str());
   }
   return 0;

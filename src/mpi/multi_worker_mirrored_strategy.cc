@@ -121,6 +121,9 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
     : resolver_(options.cluster_resolver != nullptr ? std::move(options.cluster_resolver)
                                                     : std::make_shared<const MpiClusterResolver>()) {
   std::vector<Device> devices = detail::parse_mirrored_devices(options.local_devices);
+  // Before the first exchange, which the timeout bounds.
+  detail::check_timeout(options.communication.timeout, "MultiWorkerMirroredStrategy: options.communication.timeout",
+                        "no timeout");
   // The workers are the ranks of the resolver's communicator, else of MPI_COMM_WORLD.
   const auto* mpi_resolver = dynamic_cast<const MpiClusterResolver*>(resolver_.get());
   const MpiClusterResolver::Communicator* comm = mpi_resolver != nullptr ? mpi_resolver->communicator() : nullptr;

@@ -51,7 +51,8 @@ void ReplicaContext::run_all_reduce(detail::CollectiveArgs& args) {
     group_->all_reduce(local_replica_id_, call);
     return;
   }
-  // One replica: SUM and MEAN are the input itself.
+  // One replica: SUM and MEAN are the input itself. Its options are checked as a group's are.
+  detail::check_timeout(call.op.options.timeout, "CommunicationOptions::timeout", "the strategy's timeout");
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
     const collective::BufferRef& in = call.op.inputs[leaf];
     if (call.op.output_data[leaf] != in.data) {
@@ -66,6 +67,7 @@ void ReplicaContext::run_all_gather(detail::CollectiveArgs& args) {
     group_->all_gather(local_replica_id_, call);
     return;
   }
+  detail::check_timeout(call.op.options.timeout, "CommunicationOptions::timeout", "the strategy's timeout");
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
     const collective::BufferRef& in = call.op.inputs[leaf];
     void* out = call.op.allocate_output(call.op.allocate_context, leaf, *in.shape);
