@@ -7,7 +7,10 @@
 // errors that name the worker and replicas when workers differ, raise or return early, after which
 // the strategy stays usable; workers with different local replica counts get InvalidArgumentError
 // at construction; a worker that does not arrive gives DeadlineExceededError and then
-// UnavailableError; strategies on sub-communicators have their ranks as workers.
+// UnavailableError; strategies on sub-communicators have their ranks as workers. Distributed
+// input whose workers' pipelines end at different steps runs the same steps on every worker, the
+// workers without data giving their replicas empty batches, under each input policy; and its
+// errors come alike on every worker.
 //
 // With `--device=gpu` every worker's replicas are GPUs, joined by one NCCL communicator spanning
 // the workers, and every test runs the same way on them (ctest's multi_worker_gpu_*; they skip,
@@ -585,6 +588,28 @@ TEST_F(UnevenInput, WorkersAskingForDifferentStepsAreAnInvalidArgumentOnEveryWor
                             " asks for step 1; every worker must iterate its distributed datasets alike (the same "
                             "get_next calls, in the same order)")
                                .c_str());
+  }
+  expect_still_usable();
+}
+
+TEST_F(UnevenInput, GetNextAfterTheStrategyIsGoneIsAFailedPrecondition) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  std::optional<DistributedIterator<Tensor>> it;
+  {
+    MultiWorkerMirroredStrategyOptions options;
+    options.local_devices = local_devices();
+    MultiWorkerMirroredStrategy gone(options);
+    it = gone.distribute_datasets_from_function([&](const InputContext&) { return batches(local(), 2, 0.0f); })
+             .make_iterator();
+  }
+  for (int call = 0; call < 2; ++call) {
+    try {
+      it->get_next();
+      ADD_FAILURE() << "no error";
+    } catch (const FailedPreconditionError& e) {
+      EXPECT_STREQ(e.what(), "DistributedIterator::get_next: the multi-worker strategy that distributed this dataset "
+                             "was destroyed; iterate a distributed dataset while its strategy lives");
+    }
   }
   expect_still_usable();
 }
