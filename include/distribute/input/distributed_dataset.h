@@ -297,8 +297,13 @@ class Steps {
     }
     mine.empties = model_ ? StepReport::Empties::kCan : scalar_ ? StepReport::Empties::kScalar : StepReport::Empties::kNone;
     mine.structure = model_ ? structure_ : default_structure();
-    const StepDecision decision = agreement->agree(mine, [this] { return describe(); });
-    if (error_) std::rethrow_exception(error_);  // the others know now
+    StepDecision decision;
+    try {
+      decision = agreement->agree(mine, [this] { return describe(); });
+    } catch (...) {
+      if (!error_) throw;
+    }
+    if (error_) std::rethrow_exception(error_);  // this worker's own failure comes first
     if (!decision.run) {
       ended_ = true;
       return std::nullopt;
@@ -313,10 +318,15 @@ class Steps {
     return PerReplica<T>(std::move(values));
   }
 
+  // In host memory of its own, so that the model keeps no batch alive.
   void learn_model(const T& batch) {
     nest::for_each_leaf(batch, [&](const Tensor& leaf) { scalar_ = scalar_ || leaf.rank() < 1; });
     if (scalar_) return;
-    model_ = nest::map_leaves(batch, [](const Tensor& leaf) { return leaf.slice(0, 0); });
+    model_ = nest::map_leaves(batch, [](const Tensor& leaf) {
+      std::vector<std::int64_t> dims = leaf.shape().dims();
+      dims[0] = 0;
+      return Tensor::empty(leaf.dtype(), Shape(std::move(dims)), Device::cpu());
+    });
     structure_ = nest::structure_hash(*model_);
   }
 
