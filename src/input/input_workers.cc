@@ -11,14 +11,16 @@
 namespace distribute::input::internal {
 
 InputWorkers::InputWorkers(std::vector<Device> devices, const InputOptions& options,
-                           std::optional<InputContext> context)
+                           std::optional<InputContext> context, std::weak_ptr<WorkerAgreement> agreement)
     : devices_(std::move(devices)),
       context_(context.value_or(InputContext(1, 0, std::max<int>(static_cast<int>(devices_.size()), 1)))),
       num_replicas_in_sync_(context ? context->num_replicas_in_sync() : static_cast<int>(devices_.size())),
       first_replica_(context ? context->input_pipeline_id() * static_cast<int>(devices_.size()) : 0),
       to_device_(options.experimental_fetch_to_device || options.experimental_place_dataset_on_device),
       per_replica_(options.experimental_replication_mode == InputReplicationMode::kPerReplica),
-      place_dataset_on_device_(options.experimental_place_dataset_on_device) {
+      place_dataset_on_device_(options.experimental_place_dataset_on_device),
+      agreement_(std::move(agreement)),
+      agrees_(!agreement_.expired()) {
   DISTRIBUTE_CHECK(!devices_.empty(), InvalidArgumentError,
                    "DistributedDataset: worker_devices is empty; it needs one device per replica");
   DISTRIBUTE_CHECK(options.experimental_per_replica_buffer_size >= 1, InvalidArgumentError,
@@ -41,6 +43,14 @@ Tensor InputWorkers::place(const Tensor& batch, int replica) const {
   if (!to_device_ || where == device) return batch;
   if (device.is_cpu() && where.is_cpu()) return detail::view_on_cpu(batch, device);
   return batch.to(device);
+}
+
+std::shared_ptr<WorkerAgreement> InputWorkers::agreement() const {
+  std::shared_ptr<WorkerAgreement> agreement = agreement_.lock();
+  DISTRIBUTE_CHECK(agreement != nullptr, FailedPreconditionError,
+                   "DistributedIterator::get_next: the multi-worker strategy that distributed this dataset was "
+                   "destroyed; iterate a distributed dataset while its strategy lives");
+  return agreement;
 }
 
 DatasetDeviceScope::DatasetDeviceScope(const Device* device) : active_(device != nullptr) {

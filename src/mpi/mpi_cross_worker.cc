@@ -17,7 +17,6 @@
 namespace distribute::detail {
 namespace {
 
-constexpr int kHeaderTag = 17;
 // A worker whose data phase stalled asks every other worker whether it is alive (kQueryTag, the
 // query's number); a worker that waits in the strategy answers (kAnswerTag, the same number).
 constexpr int kQueryTag = 18;
@@ -133,8 +132,8 @@ void MpiCrossWorker::answer_queries() {
   }
 }
 
-std::vector<int> MpiCrossWorker::exchange(std::span<const std::byte> mine, std::span<std::byte> all,
-                                          Deadline deadline) {
+std::vector<int> MpiCrossWorker::exchange_on(int tag, std::span<const std::byte> mine, std::span<std::byte> all,
+                                             Deadline deadline) {
   const std::size_t bytes = mine.size();
   std::memcpy(all.data() + static_cast<std::size_t>(rank_) * bytes, mine.data(), bytes);
   if (size_ == 1) return {};
@@ -151,13 +150,13 @@ std::vector<int> MpiCrossWorker::exchange(std::span<const std::byte> mine, std::
       requests.emplace_back();
       peers.push_back(w);
       check(MPI_Irecv(all.data() + static_cast<std::size_t>(w) * bytes, static_cast<int>(bytes), MPI_BYTE, w,
-                      kHeaderTag, comm_, &requests.back()),
+                      tag, comm_, &requests.back()),
             "MPI_Irecv");
     }
     for (int w = 0; w < size_; ++w) {
       if (w == rank_) continue;
       requests.emplace_back();
-      check(MPI_Isend(outgoing.get(), static_cast<int>(bytes), MPI_BYTE, w, kHeaderTag, comm_, &requests.back()),
+      check(MPI_Isend(outgoing.get(), static_cast<int>(bytes), MPI_BYTE, w, tag, comm_, &requests.back()),
             "MPI_Isend");
     }
   }

@@ -40,7 +40,13 @@ class MpiCrossWorker final : public CrossWorker {
   int num_workers() const override { return size_; }
   int worker_id() const override { return rank_; }
   int workers_on_this_host() const override { return on_host_; }
-  std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) override;
+  std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) override {
+    return exchange_on(kHeaderTag, mine, all, deadline);
+  }
+  std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all,
+                                  Deadline deadline) override {
+    return exchange_on(kInputTag, mine, all, deadline);
+  }
   void all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
                   const std::string& what) override;
   void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
@@ -50,6 +56,11 @@ class MpiCrossWorker final : public CrossWorker {
   std::vector<std::pair<int, std::string>> take_gave_up() override;
 
  private:
+  // The tags of the two exchanges on the collectives' communicator (the others are in the .cc).
+  static constexpr int kHeaderTag = 17;
+  static constexpr int kInputTag = 23;
+  // Sends `mine` to every worker and receives theirs, with `tag`.
+  std::vector<int> exchange_on(int tag, std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline);
   // Waits for every request; past `deadline`, reports `what` and the workers that do not answer
   // a liveness query, and ends the job.
   void wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const std::string& what);

@@ -40,6 +40,11 @@ class CrossWorker {
   // all[w * mine.size(), ...). Returns the workers whose bytes had not come when `deadline`
   // passed (then the exchange is abandoned), else nothing.
   virtual std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) = 0;
+  // The same on a channel of its own, which the distributed input's step agreement uses
+  // (input/internal/worker_agreement.h): a worker waiting there never takes a collective's header
+  // for its own, or the other way round.
+  virtual std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all,
+                                          Deadline deadline) = 0;
   // data = op(every worker's data), `count` elements of `dtype`, in place; op is not kMean.
   // `what` names the collective if the data phase stalls past `deadline`, which ends the job.
   virtual void all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
@@ -121,6 +126,11 @@ class WorkerSync {
                              std::chrono::duration<double> timeout, const std::string& what);
   // The sum over workers of `value`.
   std::int64_t sum(std::int64_t value, std::chrono::duration<double> timeout, const std::string& what);
+  // CrossWorker::exchange_input: the distributed input's channel, which leaves the strategy's state
+  // alone.
+  std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) {
+    return engine_->exchange_input(mine, all, deadline);
+  }
 
   // "worker 1 (replicas 2, 3)" or "workers 0, 2 (replicas 0, 1, 4, 5)".
   std::string workers_text(const std::vector<int>& workers) const;

@@ -12,6 +12,7 @@
 #include "collective/cpu/communicator.h"
 #include "distribute/config.h"
 #include "distribute/device/gpu.h"
+#include "distribute/input/internal/worker_agreement.h"
 #include "replica/replica_group.h"
 #include "replica/replica_runner.h"
 #include "strategy/cross_device_ops.h"
@@ -179,7 +180,10 @@ class MirroredExtended final : public StrategyExtended {
       : StrategyExtended(container, std::move(devices), options.communication),
         options_(options),
         backend_(choose_backend(worker_devices(), options)),
-        workers_(std::move(workers)) {
+        workers_(std::move(workers)),
+        input_agreement_(workers_ != nullptr && workers_->num_workers() > 1
+                             ? std::make_shared<input::internal::WorkerAgreement>(workers_, options.communication.timeout)
+                             : nullptr) {
     detail::check_timeout(options.communication.timeout,
                           workers_ != nullptr ? "MultiWorkerMirroredStrategy: options.communication.timeout"
                                               : "MirroredStrategy: options.communication.timeout",
@@ -241,6 +245,7 @@ class MirroredExtended final : public StrategyExtended {
     return &levels_[0]->group.communicator();
   }
   detail::WorkerSync* worker_sync() override { return workers_.get(); }
+  std::weak_ptr<input::internal::WorkerAgreement> input_agreement() const override { return input_agreement_; }
 
  private:
   RunLevel& level_at(int depth) {
@@ -259,6 +264,8 @@ class MirroredExtended final : public StrategyExtended {
   const detail::Backend backend_;
   // Declared before the levels: their groups use it until they are gone.
   const std::shared_ptr<detail::WorkerSync> workers_;
+  // Across workers only: what the iterators of this strategy's distributed datasets agree through.
+  const std::shared_ptr<input::internal::WorkerAgreement> input_agreement_;
   detail::Mutex levels_mu_;
   std::array<std::unique_ptr<RunLevel>, kMaxRunDepth> levels_ ABSL_GUARDED_BY(levels_mu_);
   RunLevel* level0_ = nullptr;  // levels_[0], made by the constructor: every top-level run, without the lock

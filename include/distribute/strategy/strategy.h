@@ -136,7 +136,7 @@ class Strategy {
                                                         const InputOptions& options = {}) const {
     detail::require_cross_replica_or_default(*this, "experimental_distribute_dataset", kDistributeInputHint);
     return DistributedDataset<T>::from_dataset(extended_->worker_devices(), dataset, options,
-                                               extended_->input_context());
+                                               extended_->input_context(), extended_->input_agreement());
   }
   // Calls dataset_fn(extended().input_context()) once for this process's input pipeline (a worker
   // shards its input by input_pipeline_id()); the replicas of
@@ -149,7 +149,8 @@ class Strategy {
     using Returned = std::decay_t<std::invoke_result_t<Fn&, const InputContext&>>;
     detail::require_cross_replica_or_default(*this, "distribute_datasets_from_function", kDistributeInputHint);
     return DistributedDataset<typename Returned::element_type>::from_function(
-        extended_->worker_devices(), std::forward<Fn>(dataset_fn), options, extended_->input_context());
+        extended_->worker_devices(), std::forward<Fn>(dataset_fn), options, extended_->input_context(),
+        extended_->input_agreement());
   }
 
  protected:

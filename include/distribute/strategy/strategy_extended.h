@@ -7,6 +7,7 @@
 // in a replica context they throw FailedPreconditionError.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,6 +32,9 @@ class Communicator;  // src/collective/communicator.h
 namespace detail {
 class WorkerSync;  // src/replica/worker_sync.h
 }  // namespace detail
+namespace input::internal {
+class WorkerAgreement;  // distribute/input/internal/worker_agreement.h
+}  // namespace input::internal
 
 class StrategyExtended {
  public:
@@ -113,6 +117,9 @@ class StrategyExtended {
   virtual collective::Communicator* communicator() { return nullptr; }
   // What joins this worker to the others; null for a strategy of one process.
   virtual detail::WorkerSync* worker_sync() { return nullptr; }
+  // What the iterators of the strategy's distributed datasets agree on each step through; none
+  // for a strategy of one worker, whose input needs no agreement.
+  virtual std::weak_ptr<input::internal::WorkerAgreement> input_agreement() const { return {}; }
 
  private:
   friend class Strategy;

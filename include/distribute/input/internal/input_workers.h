@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "distribute/device/device.h"
 #include "distribute/device/tensor.h"
 #include "distribute/input/input_options.h"
+#include "distribute/input/internal/worker_agreement.h"
 #include "distribute/values/value_context.h"
 
 namespace distribute::input::internal {
@@ -20,8 +22,10 @@ class InputWorkers {
   // experimental_place_dataset_on_device without kPerReplica or with fetch_to_device. `context`
   // places the devices among every worker's replicas: this worker's are replicas
   // input_pipeline_id() * devices.size() ... of context.num_replicas_in_sync() (default: all).
+  // `agreement`, the multi-worker strategy's, joins this worker's iterators to the others'.
   InputWorkers(std::vector<Device> devices, const InputOptions& options,
-               std::optional<InputContext> context = std::nullopt);
+               std::optional<InputContext> context = std::nullopt,
+               std::weak_ptr<WorkerAgreement> agreement = {});
 
   // This worker's replicas.
   int num_replicas() const { return static_cast<int>(devices_.size()); }
@@ -42,6 +46,10 @@ class InputWorkers {
   }
   const std::vector<Device>& devices() const { return devices_; }
   std::size_t buffer_size() const { return buffer_size_; }
+  // Whether the iterators agree on each step with other workers' (see worker_agreement.h).
+  bool agrees_across_workers() const { return agrees_; }
+  // The agreement; FailedPreconditionError when its strategy is gone.
+  std::shared_ptr<WorkerAgreement> agreement() const;
 
   // `batch` where replica `replica` reads it. Host memory is one space, so a host batch serves a
   // CPU replica where it is, through a view that reports the replica's device when fetch_to_device
@@ -59,6 +67,8 @@ class InputWorkers {
   bool per_replica_;
   bool place_dataset_on_device_;
   std::size_t buffer_size_;
+  std::weak_ptr<WorkerAgreement> agreement_;
+  bool agrees_;
 };
 
 // While it lives, tensors made on this thread without a device go to `device` (nothing changes

@@ -1,0 +1,168 @@
+// The workers' agreement on each step of their distributed iterators, and its errors.
+#include "distribute/input/internal/worker_agreement.h"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/wait.h"
+#include "distribute/errors.h"
+#include "replica/worker_sync.h"
+
+namespace distribute::input::internal {
+namespace {
+
+static_assert(sizeof(StepReport) == 24, "StepReport is sent as bytes: it must have no padding");
+
+constexpr const char* kWhere = "DistributedIterator::get_next";
+
+// A leaf description as int64s: dtype, rank, then the dimensions after the first.
+void append_leaf(std::vector<std::int64_t>& out, const LeafSpec& leaf) {
+  const std::vector<std::int64_t> dims = leaf.shape.dims();
+  out.push_back(static_cast<std::int64_t>(leaf.dtype));
+  out.push_back(static_cast<std::int64_t>(dims.size()));
+  for (std::size_t d = 1; d < dims.size(); ++d) out.push_back(dims[d]);
+}
+
+std::vector<LeafSpec> read_leaves(std::span<const std::int64_t> words) {
+  std::vector<LeafSpec> leaves;
+  std::size_t at = 0;
+  const std::size_t count = static_cast<std::size_t>(words[at++]);
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto dtype = static_cast<DType>(words[at++]);
+    const auto rank = static_cast<std::size_t>(words[at++]);
+    std::vector<std::int64_t> dims{0};
+    for (std::size_t d = 1; d < rank; ++d) dims.push_back(words[at++]);
+    leaves.push_back({dtype, Shape(std::move(dims))});
+  }
+  return leaves;
+}
+
+}  // namespace
+
+WorkerAgreement::WorkerAgreement(std::shared_ptr<detail::WorkerSync> sync, std::chrono::duration<double> timeout)
+    : sync_(std::move(sync)), timeout_(timeout) {}
+
+void WorkerAgreement::exchange(const void* mine, void* all, std::size_t bytes, std::int64_t step) {
+  const int n = sync_->num_workers();
+  const std::vector<int> missing =
+      sync_->exchange_input(std::span(static_cast<const std::byte*>(mine), bytes),
+                            std::span(static_cast<std::byte*>(all), bytes * static_cast<std::size_t>(n)),
+                            detail::deadline_after(timeout_));
+  if (missing.empty()) return;
+  std::string message = absl::StrCat(
+      kWhere, ": timed out after ", timeout_.count(), " s: ", sync_->workers_text(missing), " did not arrive while ",
+      sync_->workers_text({sync_->worker_id()}), " waits to agree on step ", step,
+      " of a distributed dataset; a worker is stuck or slow, or stopped iterating (every worker must iterate its "
+      "distributed datasets alike, to the end)");
+  // A late worker's report would be taken for a later step's.
+  if (!broken_.load(std::memory_order_acquire)) {
+    broken_reason_ = message;
+    broken_.store(true, std::memory_order_release);
+  }
+  throw DeadlineExceededError(std::move(message));
+}
+
+StepDecision WorkerAgreement::agree(const StepReport& mine, absl::FunctionRef<std::vector<LeafSpec>()> describe) {
+  if (broken_.load(std::memory_order_acquire)) {
+    throw UnavailableError(absl::StrCat(kWhere, ": the workers' distributed input is unusable after an earlier failure (",
+                                        broken_reason_, "); create a new strategy in a new job"));
+  }
+  const int n = sync_->num_workers();
+  std::vector<StepReport> reports(static_cast<std::size_t>(n));
+  exchange(&mine, reports.data(), sizeof(StepReport), mine.step);
+  const auto workers_where = [&](auto&& pred) {
+    std::vector<int> out;
+    for (int w = 0; w < n; ++w) {
+      if (pred(reports[static_cast<std::size_t>(w)])) out.push_back(w);
+    }
+    return out;
+  };
+  const std::vector<int> failed = workers_where([](const StepReport& r) { return r.status == StepReport::Status::kFailed; });
+  if (mine.status == StepReport::Status::kFailed) return {};
+  if (!failed.empty()) {
+    throw AbortedError(absl::StrCat(kWhere, ": the input pipeline of ", sync_->workers_text(failed),
+                                    " raised an error while making step ", mine.step,
+                                    " (see that worker's error); every worker's iterator stops there"));
+  }
+  const std::vector<int> other_step = workers_where([&](const StepReport& r) { return r.step != reports[0].step; });
+  if (!other_step.empty()) {
+    const int w = other_step.front();
+    throw InvalidArgumentError(absl::StrCat(
+        kWhere, ": ", sync_->workers_text({w}), " asks for step ", reports[static_cast<std::size_t>(w)].step,
+        " of a distributed dataset where ", sync_->workers_text({0}), " asks for step ", reports[0].step,
+        "; every worker must iterate its distributed datasets alike (the same get_next calls, in the same order)"));
+  }
+  const bool drops = std::any_of(reports.begin(), reports.end(), [](const StepReport& r) { return r.drops != 0; });
+  const auto has_data = [](const StepReport& r) { return r.status == StepReport::Status::kData; };
+  const bool run = drops ? std::all_of(reports.begin(), reports.end(), [&](const StepReport& r) { return has_data(r) && r.full; })
+                         : std::any_of(reports.begin(), reports.end(), has_data);
+  if (!run) return {};
+  // Every worker without data gives its replicas empty batches, modelled on an element it has
+  // seen, or else on the first worker's whose elements have its structure.
+  const bool scalars = std::any_of(reports.begin(), reports.end(),
+                                   [](const StepReport& r) { return r.empties == StepReport::Empties::kScalar; });
+  std::vector<int> sources(static_cast<std::size_t>(n), -1);
+  std::vector<int> scalar;
+  std::vector<int> unknown;
+  bool any_needy = false;
+  for (int w = 0; w < n; ++w) {
+    const StepReport& r = reports[static_cast<std::size_t>(w)];
+    if (has_data(r) || r.empties == StepReport::Empties::kCan) continue;
+    for (int v = 0; v < n && sources[static_cast<std::size_t>(w)] < 0 && r.empties == StepReport::Empties::kNone; ++v) {
+      const StepReport& model = reports[static_cast<std::size_t>(v)];
+      if (model.empties == StepReport::Empties::kCan && model.structure == r.structure) {
+        sources[static_cast<std::size_t>(w)] = v;
+      }
+    }
+    if (sources[static_cast<std::size_t>(w)] < 0) (scalars ? scalar : unknown).push_back(w);
+    any_needy = true;
+  }
+  if (!scalar.empty()) {
+    throw InvalidArgumentError(absl::StrCat(
+        kWhere, ": ", sync_->workers_text(scalar), " has no data for step ", mine.step,
+        " while other workers have, and the elements have a rank-0 leaf (a scalar), so no empty batch can stand in "
+        "for them; batch the dataset (with drop_remainder to end every worker's loop at the first step that not "
+        "every worker can fill)"));
+  }
+  if (!unknown.empty()) {
+    throw InvalidArgumentError(absl::StrCat(
+        kWhere, ": ", sync_->workers_text(unknown), " has no data for step ", mine.step,
+        " while other workers have, and its input pipeline has made no element in this pass to model its empty "
+        "batches on; the other workers' elements are of another structure than a default-constructed element (a "
+        "list or dict, whose size and keys only an element shows): give every worker at least one element per "
+        "pass, or use elements of a fixed structure (a Tensor, pair, tuple, array or struct)"));
+  }
+  StepDecision decision;
+  decision.run = true;
+  if (any_needy) decision.leaves = exchange_leaves(sources, describe, mine.step);
+  return decision;
+}
+
+std::vector<LeafSpec> WorkerAgreement::exchange_leaves(const std::vector<int>& sources,
+                                                       absl::FunctionRef<std::vector<LeafSpec>()> describe,
+                                                       std::int64_t step) {
+  const int me = sync_->worker_id();
+  const auto n = static_cast<std::size_t>(sync_->num_workers());
+  std::vector<std::int64_t> words;
+  if (std::find(sources.begin(), sources.end(), me) != sources.end()) {
+    const std::vector<LeafSpec> leaves = describe();
+    words.push_back(static_cast<std::int64_t>(leaves.size()));
+    for (const LeafSpec& leaf : leaves) append_leaf(words, leaf);
+  }
+  // The sizes first, then every worker's description padded to the longest.
+  const auto size = static_cast<std::int64_t>(words.size());
+  std::vector<std::int64_t> sizes(n);
+  exchange(&size, sizes.data(), sizeof(size), step);
+  const auto longest = static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end()));
+  words.resize(longest, 0);
+  std::vector<std::int64_t> all(longest * n);
+  exchange(words.data(), all.data(), longest * sizeof(std::int64_t), step);
+  const int source = sources[static_cast<std::size_t>(me)];
+  if (source < 0) return {};
+  return read_leaves(std::span(all).subspan(static_cast<std::size_t>(source) * longest, longest));
+}
+
+}  // namespace distribute::input::internal
