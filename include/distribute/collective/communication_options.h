@@ -30,7 +30,8 @@ struct CommunicationOptions {
   CommunicationImplementation implementation = CommunicationImplementation::kAuto;
 
   // These options with each unset field taken from `defaults`. Every collective and cross-replica
-  // operation merges its options this way: InvalidArgumentError when either timeout is invalid.
+  // operation merges its options this way: InvalidArgumentError when this timeout is invalid (the
+  // defaults, a strategy's, were checked when it was built).
   CommunicationOptions merged_with(const CommunicationOptions& defaults) const;
   bool operator==(const CommunicationOptions&) const = default;
 };

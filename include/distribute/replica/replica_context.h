@@ -97,9 +97,9 @@ std::uint64_t type_list_hash() {
   return hash;
 }
 
-// Marks the next collective or merge_call that `context`'s replica makes as issued for `purpose`
-// (see CallPurpose), for as long as it lives: how the library's variable updates and optimizers
-// name their variables in the call's signature.
+// Marks the collective or merge_call that `context`'s replica makes while it lives as issued for
+// `purpose` (see CallPurpose): how the library's variable updates and optimizers name their
+// variables in the call's signature. Made around one collective.
 class ScopedCallPurpose {
  public:
   ScopedCallPurpose(ReplicaContext& context, const CallPurpose& purpose);
@@ -178,8 +178,9 @@ class ReplicaContext {
   void run_all_gather(detail::CollectiveArgs& args);
   std::shared_ptr<void> run_merge_call(detail::CollectiveCall& call);
   detail::ThreadMode merge_mode() const;
-  // What the next collective is issued for (null: the user's own call); see ScopedCallPurpose.
-  const detail::CallPurpose* take_purpose() { return std::exchange(purpose_, nullptr); }
+  // What the collective being made is issued for (null: the user's own call); see
+  // ScopedCallPurpose, whose scope holds one collective.
+  const detail::CallPurpose* purpose() const { return purpose_; }
   friend class detail::ScopedCallPurpose;
 
   template <class Fn, class... Args>
@@ -216,7 +217,7 @@ V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOpt
   detail::CollectiveArgs args(value, collective::CollectiveKind::kAllReduce, device_);
   args.call().op.op = op;
   args.call().op.options = options;
-  args.call().purpose = take_purpose();
+  args.call().purpose = purpose();
   args.allocate_outputs_like_inputs();
   if (!args.outputs_are_views()) {
     run_all_reduce(args);
@@ -249,7 +250,7 @@ void ReplicaContext::all_reduce_in_place(ReduceOp op, V& tensors, const Communic
   detail::CollectiveArgs args(tensors, collective::CollectiveKind::kAllReduce, device_);
   args.call().op.op = op;
   args.call().op.options = options;
-  args.call().purpose = take_purpose();
+  args.call().purpose = purpose();
   args.use_inputs_as_outputs();
   run_all_reduce(args);
 }
@@ -260,7 +261,7 @@ V ReplicaContext::all_gather(const V& value, int axis, const CommunicationOption
   require_current("all_gather");
   detail::CollectiveArgs args(value, collective::CollectiveKind::kAllGather, device_);
   args.call().op.options = options;
-  args.call().purpose = take_purpose();
+  args.call().purpose = purpose();
   args.prepare_gather(axis);
   run_all_gather(args);
   return args.rebuild(value);
@@ -300,7 +301,7 @@ auto ReplicaContext::merge_call(Fn&& merge_fn, Args&&... args) {
   detail::CollectiveCall call;
   call.merge_type_hash = detail::type_list_hash<F, std::decay_t<Args>...>();
   call.merge_type_info = &typeid(detail::TypeList<F, std::decay_t<Args>...>);
-  call.purpose = take_purpose();
+  call.purpose = purpose();
   call.frame = &frame;
   call.run_merge = run;
   std::shared_ptr<void> result = run_merge_call(call);

@@ -101,6 +101,10 @@ struct CollectiveCall;
 using MergeRunner = std::shared_ptr<void> (*)(std::span<CollectiveCall* const> calls);
 
 struct CollectiveCall {
+  // The digest of the call's signature (signature_digest), made on the replica's own thread when
+  // it publishes the call: the replica that completes a phase compares one word per peer. First,
+  // beside op.kind, so that the comparison reads no line that the phase does not read anyway.
+  std::uint64_t signature = 0;
   collective::CollectiveOp op;
   // Every input leaf's dtype and shape in one LeafDigest, made on the replica's own thread while
   // it visits the leaves: the replica that completes the rendezvous compares one word per peer,
@@ -124,9 +128,6 @@ struct CollectiveCall {
   // fills the wait for the others. Must not throw.
   void (*while_waiting)(void* context) = nullptr;
   void* while_waiting_context = nullptr;
-  // The digest of the call's signature (signature_digest), made on the replica's own thread when
-  // it publishes the call: the replica that completes a phase compares one word per peer.
-  std::uint64_t signature = 0;
 };
 
 }  // namespace distribute::detail
