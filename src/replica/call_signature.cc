@@ -223,8 +223,7 @@ std::uint64_t signature_digest(const CollectiveCall& call) {
     case CollectiveKind::kReturn: break;
   }
   h = mix(h, call.structure_hash);
-  h = mix(h, call.leaf_digest);
-  h = mix(h, op.inputs.size());
+  h = mix(h, call.leaf_digest);  // which counts the leaves too
   h = mix(h, static_cast<std::uint64_t>(op.options.implementation));
   return mix(h, static_cast<std::uint64_t>(op.options.bytes_per_pack));
 }
