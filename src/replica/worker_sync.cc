@@ -86,13 +86,13 @@ void WorkerSync::break_with(std::string reason) {
 
 void WorkerSync::abandon_data_phase(const Error& error, const std::string& what) {
   // The other workers gave up before this one arrived: say who, as the agreement would have.
-  check_nobody_gave_up(what);
+  check_nobody_gave_up([&] { return what; });
   // A data phase left half done cannot be taken back.
   break_with(error.what());
   throw;
 }
 
-void WorkerSync::check_nobody_gave_up(const std::string& what) {
+void WorkerSync::check_nobody_gave_up(absl::FunctionRef<std::string()> what) {
   const std::vector<std::pair<int, std::string>> notes = engine_->take_gave_up();
   if (notes.empty()) return;
   std::vector<int> workers;
@@ -104,8 +104,8 @@ void WorkerSync::check_nobody_gave_up(const std::string& what) {
   std::sort(workers.begin(), workers.end());
   const std::string message = absl::StrCat(
       workers_text(workers), " gave up waiting in ", absl::StrJoin(steps, ", "), " when ",
-      workers.size() == 1 ? "its" : "their", " timeout passed, before ", workers_text({worker_id()}), " arrived in ", what,
-      "; the collective was abandoned (this worker is late: raise CommunicationOptions::timeout if it is slow)");
+      workers.size() == 1 ? "its" : "their", " timeout passed, before ", workers_text({worker_id()}), " arrived in ",
+      what(), "; the collective was abandoned (this worker is late: raise CommunicationOptions::timeout if it is slow)");
   break_with(message);
   throw DeadlineExceededError(message);
 }
@@ -160,7 +160,9 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
     time_out(mine, missing);
   }
   // Every header came, but a worker may have given up before this one's header reached it.
-  const std::string what = mine.status == WorkerCall::Status::kCall ? call_name(*mine.call) : "the end of a run";
+  const auto what = [&] {
+    return mine.status == WorkerCall::Status::kCall ? call_name(*mine.call) : std::string("the end of a run");
+  };
   check_nobody_gave_up(what);
   if (std::all_of(headers.begin(), headers.end(), [&](const Header& h) { return h == header; }) &&
       mine.status != WorkerCall::Status::kFailed) {
@@ -177,7 +179,7 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
   if (!left.empty()) {
     break_with(absl::StrCat(workers_text(left), " destroyed its strategy"));
     throw UnavailableError(absl::StrCat(workers_text(left), " destroyed its strategy while ",
-                                        workers_text({worker_id()}), " waits in ", what,
+                                        workers_text({worker_id()}), " waits in ", what(),
                                         "; every worker must make the same calls before destroying its strategy"));
   }
   // Every worker sees the same headers, so every worker takes this path and builds the same error.

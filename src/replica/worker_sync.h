@@ -140,8 +140,9 @@ class WorkerSync {
   // Makes the strategy unusable: every later step throws UnavailableError citing `reason`.
   void break_with(std::string reason);
   // Throws DeadlineExceededError, leaving the strategy unusable, when another worker gave up on
-  // the strategy while this one was late: `what` (this worker's step) is abandoned.
-  void check_nobody_gave_up(const std::string& what);
+  // the strategy while this one was late: `what()` (this worker's step, named only then) is
+  // abandoned.
+  void check_nobody_gave_up(absl::FunctionRef<std::string()> what);
   // In a catch of `error` from a data phase of `what`: rethrows it, or the error naming the
   // workers that gave up, and leaves the strategy unusable.
   [[noreturn]] void abandon_data_phase(const Error& error, const std::string& what);
