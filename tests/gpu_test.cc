@@ -4,6 +4,8 @@
 // dtype, nests, uneven gathers, user device buffers, failures and rebuilds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <sstream>
 #include <utility>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distribute/config.h"
@@ -300,8 +303,9 @@ TEST_F(OnGpu, TheReplicaStreamOrdersUserWork) {
 }
 
 // Device memory a training loop holds stays flat: after a warm-up, 10,000 more steps (a gradient
-// list all-reduced, a gather, a merge_call) leave the pool's bytes in use, the pool's reserve and
-// the device's free memory where they were. Runs over NCCL (GPU:0) and over two logical GPUs.
+// list all-reduced, an Adam step, a gather, a merge_call) leave the pool's bytes in use, the
+// pool's reserve and the device's free memory where they were. Runs over NCCL (GPU:0) and over two
+// logical GPUs.
 struct DeviceMemory {
   std::size_t pool_used = 0;
   std::size_t pool_reserved = 0;
@@ -322,14 +326,15 @@ DeviceMemory device_memory() {
   return {static_cast<std::size_t>(used), static_cast<std::size_t>(reserved), free};
 }
 
-void train_steps(MirroredStrategy& strategy, int steps) {
+void train_steps(MirroredStrategy& strategy, optimizers::Optimizer& optimizer, const Variable& w, int steps) {
   for (int step = 0; step < steps; ++step) {
-    strategy.run([step] {
+    strategy.run([&, step] {
       ReplicaContext& ctx = *get_replica_context();
       const float r = static_cast<float>(ctx.replica_id_in_sync_group());
       std::vector<Tensor> grads = {Tensor::zeros(DType::kFloat32, Shape{256, 1024}), Tensor::zeros(DType::kFloat32, Shape{1000}),
                                    Tensor::from_vector<float>({r})};
       grads = ctx.all_reduce(ReduceOp::kMean, grads);
+      optimizer.apply_gradients({{grads[1], w}});
       Tensor gathered = ctx.all_gather(Tensor::from_vector<std::int64_t>({step}), 0);
       return ctx.merge_call([](Strategy& s, const PerReplica<Tensor>& g) { return s.extended().reduce_to(ReduceOp::kSum, g, g); },
                             gathered);
@@ -345,9 +350,16 @@ TEST_F(OnGpu, NoDeviceMemoryGrowsOverTenThousandSteps) {
   MirroredStrategy physical({"GPU:0"}, nccl_options);
   MirroredStrategy logical({"GPU:0", "GPU:1"});
   for (MirroredStrategy* strategy : {&physical, &logical}) {
-    train_steps(*strategy, 200);
+    Variable w;
+    std::unique_ptr<optimizers::Adam> adam;
+    {
+      StrategyScope scope = strategy->scope();
+      w = Variable(Tensor::zeros(DType::kFloat32, Shape{1000}), {.name = "w"});
+      adam = std::make_unique<optimizers::Adam>(0.001);
+    }
+    train_steps(*strategy, *adam, w, 200);
     const DeviceMemory before = device_memory();
-    train_steps(*strategy, 10'000);
+    train_steps(*strategy, *adam, w, 10'000);
     const DeviceMemory after = device_memory();
     const std::string ops(strategy->cross_device_ops());
     std::printf("%s: pool in use %zu -> %zu bytes, pool reserved %zu -> %zu, device free %zu -> %zu\n", ops.c_str(), before.pool_used, after.pool_used, before.pool_reserved,
@@ -503,6 +515,69 @@ TEST_F(OnGpu, OptimizersOnLogicalGpusStepAsOnTwoCpuReplicas) {
   MirroredStrategy gpu({"GPU:0", "GPU:1"});
   MirroredStrategy cpu({"CPU:0", "CPU:1"});
   expect_optimizers_step_as_on_the_host(gpu, cpu);
+}
+
+// An optimizer step on GPU variables is only enqueued on the replica's stream: the step count
+// stays on the GPU (Adam's bias correction is worked out there), so apply_gradients returns while
+// the stream is held back by a host function, where copying the count to the host would wait for
+// it. The steps then give what they give on the host.
+TEST_F(OnGpu, OptimizerStepsDoNotWaitForTheReplicasStream) {
+  MirroredStrategy gpu({"GPU:0"});
+  MirroredStrategy cpu({"CPU:0"});
+  struct Model {
+    Variable w;
+    std::unique_ptr<optimizers::Adam> adam;
+    std::unique_ptr<optimizers::SGD> sgd;
+  };
+  const auto make = [](Strategy& strategy) {
+    StrategyScope scope = strategy.scope();
+    Model m{Variable(Tensor::from_vector<float>({1, -2, 3}), {.name = "w"}), std::make_unique<optimizers::Adam>(0.1),
+            std::make_unique<optimizers::SGD>(0.1, 0.9)};
+    m.adam->build({m.w});
+    m.sgd->build({m.w});
+    return m;
+  };
+  Model on_gpu = make(gpu);
+  Model on_cpu = make(cpu);
+  const auto step = [](Model& m) {
+    const Tensor gradient = Tensor::from_vector<float>({0.5f, -1.0f, 2.0f});
+    m.adam->apply_gradients({{gradient, m.w}});
+    m.sgd->apply_gradients({{gradient, m.w}});
+  };
+  gpu.run([&] { step(on_gpu); });  // warm: communicators and output blocks exist
+  cpu.run([&] { step(on_cpu); });
+
+  std::atomic<bool> released{false};
+  std::atomic<bool> done{false};
+  // Releases the stream after 20 s if apply_gradients waits for it, so that the test fails, not hangs.
+  std::thread releaser([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    released.store(true);
+  });
+  bool returned_while_held = false;
+  gpu.run([&] {
+    const Tensor gradient = Tensor::from_vector<float>({0.5f, -1.0f, 2.0f});
+    const auto hold = [](void* flag) {
+      while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
+    };
+    ASSERT_EQ(cudaLaunchHostFunc(cuda::current_stream(), hold, &released), cudaSuccess);
+    on_gpu.adam->apply_gradients({{gradient, on_gpu.w}});
+    on_gpu.sgd->apply_gradients({{gradient, on_gpu.w}});
+    returned_while_held = !released.load();
+    released.store(true);
+  });
+  done.store(true);
+  releaser.join();
+  EXPECT_TRUE(returned_while_held) << "apply_gradients waited for the replica's stream";
+  cpu.run([&] { step(on_cpu); });
+
+  EXPECT_EQ(on_gpu.adam->iterations().value().item<std::int64_t>(), 2);
+  EXPECT_EQ(on_gpu.sgd->iterations().value().item<std::int64_t>(), 2);
+  const std::vector<float> got = on_gpu.w.component(0).to_vector<float>();
+  const std::vector<float> expected = on_cpu.w.component(0).to_vector<float>();
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-6 * std::max(1.0f, std::abs(expected[i]))) << i;
 }
 
 // A checkpoint of variables on GPUs (weights and Adam's slots) saves them through the host and

@@ -44,8 +44,12 @@ void subtract(DType dtype, void* dst, const void* src, std::int64_t count, const
 // no momentum slot when `m` is null); ordered like reduce().
 void sgd_step(DType dtype, void* w, const void* g, void* m, std::int64_t count, double learning_rate, double momentum,
               bool nesterov, const Device& gpu);
-void adam_step(DType dtype, void* w, const void* g, void* m, void* v, std::int64_t count, double alpha,
-               double one_minus_b1, double one_minus_b2, double epsilon, const Device& gpu);
+// Adam reads its step number from `steps_before`, the optimizer's step count in `gpu`'s memory.
+void adam_step(DType dtype, void* w, const void* g, void* m, void* v, std::int64_t count,
+               const std::int64_t* steps_before, double learning_rate, double beta_1, double beta_2, double epsilon,
+               const Device& gpu);
+// *counter += 1 for an int64 in `gpu`'s memory; ordered like reduce().
+void increment(std::int64_t* counter, const Device& gpu);
 // Waits for the calling replica thread's stream to drain; nothing on other threads.
 void synchronize_bound_stream();
 

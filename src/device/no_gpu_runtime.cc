@@ -43,9 +43,12 @@ void sgd_step(DType, void*, const void*, void*, std::int64_t, double, double, bo
   no_backend(absl::StrCat("cannot update on ", gpu.short_name()));
 }
 
-void adam_step(DType, void*, const void*, void*, void*, std::int64_t, double, double, double, double, const Device& gpu) {
+void adam_step(DType, void*, const void*, void*, void*, std::int64_t, const std::int64_t*, double, double, double,
+               double, const Device& gpu) {
   no_backend(absl::StrCat("cannot update on ", gpu.short_name()));
 }
+
+void increment(std::int64_t*, const Device& gpu) { no_backend(absl::StrCat("cannot update on ", gpu.short_name())); }
 
 void synchronize_bound_stream() {}
 

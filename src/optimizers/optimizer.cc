@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/context.h"
+#include "device/gpu_runtime.h"
 
 namespace distribute::optimizers {
 namespace {
@@ -226,11 +227,17 @@ void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_
 
 void Optimizer::update_component(const std::vector<Tensor>& gradients,
                                  const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component) const {
-  // The step count is read on the host; a GPU component's comes over and goes back (a few bytes).
+  // The step count lives with the component (iterations_ and the variables, all of one strategy,
+  // have their components on the same devices): a GPU's stays on the GPU, where the kernels read
+  // it and one more counts the step, all on the replica's stream.
   Tensor counter = iterations_.component(component);
   const bool counter_on_host = counter.device().is_cpu();
-  Tensor count = counter_on_host ? counter : counter.to(Device::cpu());
-  const std::int64_t step = count.data<std::int64_t>()[0] + 1;
+  Step step;
+  if (counter_on_host) {
+    step.number = counter.data<std::int64_t>()[0] + 1;
+  } else {
+    step.steps_before_on_device = static_cast<const std::int64_t*>(counter.raw_data());
+  }
   absl::InlinedVector<Tensor, 2> slots;
   for (std::size_t k = 0; k < grads_and_vars.size(); ++k) {
     const Variable& variable = grads_and_vars[k].second;
@@ -241,8 +248,11 @@ void Optimizer::update_component(const std::vector<Tensor>& gradients,
     update_step(gradient.device() == target.device() ? gradient : gradient.to(target.device()), target,
                 std::span<Tensor>(slots.data(), slots.size()), step);
   }
-  count.data<std::int64_t>()[0] = step;
-  if (!counter_on_host) detail::copy_bytes(counter.raw_data(), counter.device(), count.raw_data(), Device::cpu(), sizeof step);
+  if (counter_on_host) {
+    counter.data<std::int64_t>()[0] = step.number;
+  } else {
+    detail::gpu::increment(static_cast<std::int64_t*>(counter.raw_data()), counter.device());
+  }
 }
 
 }  // namespace distribute::optimizers

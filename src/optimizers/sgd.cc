@@ -21,7 +21,7 @@ SGD::SGD(double learning_rate, double momentum, bool nesterov)
 
 void SGD::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) { apply(grads_and_vars); }
 
-void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, std::int64_t) const {
+void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, const Step&) const {
   if (variable.device().is_gpu()) {
     detail::gpu::sgd_step(variable.dtype(), variable.raw_data(), gradient.raw_data(),
                           slots.empty() ? nullptr : slots[0].raw_data(), variable.num_elements(), learning_rate(),

@@ -27,7 +27,7 @@ class Adam final : public Optimizer {
 
  protected:
   void update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots,
-                   std::int64_t step) const override;
+                   const Step& step) const override;
 
  private:
   double beta_1_;

@@ -92,12 +92,21 @@ class Optimizer {
   // update_step for each variable's components.
   void apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, const ApplyOptions& options = {});
 
+  // The step update_step applies. A component on the host is given its number; on a GPU the
+  // count stays in device memory (no copy to the host and back per step), and the step's kernels
+  // read it there, ordered on the replica's stream.
+  struct Step {
+    std::int64_t number = 0;  // counts from 1; 0 for a component on a GPU
+    // On a GPU: the number of steps applied before this one, in the component's device memory.
+    const std::int64_t* steps_before_on_device = nullptr;
+  };
+
   // Updates one component of a variable in place, given the summed gradient, the variable's
-  // component and its slots' components (slot_names() order), all host tensors of one dtype
-  // (float32 or float64) and shape; `step` counts from 1. Runs concurrently for different
-  // components, so it may only read the optimizer's settings.
+  // component and its slots' components (slot_names() order), all tensors of one dtype (float32
+  // or float64), shape and device. Runs concurrently for different components, so it may only
+  // read the optimizer's settings.
   virtual void update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots,
-                           std::int64_t step) const = 0;
+                           const Step& step) const = 0;
 
  private:
   struct SlotTable;  // optimizer.cc

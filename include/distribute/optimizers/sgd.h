@@ -24,7 +24,7 @@ class SGD final : public Optimizer {
 
  protected:
   void update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots,
-                   std::int64_t step) const override;
+                   const Step& step) const override;
 
  private:
   double momentum_;

@@ -59,9 +59,17 @@ __global__ void sgd_momentum_kernel(T* w, const T* g, T* m, std::int64_t count, 
   }
 }
 
+// The bias-corrected rate of step *steps_before + 1, as the host computes it (each thread works it
+// out: a few dozen double operations against a pass over memory, and no second kernel).
+__device__ double adam_alpha(const std::int64_t* steps_before, double lr, double beta_1, double beta_2) {
+  const double t = static_cast<double>(*steps_before + 1);
+  return __ddiv_rn(__dmul_rn(lr, __dsqrt_rn(__dsub_rn(1.0, pow(beta_2, t)))), __dsub_rn(1.0, pow(beta_1, t)));
+}
+
 template <class T>
-__global__ void adam_kernel(T* w, const T* g, T* m, T* v, std::int64_t count, T alpha, T one_minus_b1,
-                            T one_minus_b2, T eps) {
+__global__ void adam_kernel(T* w, const T* g, T* m, T* v, std::int64_t count, const std::int64_t* steps_before,
+                            double lr, double beta_1, double beta_2, T one_minus_b1, T one_minus_b2, T eps) {
+  const T alpha = static_cast<T>(adam_alpha(steps_before, lr, beta_1, beta_2));
   DISTRIBUTE_FOR_EACH_ELEMENT(k, count) {
     const T gk = g[k];
     const T mk = add(m[k], mul(sub(gk, m[k]), one_minus_b1));
@@ -71,6 +79,8 @@ __global__ void adam_kernel(T* w, const T* g, T* m, T* v, std::int64_t count, T 
     w[k] = sub(w[k], mul(mk, alpha) / add(sqrt(vk), eps));
   }
 }
+
+__global__ void increment_kernel(std::int64_t* counter) { *counter += 1; }
 
 #undef DISTRIBUTE_FOR_EACH_ELEMENT
 
@@ -95,11 +105,12 @@ cudaError_t launch_sgd_typed(void* w, const void* g, void* m, std::int64_t count
 }
 
 template <class T>
-cudaError_t launch_adam_typed(void* w, const void* g, void* m, void* v, std::int64_t count, double alpha,
-                              double one_minus_b1, double one_minus_b2, double epsilon, cudaStream_t stream) {
+cudaError_t launch_adam_typed(void* w, const void* g, void* m, void* v, std::int64_t count,
+                              const std::int64_t* steps_before, double lr, double beta_1, double beta_2,
+                              double epsilon, cudaStream_t stream) {
   adam_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(
-      static_cast<T*>(w), static_cast<const T*>(g), static_cast<T*>(m), static_cast<T*>(v), count,
-      static_cast<T>(alpha), static_cast<T>(one_minus_b1), static_cast<T>(one_minus_b2), static_cast<T>(epsilon));
+      static_cast<T*>(w), static_cast<const T*>(g), static_cast<T*>(m), static_cast<T*>(v), count, steps_before, lr,
+      beta_1, beta_2, static_cast<T>(1.0 - beta_1), static_cast<T>(1.0 - beta_2), static_cast<T>(epsilon));
   return cudaGetLastError();
 }
 
@@ -134,16 +145,23 @@ cudaError_t launch_sgd(KernelDType dtype, void* w, const void* g, void* m, std::
   }
 }
 
-cudaError_t launch_adam(KernelDType dtype, void* w, const void* g, void* m, void* v, std::int64_t count, double alpha,
-                        double one_minus_b1, double one_minus_b2, double epsilon, cudaStream_t stream) {
+cudaError_t launch_adam(KernelDType dtype, void* w, const void* g, void* m, void* v, std::int64_t count,
+                        const std::int64_t* steps_before, double learning_rate, double beta_1, double beta_2,
+                        double epsilon, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   switch (dtype) {
     case KernelDType::kFloat32:
-      return launch_adam_typed<float>(w, g, m, v, count, alpha, one_minus_b1, one_minus_b2, epsilon, stream);
+      return launch_adam_typed<float>(w, g, m, v, count, steps_before, learning_rate, beta_1, beta_2, epsilon, stream);
     case KernelDType::kFloat64:
-      return launch_adam_typed<double>(w, g, m, v, count, alpha, one_minus_b1, one_minus_b2, epsilon, stream);
+      return launch_adam_typed<double>(w, g, m, v, count, steps_before, learning_rate, beta_1, beta_2, epsilon,
+                                       stream);
     default: return cudaErrorInvalidValue;
   }
+}
+
+cudaError_t launch_increment(std::int64_t* counter, cudaStream_t stream) {
+  increment_kernel<<<1, 1, 0, stream>>>(counter);
+  return cudaGetLastError();
 }
 
 }  // namespace distribute::detail::gpu

@@ -20,9 +20,14 @@ cudaError_t launch_subtract(KernelDType dtype, void* dst, const void* src, std::
 cudaError_t launch_sgd(KernelDType dtype, void* w, const void* g, void* m, std::int64_t count, double lr,
                        double momentum, bool nesterov, cudaStream_t stream);
 
-// Enqueues one Adam step: m += (g - m) * one_minus_b1, v += (g * g - v) * one_minus_b2,
-// w -= m * alpha / (sqrt(v) + epsilon).
-cudaError_t launch_adam(KernelDType dtype, void* w, const void* g, void* m, void* v, std::int64_t count, double alpha,
-                        double one_minus_b1, double one_minus_b2, double epsilon, cudaStream_t stream);
+// Enqueues one Adam step of step number t = *steps_before + 1, read on the device (the optimizer's
+// step count stays there): alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) in double, then
+// m += (g - m) * (1 - beta_1), v += (g * g - v) * (1 - beta_2), w -= m * alpha / (sqrt(v) + epsilon).
+cudaError_t launch_adam(KernelDType dtype, void* w, const void* g, void* m, void* v, std::int64_t count,
+                        const std::int64_t* steps_before, double learning_rate, double beta_1, double beta_2,
+                        double epsilon, cudaStream_t stream);
+
+// Enqueues *counter += 1 (the optimizer's step count, which stays on the device).
+cudaError_t launch_increment(std::int64_t* counter, cudaStream_t stream);
 
 }  // namespace distribute::detail::gpu
