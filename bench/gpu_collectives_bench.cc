@@ -21,9 +21,24 @@
 // --logical N splits physical GPU 0 into N logical GPUs and measures the library alone (it then
 // reduces through one device; NCCL takes one rank per physical GPU, so its columns read n/a).
 //
+// --profile takes one replica on GPU 0 apart, per size, to show where the library's time beside
+// raw NCCL goes (µs per collective, each the median over repeats of K collectives):
+//   nccl   raw ncclAllReduce / ncclAllGather in a group, one receive buffer (the table's baseline)
+//   lone   the same without a group (how the library issues a lone call)
+//   nb     lone on a non-blocking communicator, polling ncclCommGetAsyncError after each call
+//          (the library's communicators are non-blocking so that a stalled call can be aborted)
+//   fresh  nccl with each receive buffer a new cudaMallocAsync block, freed after the call
+//   lib    the library (as in the table)
+//   run    one strategy.run with no collective, divided by K (the library's share of dispatch)
+//   alloc  Tensor::empty of the output on the replica's GPU and its release, inside a run
+//   gpu    device time per collective from CUDA events around the K calls, library / nccl: a
+//          row where gpu is close to the wall time is bound by the GPU, not by the host
+//   addrs  distinct output addresses over the library's K calls (1: the output block is reused)
+//
 //   ./build/default/bench/gpu_collectives_bench --max-bytes 1G
 //   ./build/default/bench/gpu_collectives_bench --replicas 2,8 --min-bytes 1M --factor 4
 //   ./build/default/bench/gpu_collectives_bench --logical 4 --max-bytes 256M
+//   ./build/default/bench/gpu_collectives_bench --profile --min-bytes 1M --max-bytes 64M
 //
 // Without a visible GPU it says so and exits 0; it exits 1 on a CUDA or NCCL failure or when a
 // result is wrong.
@@ -41,6 +56,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "distribute/device/gpu.h"
 #include "replica_bench.h"
 
@@ -408,6 +424,168 @@ std::int64_t bench_replicas(int n, bool logical, const Options& options) {
   return wrong;
 }
 
+// ---- --profile: one replica on GPU 0, the library's time taken apart beside raw NCCL variants.
+
+enum class Kind { kAllReduce, kAllGather };
+
+// One rank of our own on physical GPU 0, blocking or not, with its own non-blocking stream.
+class RawRank {
+ public:
+  explicit RawRank(bool blocking) {
+    BENCH_CUDA_CHECK(cudaSetDevice(0));
+    ncclUniqueId id;
+    BENCH_NCCL_CHECK(ncclGetUniqueId(&id));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = blocking ? 1 : 0;
+    ncclResult_t started = ncclCommInitRankConfig(&comm_, 1, id, 0, &config);
+    if (started != ncclInProgress) BENCH_NCCL_CHECK(started);
+    settle();
+    BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~RawRank() {
+    BENCH_NCCL_CHECK(ncclCommDestroy(comm_));
+    BENCH_CUDA_CHECK(cudaStreamDestroy(stream_));
+  }
+  RawRank(const RawRank&) = delete;
+  RawRank& operator=(const RawRank&) = delete;
+
+  // One collective; grouped or not; on a non-blocking communicator, polled until enqueued.
+  void call(Kind kind, const void* send, void* recv, std::size_t count, bool grouped) {
+    if (grouped) BENCH_NCCL_CHECK(ncclGroupStart());
+    const ncclResult_t started = kind == Kind::kAllReduce
+                                     ? ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm_, stream_)
+                                     : ncclAllGather(send, recv, count, ncclFloat, comm_, stream_);
+    if (started != ncclInProgress) BENCH_NCCL_CHECK(started);
+    if (grouped) {
+      const ncclResult_t ended = ncclGroupEnd();
+      if (ended != ncclInProgress) BENCH_NCCL_CHECK(ended);
+    }
+    settle();
+  }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  void settle() {
+    for (;;) {
+      ncclResult_t state = ncclInProgress;
+      BENCH_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) BENCH_NCCL_CHECK(state);
+    }
+  }
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Device time per call of `ops` calls enqueued on `stream` by enqueue(), from two events.
+template <class Enqueue>
+double device_seconds_per_op(cudaStream_t stream, int ops, Enqueue&& enqueue) {
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  BENCH_CUDA_CHECK(cudaEventCreate(&start));
+  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  BENCH_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int k = 0; k < ops; ++k) enqueue();
+  BENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
+  BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  BENCH_CUDA_CHECK(cudaEventDestroy(start));
+  BENCH_CUDA_CHECK(cudaEventDestroy(stop));
+  return static_cast<double>(ms) * 1e-3 / ops;
+}
+
+void profile_size(Kind kind, std::size_t bytes, MirroredStrategy& strategy, RawRank& blocking, RawRank& nonblocking,
+                  const Options& options) {
+  const std::size_t count = std::max<std::size_t>(bytes / sizeof(float), 1);
+  const int ops = gpu_ops_per_unit(bytes, options);
+  const std::vector<int> gpu0 = {0};
+  const DeviceBuffers send(gpu0, count * sizeof(float));
+  const DeviceBuffers recv(gpu0, count * sizeof(float));
+  send.fill(0, count, [](std::size_t i) { return reduce_input(0, i); });
+  const auto raw = [&](RawRank& rank, bool grouped) {
+    return time_unit(
+               [&] {
+                 for (int k = 0; k < ops; ++k) rank.call(kind, send[0], recv[0], count, grouped);
+                 BENCH_CUDA_CHECK(cudaStreamSynchronize(rank.stream()));
+               },
+               ops, options)
+        .median_s;
+  };
+  const double nccl = raw(blocking, true);
+  const double lone = raw(blocking, false);
+  const double nb = raw(nonblocking, false);
+  const double fresh = time_unit(
+                           [&] {
+                             for (int k = 0; k < ops; ++k) {
+                               void* out = nullptr;
+                               BENCH_CUDA_CHECK(cudaMallocAsync(&out, count * sizeof(float), blocking.stream()));
+                               blocking.call(kind, send[0], out, count, true);
+                               BENCH_CUDA_CHECK(cudaFreeAsync(out, blocking.stream()));
+                             }
+                             BENCH_CUDA_CHECK(cudaStreamSynchronize(blocking.stream()));
+                           },
+                           ops, options)
+                           .median_s;
+
+  const Tensor input = Tensor::from_blob(send[0], DType::kFloat32, Shape{static_cast<std::int64_t>(count)},
+                                         Device::gpu(0));
+  const auto collective = [kind](ReplicaContext& ctx, const Tensor& x) {
+    return kind == Kind::kAllReduce ? ctx.all_reduce(ReduceOp::kSum, x) : ctx.all_gather(x, 0);
+  };
+  std::vector<Tensor> results(1);
+  const double lib = time_collective(strategy, PerReplica<Tensor>({input}), results, ops, options,
+                                     PreviousResult::kDropped, collective)
+                         .median_s;
+  results.clear();
+  const double run = time_unit([&] { strategy.run([] {}); }, ops, options).median_s;
+  const double alloc =
+      time_unit(
+          [&] {
+            strategy.run([&] {
+              for (int k = 0; k < ops; ++k) Tensor::empty(DType::kFloat32, Shape{static_cast<std::int64_t>(count)});
+            });
+          },
+          ops, options)
+          .median_s -
+      run;
+
+  double gpu_lib = 0;
+  absl::flat_hash_set<const void*> addresses;
+  strategy.run([&] {
+    ReplicaContext& ctx = *get_replica_context();
+    Tensor out;
+    gpu_lib = device_seconds_per_op(cuda::current_stream(), ops, [&] {
+      out = Tensor();
+      out = collective(ctx, input);
+      addresses.insert(out.raw_data());
+    });
+  });
+  const double gpu_nccl = device_seconds_per_op(blocking.stream(), ops, [&] {
+    blocking.call(kind, send[0], recv[0], count, true);
+  });
+  std::printf("  %10zu %5d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %6zu %8.2f\n", bytes, ops,
+              nccl * 1e6, lone * 1e6, nb * 1e6, fresh * 1e6, lib * 1e6, run * 1e6, alloc * 1e6, gpu_lib * 1e6,
+              gpu_nccl * 1e6, addresses.size(), lib / nccl);
+  std::fflush(stdout);
+}
+
+int run_profile(const Options& options) {
+  MirroredStrategy strategy({"GPU:0"}, MirroredStrategyOptions{});
+  RawRank blocking(true);
+  RawRank nonblocking(false);
+  for (const Kind kind : {Kind::kAllReduce, Kind::kAllGather}) {
+    std::printf("#\n# --profile: %s, 1 replica (%s, %s); us per collective\n",
+                kind == Kind::kAllReduce ? "all_reduce" : "all_gather", strategy.name().c_str(),
+                std::string(strategy.cross_device_ops()).c_str());
+    std::printf("# %10s %5s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s %8s\n", "size (B)", "K", "nccl", "lone", "nb",
+                "fresh", "lib", "run/K", "alloc", "gpu lib", "gpu nccl", "addrs", "lib/nccl");
+    for (const std::size_t size : sweep_sizes(options)) profile_size(kind, size, strategy, blocking, nonblocking, options);
+  }
+  return 0;
+}
+
 void print_gpu_preamble(const Options& options, std::optional<int> logical) {
   std::printf("# %s: %s\n", kProgram, build_info().c_str());
   int runtime = 0;
@@ -480,17 +658,28 @@ std::optional<int> take_logical(std::vector<std::string>& args) {
   return logical;
 }
 
+// Takes "--profile" out of args.
+bool take_profile(std::vector<std::string>& args) {
+  const auto it = std::find(args.begin() + 1, args.end(), std::string("--profile"));
+  if (it == args.end()) return false;
+  args.erase(it);
+  return true;
+}
+
 constexpr const char* kDescription =
     "GPU all_reduce (float32, sum) and all_gather (float32, axis 0) through MirroredStrategy::run, beside raw\n"
     "NCCL (ncclAllReduce / ncclAllGather) on the same cudaMalloc'd buffers in the same run.\n"
     "Defaults here: --min-bytes 8 --max-bytes 1G; --replicas = every physical GPU (one replica each).\n"
     "  --logical N       split physical GPU 0 into N logical GPUs and measure the library only\n"
-    "                    (--replicas defaults to N; NCCL takes one rank per physical GPU, so no baseline)";
+    "                    (--replicas defaults to N; NCCL takes one rank per physical GPU, so no baseline)\n"
+    "  --profile         one replica on GPU 0: the library's time per collective taken apart beside raw\n"
+    "                    NCCL variants (columns explained at the top of gpu_collectives_bench.cc)";
 
 int run_main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   if (args.empty()) args.emplace_back(kProgram);
   const std::optional<int> logical = take_logical(args);
+  const bool profile = take_profile(args);
   // This benchmark's own size defaults go first, so that the user's options override them.
   args.insert(args.begin() + 1, {"--min-bytes", "8", "--max-bytes", "1G"});
   std::vector<char*> pointers;
@@ -514,6 +703,7 @@ int run_main(int argc, char** argv) {
   if (logical) set_logical_device_configuration(0, std::vector<LogicalDeviceConfiguration>(*logical));
 
   print_gpu_preamble(options, logical);
+  if (profile) return run_profile(options);
   std::int64_t wrong = 0;
   for (int n : options.replicas) wrong += bench_replicas(n, logical.has_value(), options);
   if (wrong != 0) {
