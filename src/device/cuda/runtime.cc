@@ -124,7 +124,7 @@ std::atomic<std::size_t>& bytes_in_use(const Device& gpu) {
 // NCCL collective (measured on an H200). Larger blocks go back to the pool, where their transfers
 // hide the calls; an allocation that fails frees the kept blocks and tries again.
 struct Stream {
-  static constexpr std::size_t kMaxKeptBlock = std::size_t{8} << 20;
+  static constexpr std::size_t kMaxKeptBlock = std::size_t{32} << 20;
   static constexpr std::size_t kMaxKeptBytes = std::size_t{64} << 20;
 
   Stream(int physical_gpu, cudaStream_t s) : physical(physical_gpu), stream(s) {}
@@ -213,7 +213,8 @@ class CudaReplicaDevice final : public ReplicaDevice {
   }
 
   SyncResult synchronize(Deadline deadline, const std::function<bool()>& cancelled) override {
-    for (int polls = 0;; ++polls) {
+    PollPacer pacer;
+    for (;;) {
       const cudaError_t state = cudaStreamQuery(stream_->stream);
       if (state == cudaSuccess) return SyncResult::kDone;
       if (state != cudaErrorNotReady) {
@@ -221,7 +222,7 @@ class CudaReplicaDevice final : public ReplicaDevice {
       }
       if (cancelled()) return SyncResult::kCancelled;
       if (Clock::now() >= deadline) return SyncResult::kTimedOut;
-      poll_pause(polls);
+      pacer.pause();
     }
   }
 
@@ -395,16 +396,22 @@ void sgd_step(DType dtype, void* w, const void* g, void* m, std::int64_t count, 
       "an SGD step over ", count, " ", dtype_name(dtype));
 }
 
-void adam_step(DType dtype, void* w, const void* g, void* m, void* v, std::int64_t count, double alpha,
-               double one_minus_b1, double one_minus_b2, double epsilon, const Device& gpu) {
+void adam_step(DType dtype, void* w, const void* g, void* m, void* v, std::int64_t count,
+               const std::int64_t* steps_before, double learning_rate, double beta_1, double beta_2, double epsilon,
+               const Device& gpu) {
   if (count == 0) return;
   launch_ordered(
       gpu,
       [&](cudaStream_t s) {
-        return launch_adam(static_cast<KernelDType>(dtype), w, g, m, v, count, alpha, one_minus_b1, one_minus_b2,
-                           epsilon, s);
+        return launch_adam(static_cast<KernelDType>(dtype), w, g, m, v, count, steps_before, learning_rate, beta_1,
+                           beta_2, epsilon, s);
       },
       "an Adam step over ", count, " ", dtype_name(dtype));
+}
+
+void increment(std::int64_t* counter, const Device& gpu) {
+  launch_ordered(
+      gpu, [&](cudaStream_t s) { return launch_increment(counter, s); }, "counting a step");
 }
 
 void synchronize_bound_stream() {
