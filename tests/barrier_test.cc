@@ -1,7 +1,8 @@
 // collective::Rendezvous, the barrier behind every collective and merge_call: reusable phases whose
 // completion function runs once and is visible to all, abort (with the error's own type) and
 // reset, deadlines that withdraw the waiting rank, behind(), and the uninterruptible variant.
-// Every test runs its ranks as threads under a Watchdog, with 2, 3, 4 and 8 ranks.
+// Every test runs its ranks as threads under a Watchdog, with 2, 3, 4 and 8 ranks. Also the pacing
+// of polls of what cannot be waited on (CUDA streams, NCCL communicators).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include <sys/prctl.h>
+
+#include "base/wait.h"
 #include "collective/rendezvous.h"
 #include "distribute/errors.h"
 #include "testing/replica_harness.h"
@@ -476,6 +480,21 @@ TEST(WaitPolicy, SpinsOnlyWhileEveryThreadHasACore) {
   EXPECT_GT(detail::WaitPolicy::for_threads(cores).spin.count(), 0);
   EXPECT_EQ(detail::WaitPolicy::for_threads(cores + 1).spin.count(), 0);
   EXPECT_GT(detail::WaitPolicy::for_threads(cores + 1).yield.count(), 0);
+}
+
+// A wait past the yielding phase sleeps with the thread's timer slack at 1 µs (so that a stream
+// drained mid-sleep is seen within microseconds), and the thread gets its own slack back after.
+TEST(PollPacer, SleepsWithATightTimerSlackAndRestoresTheThreads) {
+  ASSERT_EQ(prctl(PR_SET_TIMERSLACK, 70000UL, 0, 0, 0), 0);
+  {
+    const auto start = detail::Clock::now();
+    detail::PollPacer pacer;
+    EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 70000) << "nothing slept yet: the slack is untouched";
+    while (detail::Clock::now() - start <= detail::PollPacer::kYieldFor) pacer.pause();
+    pacer.pause();
+    EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 1000);
+  }
+  EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 70000);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -38,12 +39,20 @@ void cpu_relax() {
 
 void yield_core() { sched_yield(); }
 
-void poll_pause(int polls) {
-  if (polls < 64) {
-    yield_core();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+PollPacer::~PollPacer() {
+  if (saved_slack_ns_ >= 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_slack_ns_), 0, 0, 0);
+}
+
+void PollPacer::pause() {
+  if (saved_slack_ns_ < 0) {
+    if (Clock::now() - start_ < kYieldFor) {
+      yield_core();
+      return;
+    }
+    const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (slack >= 0 && prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0) saved_slack_ns_ = slack;
   }
+  std::this_thread::sleep_for(kSleep);
 }
 
 void WaitWord::park(std::uint32_t old, Deadline deadline) {

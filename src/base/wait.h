@@ -47,9 +47,27 @@ struct WaitWord {
 
 void cpu_relax();
 void yield_core();
-// The pause between two polls of something that cannot be waited on (a CUDA stream, an NCCL
-// communicator): a yield for the first polls, then short sleeps.
-void poll_pause(int polls);
+// Paces the polls of something that cannot be waited on (a CUDA stream, an NCCL communicator):
+// yields the core between polls for the first kYieldFor of the wait, then sleeps kSleep at a
+// time. Those sleeps run with the thread's timer slack lowered to 1 µs for the rest of the wait
+// (Linux lets a sleep end up to 50 µs late by default, which a stream drained after a millisecond
+// of GPU work would pay in full); the destructor restores it.
+class PollPacer {
+ public:
+  static constexpr std::chrono::microseconds kYieldFor{1000};
+  static constexpr std::chrono::microseconds kSleep{20};
+
+  PollPacer() = default;
+  ~PollPacer();
+  PollPacer(const PollPacer&) = delete;
+  PollPacer& operator=(const PollPacer&) = delete;
+
+  void pause();
+
+ private:
+  Deadline start_ = Clock::now();
+  long saved_slack_ns_ = -1;  // the thread's timer slack before the first sleep; -1: unchanged
+};
 
 template <class Stop>
 bool WaitWord::wait_while_equal(std::uint32_t old, Deadline deadline, const WaitPolicy& policy,

@@ -89,7 +89,8 @@ void NcclCommunicator::create_communicators() {
   const detail::Deadline deadline = detail::Clock::now() + kInitTimeout;
   for (std::size_t r = 0; r < devices_.size(); ++r) {
     ncclComm_t comm = comms_[r];
-    for (int polls = 0;; ++polls) {
+    detail::PollPacer pacer;
+    for (;;) {
       ncclResult_t state = ncclInProgress;
       if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
       if (state == ncclSuccess) break;
@@ -101,7 +102,7 @@ void NcclCommunicator::create_communicators() {
                                             " took longer than ", kInitTimeout.count(), " s",
                                             span_ ? " (every worker must build its strategy)" : ""));
       }
-      detail::poll_pause(polls);
+      pacer.pause();
     }
   }
   std::fill(aborted_.begin(), aborted_.end(), 0);
@@ -141,7 +142,8 @@ void NcclCommunicator::wait(int rank, ncclResult_t started, const CollectiveOp& 
   if (started != ncclSuccess && started != ncclInProgress) fail(rank, started, op);
   ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
   const detail::Deadline deadline = detail::deadline_after(op.options.timeout);
-  for (int polls = 0;; ++polls) {
+  detail::PollPacer pacer;
+  for (;;) {
     ncclResult_t state = ncclInProgress;
     if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
     if (state == ncclSuccess) return;
@@ -159,7 +161,7 @@ void NcclCommunicator::wait(int rank, ncclResult_t started, const CollectiveOp& 
                                                " within ", op.options.timeout.count(), " s; its communicator was aborted",
                                                span_ ? " (it spans the workers: this strategy is unusable now)" : ""));
     }
-    detail::poll_pause(polls);
+    pacer.pause();
   }
 }
 
