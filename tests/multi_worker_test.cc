@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -673,6 +674,18 @@ TEST_F(MultiWorker, OnlyFirstReplicaAndNoneUpdatesTakeGlobalReplicaZerosValue) {
     StrategyScope scope = s.scope();
     first = Variable(0.0f, {.name = "first", .aggregation = VariableAggregation::kOnlyFirstReplica});
     none = Variable(0.0f, {.name = "none", .aggregation = VariableAggregation::kNone});
+  }
+  // Global replica 0's bits reach every worker as they are: -0.0 stays -0.0.
+  s.run([&] {
+    const int g = get_replica_context()->replica_id_in_sync_group();
+    first.assign(Tensor::scalar(g == 0 ? -0.0f : 3.0f));
+    none.assign(Tensor::scalar(-0.0f));
+  });
+  for (const Variable& v : {first, none}) {
+    for (const Tensor& c : s.experimental_local_results(v)) {
+      EXPECT_EQ(c.item<float>(), 0.0f) << v.name();
+      EXPECT_TRUE(std::signbit(c.item<float>())) << v.name() << " lost the sign of -0.0";
+    }
   }
   s.run([&] {
     const auto g = static_cast<float>(get_replica_context()->replica_id_in_sync_group());

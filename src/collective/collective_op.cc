@@ -13,6 +13,7 @@ const char* kind_name(CollectiveKind kind) {
     case CollectiveKind::kReturn: return "return";
     case CollectiveKind::kReduceTo: return "cross-replica reduce";
     case CollectiveKind::kGatherTo: return "cross-replica gather";
+    case CollectiveKind::kBroadcastTo: return "cross-replica broadcast";
   }
   return "?";
 }

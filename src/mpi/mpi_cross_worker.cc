@@ -451,4 +451,18 @@ void MpiCrossWorker::all_gather(const void* mine, std::span<const std::size_t> s
   wait_or_abort(std::span(&request, 1), deadline, what);
 }
 
+void MpiCrossWorker::broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) {
+  if (size_ == 1) return;
+  auto* at = static_cast<std::byte*>(data);
+  for (std::size_t done = 0; done < bytes; done += kMaxBytesPerCall) {
+    const std::size_t n = std::min(kMaxBytesPerCall, bytes - done);
+    MPI_Request request;
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      check(MPI_Ibcast(at + done, static_cast<int>(n), MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
+    }
+    wait_or_abort(std::span(&request, 1), deadline, what);
+  }
+}
+
 }  // namespace distribute::detail

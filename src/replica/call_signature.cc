@@ -220,7 +220,8 @@ std::uint64_t signature_digest(const CollectiveCall& call) {
     case CollectiveKind::kAllGather:
     case CollectiveKind::kGatherTo: h = mix(h, static_cast<std::uint64_t>(call_axis(op))); break;
     case CollectiveKind::kMergeCall: h = mix(h, call.merge_type_hash); break;
-    case CollectiveKind::kReturn: break;
+    case CollectiveKind::kReturn:
+    case CollectiveKind::kBroadcastTo: break;
   }
   h = mix(h, call.structure_hash);
   h = mix(h, call.leaf_digest);  // which counts the leaves too
@@ -261,7 +262,8 @@ RenderedSignature render_signature(const CollectiveCall& call) {
       out.fields.push_back({Kind::kMergeFunction, "merge_fn", "", hex(call.merge_type_hash),
                             call.merge_type_info != nullptr ? type_name(*call.merge_type_info) : "", ""});
       break;
-    case CollectiveKind::kReturn: break;
+    case CollectiveKind::kReturn:
+    case CollectiveKind::kBroadcastTo: break;
   }
   if (call.describe_structure != nullptr) {
     out.fields.push_back({Kind::kStructure, "structure", "", call.describe_structure(call.value), "",
@@ -282,7 +284,8 @@ RenderedSignature render_signature(const CollectiveCall& call) {
                           absl::StrCat(dtype_name(in.dtype), "[", absl::StrJoin(dims, ","), "]"),
                           absl::StrCat(dtype_name(in.dtype), in.shape->compact()), std::move(hint)});
   }
-  if (op.kind != CollectiveKind::kReduceTo && op.kind != CollectiveKind::kGatherTo) {
+  if (op.kind != CollectiveKind::kReduceTo && op.kind != CollectiveKind::kGatherTo &&
+      op.kind != CollectiveKind::kBroadcastTo) {
     out.fields.push_back({Kind::kOptions, "options", "",
                           absl::StrCat("options {implementation=", implementation_name(op.options.implementation),
                                        ", bytes_per_pack=", op.options.bytes_per_pack, "}"),

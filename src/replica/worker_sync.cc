@@ -222,6 +222,16 @@ void WorkerSync::all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t c
   }
 }
 
+void WorkerSync::broadcast(void* data, std::size_t bytes, int root, std::chrono::duration<double> timeout,
+                           const std::string& what) {
+  check_usable();
+  try {
+    engine_->broadcast(data, bytes, root, deadline_after(timeout), what);
+  } catch (const Error& e) {
+    abandon_data_phase(e, what);
+  }
+}
+
 std::vector<std::byte> WorkerSync::all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,
                                               std::chrono::duration<double> timeout, const std::string& what) {
   check_usable();

@@ -52,6 +52,8 @@ class CrossWorker {
   // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
   virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
                           const std::string& what) = 0;
+  // Worker `root`'s `bytes` at `data` replace every other worker's, bit for bit.
+  virtual void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) = 0;
   // Sends `mine` to every other worker as this worker's part of their next exchange, without
   // waiting for theirs: this worker's last word.
   virtual void send_last(std::span<const std::byte> mine) = 0;
@@ -124,6 +126,9 @@ class WorkerSync {
                              absl::FunctionRef<void(std::byte*)> write_part,
                              absl::FunctionRef<std::byte*(std::int64_t total)> output,
                              std::chrono::duration<double> timeout, const std::string& what);
+  // Worker `root`'s `bytes` at `data` replace every other worker's.
+  void broadcast(void* data, std::size_t bytes, int root, std::chrono::duration<double> timeout,
+                 const std::string& what);
   // The sum over workers of `value`.
   std::int64_t sum(std::int64_t value, std::chrono::duration<double> timeout, const std::string& what);
   // CrossWorker::exchange_input: the distributed input's channel, which leaves the strategy's state

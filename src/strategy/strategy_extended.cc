@@ -135,7 +135,7 @@ Tensor StrategyExtended::concat_locally(std::span<const Tensor> components, int 
 namespace detail {
 namespace {
 
-// Agrees with the other workers on a cross-replica step: `kind` (kReduceTo, kGatherTo) of one
+// Agrees with the other workers on a cross-replica step: `kind` (kReduceTo, kGatherTo, kBroadcastTo) of one
 // leaf, `value`'s dtype and shape, which may differ between workers along `open_axis` (-1: none).
 // A local check that failed (`error`) is reported to every worker, and rethrown here.
 void agree_across_workers(WorkerSync& sync, collective::CollectiveKind kind, ReduceOp op, int open_axis,
@@ -163,6 +163,18 @@ void agree_across_workers(WorkerSync& sync, collective::CollectiveKind kind, Red
 }
 
 }  // namespace
+
+Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine) {
+  WorkerSync* sync = extended.worker_sync();
+  if (sync == nullptr || sync->num_workers() == 1) return mine;
+  const auto timeout = CommunicationOptions{}.merged_with(extended.default_options_).timeout;
+  // A copy: on the other workers the broadcast overwrites it.
+  Tensor value = mine.device().is_cpu() ? mine.clone() : mine.to(Device::cpu());
+  agree_across_workers(*sync, collective::CollectiveKind::kBroadcastTo, ReduceOp::kSum, -1, value, timeout, nullptr);
+  sync->broadcast(value.raw_data(), value.nbytes(), 0, timeout, "the first replica's value");
+  return mine.device().is_cpu() ? value : value.to(mine.device());
+}
+
 }  // namespace detail
 
 Tensor StrategyExtended::reduce_across_workers(detail::WorkerSync& sync, ReduceOp op, std::span<const Tensor> components,

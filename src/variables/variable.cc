@@ -190,19 +190,6 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 
-// Global replica 0's value, in a merge_fn. Across workers that is worker 0's first replica, which
-// reaches every worker as a SUM to which every other replica adds zeros.
-Tensor global_first_value(Strategy& strategy, const PerReplica<Tensor>& values) {
-  const StrategyExtended& extended = strategy.extended();
-  if (extended.num_workers() == 1) return values[0];
-  std::vector<Tensor> parts;
-  for (int r = 0; r < values.num_replicas(); ++r) {
-    const Tensor& v = values[r];
-    parts.push_back(r == 0 && extended.worker_id() == 0 ? v : Tensor::zeros(v.dtype(), v.shape(), v.device()));
-  }
-  return strategy.extended().reduce_to(ReduceOp::kSum, PerReplica<Tensor>(std::move(parts)), values[0].device());
-}
-
 // The value an ONLY_FIRST_REPLICA or NONE update applies: global replica 0's. With NONE every
 // replica must have passed that value; the replicas that did not are gathered from every worker,
 // so that each raises the same error.
@@ -211,7 +198,7 @@ Tensor first_replica_value(Strategy& strategy, const VariableState& var, Variabl
   const StrategyExtended& extended = strategy.extended();
   const bool across_workers = extended.num_workers() > 1;
   const int local = values.num_replicas();
-  const Tensor first = global_first_value(strategy, values);
+  const Tensor first = detail::first_worker_value(strategy.extended(), values[0]);
   if (var.aggregation != VariableAggregation::kNone) return first;
   std::vector<int> differing;
   if (across_workers) {
@@ -275,7 +262,7 @@ Variable create_in_replica(ReplicaContext& ctx, const Tensor& initial_value, con
                            "on replica ", r, " than on replica 0 (trainable, synchronization or aggregation); every "
                            "replica must create it with the same options");
         }
-        return Variable(global_first_value(strategy, initials), first);
+        return Variable(detail::first_worker_value(strategy.extended(), initials[0]), first);
       },
       local, &options);
 }

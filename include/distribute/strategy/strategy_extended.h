@@ -29,8 +29,14 @@ namespace distribute {
 namespace collective {
 class Communicator;  // src/collective/communicator.h
 }  // namespace collective
+class StrategyExtended;
 namespace detail {
 class WorkerSync;  // src/replica/worker_sync.h
+// Global replica 0's value on every worker, bit for bit: the first worker's `mine` (its replica
+// 0's value) reaches the others in a cross-replica step agreed on like reduce_to, in cross-replica
+// context. `mine` itself for a strategy of one worker. What a variable's ONLY_FIRST_REPLICA and
+// NONE updates apply.
+Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine);
 }  // namespace detail
 namespace input::internal {
 class WorkerAgreement;  // distribute/input/internal/worker_agreement.h
@@ -123,6 +129,7 @@ class StrategyExtended {
 
  private:
   friend class Strategy;
+  friend Tensor detail::first_worker_value(StrategyExtended& extended, const Tensor& mine);
   // The cross-replica operations behind Strategy::reduce / gather and reduce_to / gather_to:
   // checks, then the backend. `what` names the public method in error messages.
   Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,

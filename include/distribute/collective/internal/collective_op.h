@@ -19,11 +19,22 @@
 namespace distribute::collective {
 
 // kMergeCall and kReturn move no data: the replicas only meet (to run a merge_fn once, and when a
-// replica's fn returns). kReduceTo and kGatherTo are the steps across workers of the cross-replica
-// reduce and gather (Strategy::reduce, extended().reduce_to, ...), which no backend sees.
-enum class CollectiveKind : std::uint8_t { kAllReduce, kAllGather, kMergeCall, kReturn, kReduceTo, kGatherTo };
+// replica's fn returns). kReduceTo, kGatherTo and kBroadcastTo are the steps across workers of the
+// cross-replica reduce and gather (Strategy::reduce, extended().reduce_to, ...) and of the first
+// worker's value reaching the others (a variable's ONLY_FIRST_REPLICA or NONE update), which no
+// backend sees.
+enum class CollectiveKind : std::uint8_t {
+  kAllReduce,
+  kAllGather,
+  kMergeCall,
+  kReturn,
+  kReduceTo,
+  kGatherTo,
+  kBroadcastTo
+};
 
-// "all_reduce", "all_gather", "merge_call", "return", "cross-replica reduce", "cross-replica gather".
+// "all_reduce", "all_gather", "merge_call", "return", "cross-replica reduce", "cross-replica gather",
+// "cross-replica broadcast".
 const char* kind_name(CollectiveKind kind);
 
 // One input leaf: `shape` elements of `dtype` at `data`, in the replica device's memory (host
