@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collective/ring/ring_all_reduce.h"
 #include "device/kernels.h"
 #include "distribute/errors.h"
 
@@ -352,32 +353,60 @@ void MpiCrossWorker::send_to_others(const void* data, std::size_t bytes, int tag
 namespace {
 
 template <class T>
-void all_reduce_widened(MpiCrossWorker& engine, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
+void all_reduce_widened(MpiCrossWorker& engine, void* data, std::int64_t count, Deadline deadline,
                         const std::string& what) {
   T* values = static_cast<T*>(data);
   std::vector<float> wide(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) wide[static_cast<std::size_t>(i)] = static_cast<float>(values[i]);
-  engine.all_reduce(DType::kFloat32, op, wide.data(), count, deadline, what);
+  engine.all_reduce(DType::kFloat32, wide.data(), count, deadline, what);
   for (std::int64_t i = 0; i < count; ++i) values[i] = static_cast<T>(wide[static_cast<std::size_t>(i)]);
 }
 
 }  // namespace
 
-void MpiCrossWorker::all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
+class MpiCrossWorker::RingLinks final : public collective::RingLinks {
+ public:
+  RingLinks(MpiCrossWorker& engine, Deadline deadline, const std::string& what)
+      : engine_(engine), deadline_(deadline), what_(what) {}
+  int rank() const override { return engine_.rank_; }
+  int size() const override { return engine_.size_; }
+  void send_next_receive_previous(std::span<const std::byte> to_next, std::span<std::byte> from_previous) override {
+    const int next = (engine_.rank_ + 1) % engine_.size_;
+    const int previous = (engine_.rank_ + engine_.size_ - 1) % engine_.size_;
+    MPI_Request requests[2];
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      check(MPI_Irecv(from_previous.data(), static_cast<int>(from_previous.size()), MPI_BYTE, previous, kRingTag,
+                      engine_.comm_, &requests[0]),
+            "MPI_Irecv");
+      check(MPI_Isend(to_next.data(), static_cast<int>(to_next.size()), MPI_BYTE, next, kRingTag, engine_.comm_,
+                      &requests[1]),
+            "MPI_Isend");
+    }
+    engine_.wait_or_abort(requests, deadline_, what_);
+  }
+
+ private:
+  MpiCrossWorker& engine_;
+  const Deadline deadline_;
+  const std::string& what_;
+};
+
+void MpiCrossWorker::all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline,
                                 const std::string& what) {
   if (size_ == 1 || count == 0) return;
-  if (dtype == DType::kFloat16) return all_reduce_widened<Half>(*this, op, data, count, deadline, what);
-  if (dtype == DType::kBFloat16) return all_reduce_widened<BFloat16>(*this, op, data, count, deadline, what);
+  if (dtype == DType::kFloat16) return all_reduce_widened<Half>(*this, data, count, deadline, what);
+  if (dtype == DType::kBFloat16) return all_reduce_widened<BFloat16>(*this, data, count, deadline, what);
   const MPI_Datatype type = mpi_type(dtype);
-  if (op != ReduceOp::kSum) throw InternalError("MpiCrossWorker::all_reduce takes SUM only");
   const std::size_t unit = dtype_size(dtype);
   const auto per_call = static_cast<std::int64_t>(kMaxBytesPerCall / unit);
   auto* bytes = static_cast<std::byte*>(data);
+  RingLinks ring(*this, deadline, what);
   for (std::int64_t at = 0; at < count; at += per_call) {
     const std::int64_t n = std::min(per_call, count - at);
     std::byte* part = bytes + static_cast<std::size_t>(at) * unit;
     if (static_cast<std::size_t>(n) * unit >= kMinRingBytes) {
-      ring_all_reduce(dtype, part, n, deadline, what);
+      collective::ring_all_reduce(ring, dtype, part, n, ring_scratch_);
       continue;
     }
     MPI_Request request;
@@ -386,41 +415,6 @@ void MpiCrossWorker::all_reduce(DType dtype, ReduceOp op, void* data, std::int64
       check(MPI_Iallreduce(MPI_IN_PLACE, part, static_cast<int>(n), type, MPI_SUM, comm_, &request), "MPI_Iallreduce");
     }
     wait_or_abort(std::span(&request, 1), deadline, what);
-  }
-}
-
-void MpiCrossWorker::ring_all_reduce(DType dtype, std::byte* data, std::int64_t count, Deadline deadline,
-                                     const std::string& what) {
-  const std::size_t unit = dtype_size(dtype);
-  // Part p of the data is elements [begin(p), begin(p + 1)).
-  const auto begin = [&](int p) { return count * p / size_; };
-  const auto part_bytes = [&](int p) { return static_cast<int>(static_cast<std::size_t>(begin(p + 1) - begin(p)) * unit); };
-  const auto at = [&](int p) { return data + static_cast<std::size_t>(begin(p)) * unit; };
-  ring_scratch_.resize(static_cast<std::size_t>(count / size_ + 1) * unit);
-  const int next = (rank_ + 1) % size_;
-  const int previous = (rank_ + size_ - 1) % size_;
-  const auto step = [&](int send, void* receive_into, int receive) {
-    MPI_Request requests[2];
-    {
-      std::lock_guard<std::mutex> lock(mpi_mutex());
-      check(MPI_Irecv(receive_into, part_bytes(receive), MPI_BYTE, previous, kRingTag, comm_, &requests[0]), "MPI_Irecv");
-      check(MPI_Isend(at(send), part_bytes(send), MPI_BYTE, next, kRingTag, comm_, &requests[1]), "MPI_Isend");
-    }
-    wait_or_abort(requests, deadline, what);
-  };
-  // After step s of the reduce-scatter this worker holds the sum of part (rank - s - 1) over
-  // workers rank - s - 1 .. rank; after size - 1 steps, the whole sum of part rank + 1.
-  for (int s = 0; s < size_ - 1; ++s) {
-    const int send = (rank_ - s + size_) % size_;
-    const int receive = (rank_ - s - 1 + size_) % size_;
-    step(send, ring_scratch_.data(), receive);
-    const void* inputs[] = {at(receive), ring_scratch_.data()};
-    reduce_buffers(dtype, ReduceOp::kSum, inputs, at(receive), begin(receive + 1) - begin(receive), 1);
-  }
-  for (int s = 0; s < size_ - 1; ++s) {
-    const int send = (rank_ + 1 - s + size_) % size_;
-    const int receive = (rank_ - s + size_) % size_;
-    step(send, at(receive), receive);
   }
 }
 

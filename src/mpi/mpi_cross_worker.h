@@ -30,8 +30,9 @@ class MpiCrossWorker final : public CrossWorker {
  public:
   // Open MPI 4.1's collectives slow down sharply above about 16 MiB per call.
   static constexpr std::size_t kMaxBytesPerCall = std::size_t{16} << 20;
-  // From this size an all_reduce goes around a ring of point-to-point messages instead of
-  // MPI_Iallreduce (see ring_all_reduce).
+  // From this size an all_reduce goes around a ring of point-to-point messages
+  // (collective/ring/ring_all_reduce.h) instead of MPI_Iallreduce, whose non-blocking form is
+  // slower than the blocking one in Open MPI 4.1 (docs/performance.md).
   static constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
 
   // The workers are the ranks of `base`.
@@ -47,8 +48,7 @@ class MpiCrossWorker final : public CrossWorker {
                                   Deadline deadline) override {
     return exchange_on(kInputTag, mine, all, deadline);
   }
-  void all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
-                  const std::string& what) override;
+  void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const std::string& what) override;
   void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
                   const std::string& what) override;
   void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) override;
@@ -65,14 +65,9 @@ class MpiCrossWorker final : public CrossWorker {
   // Waits for every request; past `deadline`, reports `what` and the workers that do not answer
   // a liveness query, and ends the job.
   void wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const std::string& what);
-  // data = the sum over workers, `count` elements of `dtype`: a reduce-scatter then an all-gather
-  // around the ring of workers, each step an MPI_Isend to the next worker and an MPI_Irecv from
-  // the previous one, waited for like every other wait. Open MPI 4.1's MPI_Iallreduce, the
-  // non-blocking collective a deadline needs, takes 1.5-2.5x the time of its blocking
-  // MPI_Allreduce from 1 to 16 MiB between two processes; the ring is level with the blocking
-  // call. Each part of the result is summed on one worker and copied to the others, so every
-  // worker holds the same bits.
-  void ring_all_reduce(DType dtype, std::byte* data, std::int64_t count, Deadline deadline, const std::string& what);
+  // The ring's links: an MPI_Isend to the next worker and an MPI_Irecv from the previous one per
+  // step, waited for like every other wait.
+  class RingLinks;
   // Answers other workers' liveness queries (the caller holds the MPI lock).
   void answer_queries();
   // Moves the other workers' gave-up notes that have come into gave_up_ (the caller holds the
@@ -84,7 +79,7 @@ class MpiCrossWorker final : public CrossWorker {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm probe_comm_ = MPI_COMM_NULL;  // liveness queries, apart from the collectives' traffic
   std::int64_t queries_ = 0;
-  std::vector<std::byte> ring_scratch_;  // the part a ring step receives before adding it
+  std::vector<std::byte> ring_scratch_;  // the part a ring step receives before adding it (ring_all_reduce)
   // Send buffers of exchanges abandoned at a deadline, and of liveness queries: MPI may still
   // read them.
   std::vector<std::unique_ptr<std::byte[]>> abandoned_;

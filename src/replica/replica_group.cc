@@ -134,7 +134,6 @@ bool ReplicaGroup::complete_across_workers(std::exception_ptr local_mismatch) {
 
 void ReplicaGroup::reduce_across_workers() {
   const collective::CollectiveOp& first = *ops_[0];
-  const ReduceOp op = first.op == ReduceOp::kMean ? ReduceOp::kSum : first.op;
   // One replica per worker (the default of MultiWorkerMirroredStrategy) whose outputs are one
   // block laid out like reduced_ (host memory, as every replica on this path is a CPU's): the
   // engine works in that block, which saves copying the whole result back out of reduced_.
@@ -150,7 +149,8 @@ void ReplicaGroup::reduce_across_workers() {
   for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
     for (std::size_t r = 0; r < inputs.size(); ++r) inputs[r] = ops_[r]->input_data[leaf];
     std::byte* out = block + first.leaf_offsets[leaf];
-    reduce_buffers(first.inputs[leaf].dtype, op, inputs, out, first.inputs[leaf].num_elements(), size_);
+    // MEAN is a sum here: divided once the workers' sums are added.
+    reduce_buffers(first.inputs[leaf].dtype, ReduceOp::kSum, inputs, out, first.inputs[leaf].num_elements(), size_);
     // The padding up to the next leaf goes through the engine with its neighbours: zeros.
     std::byte* end = out + first.inputs[leaf].nbytes();
     std::memset(end, 0, static_cast<std::size_t>(block + first.leaf_offsets[leaf + 1] - end));
@@ -166,7 +166,7 @@ void ReplicaGroup::reduce_across_workers() {
     const std::size_t to = first.leaf_offsets[end - 1] + first.inputs[end - 1].nbytes();
     void* data = block + from;
     const auto count = static_cast<std::int64_t>((to - from) / dtype_size(dtype));
-    workers_->all_reduce(dtype, op, data, count, first.options.timeout, what);
+    workers_->all_reduce(dtype, data, count, first.options.timeout, what);
     if (first.op == ReduceOp::kMean) {
       const void* in[] = {data};
       reduce_buffers(dtype, ReduceOp::kMean, in, data, count, replicas);

@@ -212,11 +212,11 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
                                           ": the workers' calls differ in a way their descriptions do not show"));
 }
 
-void WorkerSync::all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count,
-                            std::chrono::duration<double> timeout, const std::string& what) {
+void WorkerSync::all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
+                            const std::string& what) {
   check_usable();
   try {
-    engine_->all_reduce(dtype, op, data, count, deadline_after(timeout), what);
+    engine_->all_reduce(dtype, data, count, deadline_after(timeout), what);
   } catch (const Error& e) {
     abandon_data_phase(e, what);
   }
@@ -285,7 +285,7 @@ void WorkerSync::all_gather_along_axis(std::int64_t dim, std::int64_t outer, std
 }
 
 std::int64_t WorkerSync::sum(std::int64_t value, std::chrono::duration<double> timeout, const std::string& what) {
-  all_reduce(DType::kInt64, ReduceOp::kSum, &value, 1, timeout, what);
+  all_reduce(DType::kInt64, &value, 1, timeout, what);
   return value;
 }
 

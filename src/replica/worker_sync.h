@@ -45,10 +45,9 @@ class CrossWorker {
   // for its own, or the other way round.
   virtual std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all,
                                           Deadline deadline) = 0;
-  // data = op(every worker's data), `count` elements of `dtype`, in place; op is not kMean.
-  // `what` names the collective if the data phase stalls past `deadline`, which ends the job.
-  virtual void all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, Deadline deadline,
-                          const std::string& what) = 0;
+  // data = the sum of every worker's data, `count` elements of `dtype`, in place. `what` names
+  // the collective if the data phase stalls past `deadline`, which ends the job.
+  virtual void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const std::string& what) = 0;
   // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
   virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
                           const std::string& what) = 0;
@@ -112,7 +111,8 @@ class WorkerSync {
   // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.
   std::int64_t next_cross_replica_sequence() { return ++cross_replica_sequence_; }
 
-  void all_reduce(DType dtype, ReduceOp op, void* data, std::int64_t count, std::chrono::duration<double> timeout,
+  // data = the sum over workers, in place.
+  void all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
                   const std::string& what);
   // Concatenates every worker's `mine` in worker order (sizes may differ); returns the bytes and
   // fills `sizes` with each worker's count.

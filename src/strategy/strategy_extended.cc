@@ -181,8 +181,6 @@ Tensor StrategyExtended::reduce_across_workers(detail::WorkerSync& sync, ReduceO
                                                std::optional<int> axis, const Device& destination,
                                                const CommunicationOptions& options, const char* what) {
   const CommunicationOptions merged = options.merged_with(default_options_);
-  // This worker's part: SUM for MEAN (divided once the counts of every worker are known).
-  const ReduceOp local_op = op == ReduceOp::kMean ? ReduceOp::kSum : op;
   Tensor partial;
   std::int64_t count = 0;
   int open_axis = -1;
@@ -191,7 +189,8 @@ Tensor StrategyExtended::reduce_across_workers(detail::WorkerSync& sync, ReduceO
     detail::check_components(components, what);
     std::optional<int> a;
     if (axis) a = normalize_axis(*axis, components[0].rank(), what);
-    partial = reduce_locally(local_op, components, a, Device::cpu(), options, what);
+    // This worker's part: SUM for MEAN (divided once the counts of every worker are known).
+    partial = reduce_locally(ReduceOp::kSum, components, a, Device::cpu(), options, what);
     for (const Tensor& t : components) count += a ? t.shape()[*a] : 1;
     open_axis = a.value_or(-1);
   } catch (...) {
@@ -199,7 +198,7 @@ Tensor StrategyExtended::reduce_across_workers(detail::WorkerSync& sync, ReduceO
   }
   detail::agree_across_workers(sync, collective::CollectiveKind::kReduceTo, op, open_axis,
                                error ? Tensor() : components[0], merged.timeout, error);
-  sync.all_reduce(partial.dtype(), local_op, partial.raw_data(), partial.num_elements(), merged.timeout, what);
+  sync.all_reduce(partial.dtype(), partial.raw_data(), partial.num_elements(), merged.timeout, what);
   if (op == ReduceOp::kMean) {
     const std::int64_t total = std::max<std::int64_t>(sync.sum(count, merged.timeout, what), 1);
     const void* in[] = {partial.raw_data()};
