@@ -20,7 +20,7 @@
 #include "common.h"
 #include "mpi_barrier.h"
 #include "distribute/distribute.h"
-#include "distribute/mpi/mpi_communicator.h"
+#include "distribute/mpi/mpi_cluster_resolver.h"
 
 namespace distribute::bench {
 namespace {

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "distribute/distribute.h"
-#include "distribute/mpi/mpi_communicator.h"
+#include "distribute/mpi/mpi_cluster_resolver.h"
 #if DISTRIBUTE_HAS_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -1099,6 +1099,38 @@ TEST_F(MultiWorker, ResolverListingOtherTasksThanLaunchedIsAnInvalidArgument) {
                                          std::to_string(workers() + 1) + " tasks but MPI launched " +
                                          std::to_string(workers()) + " processes; launch one process per task");
   }
+}
+
+// A resolver that lists the right tasks but names another task as this process.
+class WrongTaskId : public ClusterResolver {
+ public:
+  WrongTaskId(int workers, int task) : workers_(workers), task_(task) {}
+  ClusterSpec cluster_spec() const override {
+    return ClusterSpec({{"worker", std::vector<std::string>(static_cast<std::size_t>(workers_), "localhost")}});
+  }
+  std::string task_type() const override { return "worker"; }
+  int task_id() const override { return task_; }
+
+ private:
+  int workers_;
+  int task_;
+};
+
+TEST_F(MultiWorker, ResolverNamingAnotherTaskThanTheRankIsAnInvalidArgument) {
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  options.cluster_resolver = std::make_shared<WrongTaskId>(workers(), worker() + workers());
+  try {
+    MultiWorkerMirroredStrategy mismatched(options);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(std::string(e.what()), "MultiWorkerMirroredStrategy: the cluster resolver says this process is task " +
+                                         std::to_string(worker() + workers()) + " but it is worker " +
+                                         std::to_string(worker()) + " (its rank among the " +
+                                         std::to_string(workers()) + " MPI processes that are the workers); a "
+                                         "resolver's task_id() must be that rank");
+  }
+  expect_still_usable();
 }
 
 TEST_F(MultiWorker, StrategiesOnSubCommunicatorsHaveTheirRanksAsWorkers) {

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "device/gpu_runtime.h"
 #include "distribute/device/gpu.h"
-#include "distribute/mpi/mpi_communicator.h"
+#include "distribute/mpi/mpi_cluster_resolver.h"
 #include "mpi/mpi_cross_worker.h"
 #include "strategy/mirrored_extended.h"
 
@@ -99,7 +99,7 @@ MpiClusterResolver::MpiClusterResolver() {
   spec_ = ClusterSpec({{"worker", rank_hosts(MPI_COMM_WORLD)}});
 }
 
-MpiClusterResolver::MpiClusterResolver(const Communicator& comm) {
+MpiClusterResolver::MpiClusterResolver(const MpiCommunicator& comm) {
   detail::ensure_mpi_initialized();
   DISTRIBUTE_CHECK(comm.comm != MPI_COMM_NULL, InvalidArgumentError,
                    "MpiClusterResolver: the communicator is MPI_COMM_NULL; only the processes that are its ranks "
@@ -111,7 +111,7 @@ MpiClusterResolver::MpiClusterResolver(const Communicator& comm) {
                    "(MPI_Intercomm_merge makes one)");
   MPI_Comm_rank(comm.comm, &task_id_);
   spec_ = ClusterSpec({{"worker", rank_hosts(comm.comm)}});
-  comm_ = std::make_shared<const Communicator>(comm);
+  comm_ = std::make_shared<const MpiCommunicator>(comm);
 }
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
@@ -124,15 +124,17 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   // Before the first exchange, which the timeout bounds.
   detail::check_timeout(options.communication.timeout, "MultiWorkerMirroredStrategy: options.communication.timeout",
                         "no timeout");
-  // The workers are the ranks of the resolver's communicator, else of MPI_COMM_WORLD.
-  const auto* mpi_resolver = dynamic_cast<const MpiClusterResolver*>(resolver_.get());
-  const MpiClusterResolver::Communicator* comm = mpi_resolver != nullptr ? mpi_resolver->communicator() : nullptr;
+  const MpiCommunicator* comm = resolver_->mpi_communicator();
   auto engine = std::make_unique<detail::MpiCrossWorker>(comm != nullptr ? comm->comm : MPI_COMM_WORLD);
   const int rank = engine->worker_id();
   const int workers = engine->num_workers();
   const int tasks = resolver_->cluster_spec().num_tasks("worker") + resolver_->cluster_spec().num_tasks("chief");
   DISTRIBUTE_CHECK(tasks == workers, InvalidArgumentError, "MultiWorkerMirroredStrategy: the cluster resolver lists ",
                    tasks, " tasks but MPI launched ", workers, " processes; launch one process per task");
+  const int task = resolver_->task_id();
+  DISTRIBUTE_CHECK(task == rank, InvalidArgumentError, "MultiWorkerMirroredStrategy: the cluster resolver says this "
+                   "process is task ", task, " but it is worker ", rank, " (its rank among the ", workers,
+                   " MPI processes that are the workers); a resolver's task_id() must be that rank");
   // Every worker must bring as many replicas: a collective's ids and MEANs count on it.
   const std::int64_t local = static_cast<std::int64_t>(devices.size());
   std::vector<std::int64_t> all(static_cast<std::size_t>(workers));

@@ -36,13 +36,22 @@ class ClusterSpec {
   std::map<std::string, std::vector<std::string>, std::less<>> jobs_;
 };
 
-// Who is in the job and who this process is (tf.distribute.cluster_resolver.ClusterResolver).
+// An MPI communicator, defined in <distribute/mpi/mpi_cluster_resolver.h> (which includes <mpi.h>).
+struct MpiCommunicator;
+
+// Who is in the job and who this process is (tf.distribute.cluster_resolver.ClusterResolver). The
+// workers talk over MPI whatever the resolver: a resolver describes the job (its tasks and their
+// addresses, and which task this process is), and says which MPI processes are the workers.
 class ClusterResolver {
  public:
   virtual ~ClusterResolver();
   virtual ClusterSpec cluster_spec() const = 0;
   virtual std::string task_type() const = 0;  // "worker" or "chief"
+  // This process's task; MultiWorkerMirroredStrategy checks that it is the process's rank among
+  // the workers (InvalidArgumentError otherwise).
   virtual int task_id() const = 0;
+  // The communicator whose ranks are the workers; null: MPI_COMM_WORLD's.
+  virtual const MpiCommunicator* mpi_communicator() const { return nullptr; }
 };
 
 // The job MPI launched: MPI_COMM_WORLD's rank r is task ("worker", r); the addresses are the
@@ -51,21 +60,20 @@ class MpiClusterResolver : public ClusterResolver {
  public:
   MpiClusterResolver();
   // The workers are the ranks of another communicator (a subset of the job's processes, or a
-  // program's own layout), given as Communicator{comm} from <distribute/mpi/mpi_communicator.h>,
-  // which includes <mpi.h>. InvalidArgumentError for MPI_COMM_NULL (a process that is not one of
-  // its ranks) or an intercommunicator.
-  struct Communicator;
-  explicit MpiClusterResolver(const Communicator& comm);
+  // program's own layout), given as MpiCommunicator{comm}, or through mpi_cluster_resolver(comm),
+  // from <distribute/mpi/mpi_cluster_resolver.h>, which includes <mpi.h>. InvalidArgumentError for
+  // MPI_COMM_NULL (a process that is not one of its ranks) or an intercommunicator.
+  explicit MpiClusterResolver(const MpiCommunicator& comm);
   ClusterSpec cluster_spec() const override { return spec_; }
   std::string task_type() const override { return "worker"; }
   int task_id() const override { return task_id_; }
   // The communicator given at construction; null for MPI_COMM_WORLD.
-  const Communicator* communicator() const { return comm_.get(); }
+  const MpiCommunicator* mpi_communicator() const override { return comm_.get(); }
 
  private:
   ClusterSpec spec_;
   int task_id_ = 0;
-  std::shared_ptr<const Communicator> comm_;
+  std::shared_ptr<const MpiCommunicator> comm_;
 };
 
 struct MultiWorkerMirroredStrategyOptions {

@@ -1,4 +1,5 @@
-// MultiWorkerMirroredStrategy on a communicator other than MPI_COMM_WORLD: the workers are its
+// mpi_cluster_resolver(comm): MultiWorkerMirroredStrategy on a communicator other than
+// MPI_COMM_WORLD. The workers are its
 // ranks, so a program can give the strategy some of its processes and keep the others for its own
 // MPI work (the others must not construct a strategy on it). The strategy works on its own
 // duplicate of the communicator. Unlike multi_worker_mirrored_strategy.h this header includes
@@ -21,12 +22,14 @@
 
 namespace distribute {
 
-struct MpiClusterResolver::Communicator {
+struct MpiCommunicator {
   MPI_Comm comm;
 };
 
+// InvalidArgumentError for MPI_COMM_NULL (this process is not one of its ranks) or an
+// intercommunicator.
 inline std::shared_ptr<const MpiClusterResolver> mpi_cluster_resolver(MPI_Comm comm) {
-  return std::make_shared<const MpiClusterResolver>(MpiClusterResolver::Communicator{comm});
+  return std::make_shared<const MpiClusterResolver>(MpiCommunicator{comm});
 }
 
 }  // namespace distribute
