@@ -1101,6 +1101,31 @@ TEST_F(MultiWorker, ResolverListingOtherTasksThanLaunchedIsAnInvalidArgument) {
   }
 }
 
+// A strategy frees the MPI communicators it made: after 200 strategies built and destroyed in a
+// loop, the next communicator gets the handle it would have got before them (Open MPI hands out
+// the lowest free slot of its table; 400 leaked communicators would push it up by 400). Each
+// strategy works, although its communicators may reuse the contexts of the last one's, whose
+// messages still on their way are not taken for its own.
+TEST_F(MultiWorker, StrategiesBuiltInALoopFreeTheirCommunicators) {
+  const auto next_handle = [] {
+    MPI_Comm comm = MPI_COMM_NULL;
+    EXPECT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+    const MPI_Fint handle = MPI_Comm_c2f(comm);
+    MPI_Comm_free(&comm);
+    return handle;
+  };
+  const MPI_Fint before = next_handle();
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  for (int i = 0; i < 200; ++i) {
+    MultiWorkerMirroredStrategy loop(options);
+    PerReplica<float> sum = loop.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+    ASSERT_EQ(sum[0], static_cast<float>(n())) << "strategy " << i;
+  }
+  EXPECT_EQ(next_handle(), before);
+  expect_still_usable();
+}
+
 // A resolver that lists the right tasks but names another task as this process.
 class WrongTaskId : public ClusterResolver {
  public:

@@ -2,11 +2,14 @@
 #include "mpi/mpi_cross_worker.h"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -73,6 +76,13 @@ MPI_Datatype mpi_type(DType dtype) {
   throw InternalError(absl::StrCat("MpiCrossWorker: no MPI type for ", dtype_name(dtype)));
 }
 
+// The buffers of sends that were still pending when their engine went: MPI may read them until
+// MPI_Finalize.
+std::vector<std::unique_ptr<std::byte[]>>& unreceived_buffers() {
+  static auto* buffers = new std::vector<std::unique_ptr<std::byte[]>>();
+  return *buffers;
+}
+
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -100,25 +110,137 @@ void ensure_mpi_initialized() {
   }
 }
 
+namespace {
+
+// The communicators of the strategies built on one base communicator, kept for the next ones
+// rather than freed: a message still on its way to a destroyed strategy (a worker's last header,
+// a note) then arrives where the next strategy on the slot drops it by its nonce. Freed, their
+// contexts would go to new communicators, into whose message order Open MPI would mix such a
+// message. Slot k is the same pair of communicators on every worker: the workers make slots
+// together and pick one together.
+struct CommunicatorSlots {
+  MPI_Comm base = MPI_COMM_NULL;
+  std::vector<std::array<MPI_Comm, 2>> pairs;
+  std::vector<char> in_use;
+  int on_host = 1;  // the workers on this worker's host
+};
+
+std::vector<CommunicatorSlots>& communicator_slots() {
+  static auto* slots = new std::vector<CommunicatorSlots>();
+  return *slots;
+}
+
+// The slots of `base` (the caller holds the MPI lock). Every worker must come with as many: when
+// they do not (a program freed its base communicator and got another with the same handle on
+// some workers), every worker starts a new list.
+CommunicatorSlots& slots_of(MPI_Comm base) {
+  std::vector<CommunicatorSlots>& all = communicator_slots();
+  auto it = std::find_if(all.begin(), all.end(), [&](const CommunicatorSlots& s) { return s.base == base; });
+  if (it != all.end() && !it->pairs.empty()) {
+    int same = MPI_UNEQUAL;
+    MPI_Comm_compare(it->pairs[0][0], base, &same);
+    if (same != MPI_CONGRUENT) it = all.erase(it), it = all.end();
+  }
+  if (it == all.end()) it = all.insert(all.end(), CommunicatorSlots{base, {}, {}});
+  std::int64_t counts[2] = {static_cast<std::int64_t>(it->pairs.size()), -static_cast<std::int64_t>(it->pairs.size())};
+  check(MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT64_T, MPI_MAX, base), "MPI_Allreduce");
+  if (counts[0] != -counts[1]) *it = CommunicatorSlots{base, {}, {}};
+  return *it;
+}
+
+}  // namespace
+
 MpiCrossWorker::MpiCrossWorker(MPI_Comm base) {
   ensure_mpi_initialized();
   std::lock_guard<std::mutex> lock(mpi_mutex());
-  check(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup");
-  check(MPI_Comm_dup(base, &probe_comm_), "MPI_Comm_dup");
+  CommunicatorSlots& slots = slots_of(base);
+  // The lowest slot free on every worker, else a new one.
+  std::vector<char> free(slots.pairs.size());
+  for (std::size_t k = 0; k < free.size(); ++k) free[k] = slots.in_use[k] ? 0 : 1;
+  if (!free.empty()) {
+    check(MPI_Allreduce(MPI_IN_PLACE, free.data(), static_cast<int>(free.size()), MPI_CHAR, MPI_BAND, base),
+          "MPI_Allreduce");
+  }
+  slot_ = static_cast<int>(std::find(free.begin(), free.end(), 1) - free.begin());
+  if (slot_ == static_cast<int>(slots.pairs.size())) {
+    std::array<MPI_Comm, 2> pair{MPI_COMM_NULL, MPI_COMM_NULL};
+    check(MPI_Comm_dup(base, &pair[0]), "MPI_Comm_dup");
+    check(MPI_Comm_dup(base, &pair[1]), "MPI_Comm_dup");
+    int rank = 0;
+    MPI_Comm_rank(base, &rank);
+    MPI_Comm host;
+    check(MPI_Comm_split_type(base, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
+    int on_host = 1;
+    MPI_Comm_size(host, &on_host);
+    MPI_Comm_free(&host);
+    slots.pairs.push_back(pair);
+    slots.in_use.push_back(0);
+    slots.on_host = on_host;
+  }
+  slots.in_use[static_cast<std::size_t>(slot_)] = 1;
+  base_ = base;
+  comm_ = slots.pairs[static_cast<std::size_t>(slot_)][0];
+  probe_comm_ = slots.pairs[static_cast<std::size_t>(slot_)][1];
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  MPI_Comm host;
-  check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
-  MPI_Comm_size(host, &on_host_);
-  MPI_Comm_free(&host);
+  on_host_ = slots.on_host;
+  if (rank_ == 0) nonce_ = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  check(MPI_Bcast(&nonce_, 1, MPI_UINT64_T, 0, comm_), "MPI_Bcast");
 }
 
-// The communicators are left to MPI_Finalize. A worker that leaves sends its last header
-// without waiting for it to be received (send_last), and Open MPI hands the context of a freed
-// communicator on to the next one created, which would then take a header still on its way to
-// the old strategy for one of its own: a new strategy built after a worker left the old one would
-// hear that the worker left. Two communicators per strategy built is the price.
-MpiCrossWorker::~MpiCrossWorker() = default;
+MpiCrossWorker::~MpiCrossWorker() {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  reap_sends();
+  // A send no worker will receive (its peer left first) may hold its buffer until MPI_Finalize.
+  for (PendingSends& pending : pending_sends_) {
+    for (MPI_Request& request : pending.requests) {
+      if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
+    }
+    unreceived_buffers().push_back(std::move(pending.buffer));
+  }
+  // A strategy that abandoned a step may have left the communicators' collectives out of step
+  // between the workers: its slot is never used again.
+  if (!reusable_) return;
+  for (CommunicatorSlots& slots : communicator_slots()) {
+    if (slots.base == base_ && static_cast<std::size_t>(slot_) < slots.pairs.size() &&
+        slots.pairs[static_cast<std::size_t>(slot_)][0] == comm_) {
+      slots.in_use[static_cast<std::size_t>(slot_)] = 0;
+    }
+  }
+}
+
+std::unique_ptr<std::byte[]> MpiCrossWorker::framed(const void* data, std::size_t bytes) const {
+  auto out = std::make_unique<std::byte[]>(sizeof nonce_ + bytes);
+  std::memcpy(out.get(), &nonce_, sizeof nonce_);
+  if (bytes != 0) std::memcpy(out.get() + sizeof nonce_, data, bytes);
+  return out;
+}
+
+std::optional<std::vector<std::byte>> MpiCrossWorker::receive_framed(MPI_Comm comm, int source, int tag) {
+  MPI_Status status;
+  MPI_Probe(source, tag, comm, &status);
+  int length = 0;
+  MPI_Get_count(&status, MPI_BYTE, &length);
+  std::vector<std::byte> message(static_cast<std::size_t>(length));
+  MPI_Recv(message.data(), length, MPI_BYTE, status.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
+  std::uint64_t nonce = 0;
+  if (message.size() < sizeof nonce) return std::nullopt;
+  std::memcpy(&nonce, message.data(), sizeof nonce);
+  if (nonce != nonce_) return std::nullopt;
+  message.erase(message.begin(), message.begin() + sizeof nonce);
+  return message;
+}
+
+void MpiCrossWorker::reap_sends() {
+  std::erase_if(pending_sends_, [](PendingSends& pending) {
+    int done = 0;
+    MPI_Testall(static_cast<int>(pending.requests.size()), pending.requests.data(), &done, MPI_STATUSES_IGNORE);
+    return done != 0;
+  });
+}
 
 void MpiCrossWorker::answer_queries() {
   for (;;) {
@@ -126,10 +248,12 @@ void MpiCrossWorker::answer_queries() {
     MPI_Status status;
     MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, probe_comm_, &flag, &status);
     if (!flag) return;
-    std::int64_t query = 0;
-    MPI_Recv(&query, sizeof query, MPI_BYTE, status.MPI_SOURCE, kQueryTag, probe_comm_, MPI_STATUS_IGNORE);
-    // Eight bytes go eagerly: the send returns without waiting for the asker.
-    MPI_Send(&query, sizeof query, MPI_BYTE, status.MPI_SOURCE, kAnswerTag, probe_comm_);
+    const std::optional<std::vector<std::byte>> query = receive_framed(probe_comm_, status.MPI_SOURCE, kQueryTag);
+    if (!query) continue;
+    const std::unique_ptr<std::byte[]> answer = framed(query->data(), query->size());
+    // A few bytes go eagerly: the send returns without waiting for the asker.
+    MPI_Send(answer.get(), static_cast<int>(sizeof nonce_ + query->size()), MPI_BYTE, status.MPI_SOURCE, kAnswerTag,
+             probe_comm_);
   }
 }
 
@@ -138,57 +262,56 @@ std::vector<int> MpiCrossWorker::exchange_on(int tag, std::span<const std::byte>
   const std::size_t bytes = mine.size();
   std::memcpy(all.data() + static_cast<std::size_t>(rank_) * bytes, mine.data(), bytes);
   if (size_ == 1) return {};
-  // Receives first (index w' for each peer), then sends; the send buffer outlives an abandoned
-  // exchange, whose requests MPI may still complete.
-  auto outgoing = std::make_unique<std::byte[]>(bytes);
-  std::memcpy(outgoing.get(), mine.data(), bytes);
-  std::vector<MPI_Request> requests;
-  std::vector<int> peers;
+  // Every message starts with the strategy's nonce: one of an earlier strategy, whose freed
+  // communicator's context this one's may reuse, is dropped (a worker's last header to a strategy
+  // that others had left already, say). Messages are probed before they are received, so one of
+  // another size never truncates.
+  PendingSends sends{{}, framed(mine.data(), bytes)};
+  std::vector<int> waiting;  // peers whose message has not come
   {
     std::lock_guard<std::mutex> lock(mpi_mutex());
+    reap_sends();
     for (int w = 0; w < size_; ++w) {
       if (w == rank_) continue;
-      requests.emplace_back();
-      peers.push_back(w);
-      check(MPI_Irecv(all.data() + static_cast<std::size_t>(w) * bytes, static_cast<int>(bytes), MPI_BYTE, w,
-                      tag, comm_, &requests.back()),
-            "MPI_Irecv");
-    }
-    for (int w = 0; w < size_; ++w) {
-      if (w == rank_) continue;
-      requests.emplace_back();
-      check(MPI_Isend(outgoing.get(), static_cast<int>(bytes), MPI_BYTE, w, tag, comm_, &requests.back()),
+      waiting.push_back(w);
+      sends.requests.emplace_back();
+      check(MPI_Isend(sends.buffer.get(), static_cast<int>(sizeof nonce_ + bytes), MPI_BYTE, w, tag, comm_,
+                      &sends.requests.back()),
             "MPI_Isend");
     }
   }
-  const bool done = poll_until(
-      [&] {
-        std::lock_guard<std::mutex> lock(mpi_mutex());
+  const auto receive_arrived = [&] {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    std::erase_if(waiting, [&](int w) {
+      for (;;) {
         int flag = 0;
-        MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
-        return flag != 0;
-      },
-      deadline,
-      [this] {
-        std::lock_guard<std::mutex> lock(mpi_mutex());
-        answer_queries();
-      });
+        MPI_Iprobe(w, tag, comm_, &flag, MPI_STATUS_IGNORE);
+        if (!flag) return false;
+        const std::optional<std::vector<std::byte>> message = receive_framed(comm_, w, tag);
+        if (!message) continue;
+        if (message->size() != bytes) {
+          throw InternalError(absl::StrCat("worker ", w, " sent ", message->size(), " bytes where ", bytes,
+                                           " were expected"));
+        }
+        std::memcpy(all.data() + static_cast<std::size_t>(w) * bytes, message->data(), bytes);
+        return true;
+      }
+    });
+    if (!waiting.empty()) return false;
+    int sent = 0;
+    MPI_Testall(static_cast<int>(sends.requests.size()), sends.requests.data(), &sent, MPI_STATUSES_IGNORE);
+    return sent != 0;
+  };
+  const bool done = poll_until(receive_arrived, deadline, [this] {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    answer_queries();
+  });
   if (done) return {};
-  std::vector<int> missing;
+  // Abandoned: the sends keep their buffer until they complete (reap_sends).
   std::lock_guard<std::mutex> lock(mpi_mutex());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i] == MPI_REQUEST_NULL) continue;
-    if (i < peers.size()) {
-      int flag = 0;
-      MPI_Test(&requests[i], &flag, MPI_STATUS_IGNORE);
-      if (flag) continue;
-      missing.push_back(peers[i]);
-      MPI_Cancel(&requests[i]);
-    }
-    MPI_Request_free(&requests[i]);
-  }
-  abandoned_.push_back(std::move(outgoing));
-  return missing;
+  pending_sends_.push_back(std::move(sends));
+  reusable_ = false;
+  return waiting;
 }
 
 void MpiCrossWorker::send_last(std::span<const std::byte> mine) {
@@ -199,12 +322,17 @@ void MpiCrossWorker::send_last(std::span<const std::byte> mine) {
   if (finalized) return;
   // A header is small enough to go eagerly: each send returns without the peer receiving it, and
   // a peer that never does (it is leaving too) leaves it unmatched.
+  const std::unique_ptr<std::byte[]> message = framed(mine.data(), mine.size());
   for (int w = 0; w < size_; ++w) {
-    if (w != rank_) check(MPI_Send(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, w, kHeaderTag, comm_), "MPI_Send");
+    if (w != rank_) {
+      check(MPI_Send(message.get(), static_cast<int>(sizeof nonce_ + mine.size()), MPI_BYTE, w, kHeaderTag, comm_),
+            "MPI_Send");
+    }
   }
 }
 
 void MpiCrossWorker::send_gave_up(const std::string& what) {
+  reusable_ = false;
   if (size_ > 1) send_to_others(what.data(), what.size(), kGaveUpTag);
 }
 
@@ -214,11 +342,8 @@ void MpiCrossWorker::receive_gave_up() {
     MPI_Status status;
     MPI_Iprobe(MPI_ANY_SOURCE, kGaveUpTag, probe_comm_, &flag, &status);
     if (!flag) return;
-    int length = 0;
-    MPI_Get_count(&status, MPI_BYTE, &length);
-    std::string step(static_cast<std::size_t>(length), '\0');
-    MPI_Recv(step.data(), length, MPI_BYTE, status.MPI_SOURCE, kGaveUpTag, probe_comm_, MPI_STATUS_IGNORE);
-    gave_up_.emplace_back(status.MPI_SOURCE, std::move(step));
+    const std::optional<std::vector<std::byte>> step = receive_framed(probe_comm_, status.MPI_SOURCE, kGaveUpTag);
+    if (step) gave_up_.emplace_back(status.MPI_SOURCE, std::string(reinterpret_cast<const char*>(step->data()), step->size()));
   }
 }
 
@@ -226,6 +351,7 @@ std::vector<std::pair<int, std::string>> MpiCrossWorker::take_gave_up() {
   if (size_ == 1) return {};
   std::lock_guard<std::mutex> lock(mpi_mutex());
   receive_gave_up();
+  if (!gave_up_.empty()) reusable_ = false;
   return std::exchange(gave_up_, {});
 }
 
@@ -251,6 +377,7 @@ void MpiCrossWorker::wait_or_abort(std::span<MPI_Request> requests, Deadline dea
         std::vector<char> gone(static_cast<std::size_t>(size_), 0);
         for (const auto& note : gave_up_) gone[static_cast<std::size_t>(note.first)] = 1;
         if (std::count(gone.begin(), gone.end(), 1) == size_ - 1) {
+          reusable_ = false;
           throw DeadlineExceededError(absl::StrCat("every other worker gave up on ", what));
         }
         std::vector<std::string> notes;
@@ -284,19 +411,20 @@ void MpiCrossWorker::wait_or_abort(std::span<MPI_Request> requests, Deadline dea
         MPI_Status status;
         MPI_Iprobe(MPI_ANY_SOURCE, kFindingTag, probe_comm_, &flag, &status);
         if (flag) {
-          int length = 0;
-          MPI_Get_count(&status, MPI_CHAR, &length);
-          std::string finding(static_cast<std::size_t>(length), '\0');
-          MPI_Recv(finding.data(), length, MPI_CHAR, status.MPI_SOURCE, kFindingTag, probe_comm_, MPI_STATUS_IGNORE);
-          reported = absl::StrCat("worker ", status.MPI_SOURCE, " found: ", finding);
-          return true;
+          if (const auto finding = receive_framed(probe_comm_, status.MPI_SOURCE, kFindingTag)) {
+            reported = absl::StrCat("worker ", status.MPI_SOURCE, " found: ",
+                                    absl::string_view(reinterpret_cast<const char*>(finding->data()), finding->size()));
+            return true;
+          }
         }
         answer_queries();
         for (;;) {
           MPI_Iprobe(MPI_ANY_SOURCE, kAnswerTag, probe_comm_, &flag, &status);
           if (!flag) break;
+          const auto reply = receive_framed(probe_comm_, status.MPI_SOURCE, kAnswerTag);
           std::int64_t answer_to = 0;
-          MPI_Recv(&answer_to, sizeof answer_to, MPI_BYTE, status.MPI_SOURCE, kAnswerTag, probe_comm_, MPI_STATUS_IGNORE);
+          if (!reply || reply->size() != sizeof answer_to) continue;
+          std::memcpy(&answer_to, reply->data(), sizeof answer_to);
           if (answer_to == query) answered[static_cast<std::size_t>(status.MPI_SOURCE)] = 1;
         }
         return all_answered();
@@ -336,16 +464,16 @@ void MpiCrossWorker::wait_or_abort(std::span<MPI_Request> requests, Deadline dea
 void MpiCrossWorker::send_to_others(const void* data, std::size_t bytes, int tag) {
   // The message outlives this call: a worker that never reads it leaves the send pending. It is
   // small, so it goes eagerly.
-  auto outgoing = std::make_unique<std::byte[]>(bytes);
-  std::memcpy(outgoing.get(), data, bytes);
+  PendingSends sends{{}, framed(data, bytes)};
   std::lock_guard<std::mutex> lock(mpi_mutex());
+  reap_sends();
   for (int w = 0; w < size_; ++w) {
     if (w == rank_) continue;
-    MPI_Request sent;
-    MPI_Isend(outgoing.get(), static_cast<int>(bytes), MPI_BYTE, w, tag, probe_comm_, &sent);
-    MPI_Request_free(&sent);
+    sends.requests.emplace_back();
+    MPI_Isend(sends.buffer.get(), static_cast<int>(sizeof nonce_ + bytes), MPI_BYTE, w, tag, probe_comm_,
+              &sends.requests.back());
   }
-  abandoned_.push_back(std::move(outgoing));
+  pending_sends_.push_back(std::move(sends));
 }
 
 // float16 and bfloat16 cross the workers as float32, MPI having no type for them: each worker's

@@ -11,8 +11,10 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -75,14 +77,33 @@ class MpiCrossWorker final : public CrossWorker {
   void receive_gave_up();
   // Sends a copy of `bytes` at `data` to every other worker on the liveness communicator.
   void send_to_others(const void* data, std::size_t bytes, int tag);
+  // `bytes` at `data` after the nonce: every message of the engine is framed so.
+  std::unique_ptr<std::byte[]> framed(const void* data, std::size_t bytes) const;
+  // Receives a message of `tag` from `source` (known to have come) on `comm`; its payload, or
+  // nothing when it is another strategy's (the caller holds the MPI lock).
+  std::optional<std::vector<std::byte>> receive_framed(MPI_Comm comm, int source, int tag);
+  // Drops the pending sends that have completed (the caller holds the MPI lock).
+  void reap_sends();
 
+  // Sends of one buffer that may still be in flight.
+  struct PendingSends {
+    std::vector<MPI_Request> requests;
+    std::unique_ptr<std::byte[]> buffer;
+  };
+
+  // The communicators are a slot of those kept for the strategies on `base_` (see the .cc).
+  MPI_Comm base_ = MPI_COMM_NULL;
+  int slot_ = 0;
+  // Whether the slot may serve another strategy: false once a step was abandoned.
+  std::atomic<bool> reusable_{true};
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm probe_comm_ = MPI_COMM_NULL;  // liveness queries, apart from the collectives' traffic
   std::int64_t queries_ = 0;
   std::vector<std::byte> ring_scratch_;  // the part a ring step receives before adding it (ring_all_reduce)
-  // Send buffers of exchanges abandoned at a deadline, and of liveness queries: MPI may still
-  // read them.
-  std::vector<std::unique_ptr<std::byte[]>> abandoned_;
+  // A number every worker's engine of this strategy shares (worker 0 draws it): see exchange_on.
+  std::uint64_t nonce_ = 0;
+  // Sends of exchanges abandoned at a deadline, and of notes to the other workers.
+  std::vector<PendingSends> pending_sends_;
   std::vector<std::pair<int, std::string>> gave_up_;  // notes received and not yet taken
   int rank_ = 0;
   int size_ = 1;
