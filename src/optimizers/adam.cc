@@ -45,8 +45,6 @@ Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon)
                    "; it must be >= 0 and finite");
 }
 
-void Adam::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) { apply(grads_and_vars); }
-
 void Adam::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, const Step& step) const {
   if (variable.device().is_gpu()) {
     detail::gpu::adam_step(variable.dtype(), variable.raw_data(), gradient.raw_data(), slots[0].raw_data(),

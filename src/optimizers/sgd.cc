@@ -19,8 +19,6 @@ std::vector<std::string> sgd_slots(double momentum) {
 SGD::SGD(double learning_rate, double momentum, bool nesterov)
     : Optimizer("SGD", learning_rate, sgd_slots(momentum)), momentum_(momentum), nesterov_(nesterov) {}
 
-void SGD::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) { apply(grads_and_vars); }
-
 void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, const Step&) const {
   if (variable.device().is_gpu()) {
     detail::gpu::sgd_step(variable.dtype(), variable.raw_data(), gradient.raw_data(),

@@ -16,9 +16,6 @@ class SGD final : public Optimizer {
   // InvalidArgumentError unless 0 <= momentum <= 1 and learning_rate is finite and >= 0.
   explicit SGD(double learning_rate = 0.01, double momentum = 0.0, bool nesterov = false);
 
-  void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) override;
-  using Optimizer::apply_gradients;
-
   double momentum() const { return momentum_; }
   bool nesterov() const { return nesterov_; }
 
