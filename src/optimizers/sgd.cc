@@ -16,8 +16,13 @@ std::vector<std::string> sgd_slots(double momentum) {
 
 }  // namespace
 
-SGD::SGD(double learning_rate, double momentum, bool nesterov)
-    : Optimizer("SGD", learning_rate, sgd_slots(momentum)), momentum_(momentum), nesterov_(nesterov) {}
+SGD::SGD(const SGDOptions& options)
+    : Optimizer("SGD", options.learning_rate, sgd_slots(options.momentum)),
+      momentum_(options.momentum),
+      nesterov_(options.nesterov) {}
+
+SGD::SGD(double learning_rate, double momentum)
+    : SGD(SGDOptions{.learning_rate = learning_rate, .momentum = momentum}) {}
 
 void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, const Step&) const {
   if (variable.device().is_gpu()) {
