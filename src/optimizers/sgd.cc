@@ -26,12 +26,12 @@ SGD::SGD(double learning_rate, double momentum)
 
 void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, const Step&) const {
   if (variable.device().is_gpu()) {
-    detail::gpu::sgd_step(variable.dtype(), variable.raw_data(), gradient.raw_data(),
-                          slots.empty() ? nullptr : slots[0].raw_data(), variable.num_elements(), learning_rate(),
-                          momentum_, nesterov_, variable.device());
+    distribute::detail::gpu::sgd_step(variable.dtype(), variable.raw_data(), gradient.raw_data(),
+                                      slots.empty() ? nullptr : slots[0].raw_data(), variable.num_elements(),
+                                      learning_rate(), momentum_, nesterov_, variable.device());
     return;
   }
-  internal::dispatch_floating(variable.dtype(), [&]<class T>(TypeTag<T>) {
+  detail::dispatch_floating(variable.dtype(), [&]<class T>(TypeTag<T>) {
     auto w = variable.flat<T>();
     const auto g = gradient.flat<T>();
     const T lr = static_cast<T>(learning_rate());
@@ -41,7 +41,7 @@ void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor
     }
     auto m = slots[0].flat<T>();
     const T mu = static_cast<T>(momentum_);
-    internal::for_each_chunk(w.size(), [&](Eigen::Index i, Eigen::Index n) {
+    detail::for_each_chunk(w.size(), [&](Eigen::Index i, Eigen::Index n) {
       m.segment(i, n) = mu * m.segment(i, n) - lr * g.segment(i, n);
       if (nesterov_) {
         w.segment(i, n) += mu * m.segment(i, n) - lr * g.segment(i, n);

@@ -124,7 +124,7 @@ class Optimizer {
                         const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component) const;
 
   // The strategy the optimizer was made for, held by identity: it may be destroyed first.
-  std::shared_ptr<detail::StrategyIdentity> strategy_;
+  std::shared_ptr<distribute::detail::StrategyIdentity> strategy_;
   std::string name_;
   std::string apply_action_;  // "SGD.apply_gradients": what its gradient lists' all_reduce is for
   double learning_rate_;
