@@ -466,10 +466,12 @@ std::vector<double> train(Strategy& strategy, MakeOptimizer make, int steps, std
 void expect_optimizers_step_as_on_the_host(MirroredStrategy& gpu, MirroredStrategy& cpu) {
   using optimizers::Adam;
   using optimizers::SGD;
+  using optimizers::SGDOptions;
   const std::vector<std::pair<std::string, std::function<std::unique_ptr<optimizers::Optimizer>()>>> kinds = {
       {"SGD", [] { return std::make_unique<SGD>(0.1); }},
       {"SGD momentum", [] { return std::make_unique<SGD>(0.1, 0.9); }},
-      {"SGD Nesterov", [] { return std::make_unique<SGD>(0.1, 0.9, true); }},
+      {"SGD Nesterov",
+       [] { return std::make_unique<SGD>(SGDOptions{.learning_rate = 0.1, .momentum = 0.9, .nesterov = true}); }},
       {"Adam", [] { return std::make_unique<Adam>(0.01); }},
   };
   for (const auto& [name, make] : kinds) {

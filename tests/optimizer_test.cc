@@ -20,6 +20,7 @@ namespace {
 using optimizers::Adam;
 using optimizers::Optimizer;
 using optimizers::SGD;
+using optimizers::SGDOptions;
 using testing::cpu_devices;
 using testing::current_test_name;
 using testing::expect_error;
@@ -110,7 +111,7 @@ TEST(SGD, NesterovStepsByHand) {
   // lr 0.1, momentum 0.9, gradient 1: m = -0.1, -0.19, -0.271; w += 0.9 m - 0.1:
   // w = 0.81, 0.539, 0.1951.
   Variable w(1.0f);
-  SGD sgd(0.1, 0.9, true);
+  SGD sgd(SGDOptions{.learning_rate = 0.1, .momentum = 0.9, .nesterov = true});
   EXPECT_TRUE(sgd.nesterov());
   const double expected_w[] = {0.81, 0.539, 0.1951};
   for (int step = 0; step < 3; ++step) {
@@ -198,7 +199,7 @@ TEST_P(Optimizers, SgdWithMomentumSumsTheReplicasGradients) {
     Variable w = make_variable(strategy, floats({1, 2, 3}), {.name = "w"});
     Variable b = make_variable(strategy, floats({0.5f}), {.name = "b"});
     StrategyScope scope = strategy.scope();
-    SGD sgd(0.05, 0.9, nesterov);
+    SGD sgd(SGDOptions{.learning_rate = 0.05, .momentum = 0.9, .nesterov = nesterov});
     SgdReference rw{0.05, 0.9, nesterov, {1, 2, 3}};
     SgdReference rb{0.05, 0.9, nesterov, {0.5}};
     constexpr int kSteps = 4;
@@ -412,6 +413,11 @@ TEST(Optimizer, SlotNamesAndVariables) {
   SGD sgd;
   EXPECT_EQ(sgd.learning_rate(), 0.01);
   EXPECT_EQ(sgd.momentum(), 0.0);
+  EXPECT_FALSE(sgd.nesterov());
+  const SGD from_options(SGDOptions{.momentum = 0.5});
+  EXPECT_EQ(from_options.learning_rate(), 0.01);
+  EXPECT_EQ(from_options.momentum(), 0.5);
+  EXPECT_FALSE(from_options.nesterov());
   sgd.set_learning_rate(0.5);
   EXPECT_EQ(sgd.learning_rate(), 0.5);
 }
@@ -430,6 +436,10 @@ TEST(Optimizer, ChangingTheLearningRateChangesTheNextSteps) {
 TEST(Optimizer, ConstructorChecks) {
   expect_error<InvalidArgumentError>([] { SGD sgd(0.1, 1.5); }, {"SGD: momentum is 1.5; it must be in [0, 1]"});
   expect_error<InvalidArgumentError>([] { SGD sgd(0.1, -0.1); }, {"SGD: momentum is -0.1; it must be in [0, 1]"});
+  expect_error<InvalidArgumentError>([] { SGD sgd(SGDOptions{.momentum = 2.0, .nesterov = true}); },
+                                     {"SGD: momentum is 2; it must be in [0, 1]"});
+  expect_error<InvalidArgumentError>([] { SGD sgd(SGDOptions{.learning_rate = -1.0}); },
+                                     {"SGD: learning_rate is -1; it must be >= 0 and finite"});
   expect_error<InvalidArgumentError>([] { Adam adam(0.1, 1.0); }, {"Adam: beta_1 is 1; it must be in [0, 1)"});
   expect_error<InvalidArgumentError>([] { Adam adam(0.1, 0.9, -0.5); },
                                      {"Adam: beta_2 is -0.5; it must be in [0, 1)"});

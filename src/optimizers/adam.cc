@@ -45,18 +45,17 @@ Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon)
                    "; it must be >= 0 and finite");
 }
 
-void Adam::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) { apply(grads_and_vars); }
-
 void Adam::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, const Step& step) const {
   if (variable.device().is_gpu()) {
-    detail::gpu::adam_step(variable.dtype(), variable.raw_data(), gradient.raw_data(), slots[0].raw_data(),
-                           slots[1].raw_data(), variable.num_elements(), step.steps_before_on_device,
-                           learning_rate(), beta_1_, beta_2_, epsilon_, variable.device());
+    distribute::detail::gpu::adam_step(variable.dtype(), variable.raw_data(), gradient.raw_data(),
+                                       slots[0].raw_data(), slots[1].raw_data(), variable.num_elements(),
+                                       step.steps_before_on_device, learning_rate(), beta_1_, beta_2_, epsilon_,
+                                       variable.device());
     return;
   }
   const auto t = static_cast<double>(step.number);
   const double alpha = learning_rate() * std::sqrt(1.0 - std::pow(beta_2_, t)) / (1.0 - std::pow(beta_1_, t));
-  internal::dispatch_floating(variable.dtype(), [&]<class T>(TypeTag<T>) {
+  detail::dispatch_floating(variable.dtype(), [&]<class T>(TypeTag<T>) {
     adam_step<T>(variable.data<T>(), gradient.data<T>(), slots[0].data<T>(), slots[1].data<T>(),
                  variable.num_elements(), static_cast<T>(alpha), static_cast<T>(1.0 - beta_1_),
                  static_cast<T>(1.0 - beta_2_), static_cast<T>(epsilon_));

@@ -41,6 +41,17 @@ std::vector<Variable> variables_of(const std::vector<std::pair<Tensor, Variable>
   return variables;
 }
 
+// The gradients of `grads_and_vars`, each copied to `device` unless it is there already.
+std::vector<Tensor> gradients_on(const Device& device,
+                                 const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
+  std::vector<Tensor> gradients;
+  gradients.reserve(grads_and_vars.size());
+  for (const auto& [gradient, variable] : grads_and_vars) {
+    gradients.push_back(gradient.device() == device ? gradient : gradient.to(device));
+  }
+  return gradients;
+}
+
 }  // namespace
 
 // Each variable's slots, in the order they were created.
@@ -171,25 +182,26 @@ void Optimizer::create_slots(const std::vector<Variable>& variables) {
 
 void Optimizer::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
                                 const ApplyOptions& options) {
-  apply(grads_and_vars, options);
-}
-
-void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, const ApplyOptions& options) {
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr || !has_strategy()) {
-    check(grads_and_vars);
-    if (!has_slots_for(grads_and_vars)) create_slots(variables_of(grads_and_vars));
-    std::vector<Tensor> gradients;
-    gradients.reserve(grads_and_vars.size());
-    for (const auto& [gradient, variable] : grads_and_vars) {
-      gradients.push_back(gradient.device().is_cpu() ? gradient : gradient.to(Device::cpu()));
-    }
-    for (int i = 0; i < iterations_.num_components(); ++i) update_component(gradients, grads_and_vars, i);
-    return;
+    apply_in_cross_replica_context(grads_and_vars);
+  } else {
+    apply_in_replica(*ctx, grads_and_vars, options);
   }
+}
+
+void Optimizer::apply_in_cross_replica_context(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
+  check(grads_and_vars);
+  if (!has_slots_for(grads_and_vars)) create_slots(variables_of(grads_and_vars));
+  const std::vector<Tensor> gradients = gradients_on(Device::cpu(), grads_and_vars);
+  for (int i = 0; i < iterations_.num_components(); ++i) update_component(gradients, grads_and_vars, i);
+}
+
+void Optimizer::apply_in_replica(ReplicaContext& ctx, const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
+                                 const ApplyOptions& options) {
   strategy_->get(name_);
-  DISTRIBUTE_CHECK(ctx->strategy().identity()->id() == strategy_->id(), FailedPreconditionError, name_,
-                   ".apply_gradients: called in a replica of ", ctx->strategy().name(),
+  DISTRIBUTE_CHECK(ctx.strategy().identity()->id() == strategy_->id(), FailedPreconditionError, name_,
+                   ".apply_gradients: called in a replica of ", ctx.strategy().name(),
                    " but the optimizer was created for ", strategy_->name(),
                    "; create the optimizer under the scope of the strategy that runs the step");
   check(grads_and_vars);
@@ -200,8 +212,8 @@ void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_
   for (const auto& [gradient, variable] : grads_and_vars) keys.push_back(detail::variable_key(variable));
   const detail::CallPurpose purpose(apply_action_.c_str(), keys);
   if (!has_slots_for(grads_and_vars)) {
-    detail::ScopedCallPurpose issued_for(*ctx, purpose);
-    ctx->merge_call(
+    detail::ScopedCallPurpose issued_for(ctx, purpose);
+    ctx.merge_call(
         [](Strategy&, const PerReplica<Optimizer*>& optimizers,
            const PerReplica<const std::vector<std::pair<Tensor, Variable>>*>& lists) {
           for (int r = 1; r < optimizers.num_replicas(); ++r) {
@@ -213,16 +225,12 @@ void Optimizer::apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_
         },
         this, &grads_and_vars);
   }
-  std::vector<Tensor> gradients;
-  gradients.reserve(grads_and_vars.size());
-  for (const auto& [gradient, variable] : grads_and_vars) {
-    gradients.push_back(gradient.device() == ctx->device() ? gradient : gradient.to(ctx->device()));
-  }
+  std::vector<Tensor> gradients = gradients_on(ctx.device(), grads_and_vars);
   if (!options.skip_gradients_aggregation) {
-    detail::ScopedCallPurpose issued_for(*ctx, purpose);
-    gradients = ctx->all_reduce(ReduceOp::kSum, gradients);
+    detail::ScopedCallPurpose issued_for(ctx, purpose);
+    gradients = ctx.all_reduce(ReduceOp::kSum, gradients);
   }
-  update_component(gradients, grads_and_vars, ctx->local_replica_id());
+  update_component(gradients, grads_and_vars, ctx.local_replica_id());
 }
 
 void Optimizer::update_component(const std::vector<Tensor>& gradients,

@@ -16,19 +16,22 @@ std::vector<std::string> sgd_slots(double momentum) {
 
 }  // namespace
 
-SGD::SGD(double learning_rate, double momentum, bool nesterov)
-    : Optimizer("SGD", learning_rate, sgd_slots(momentum)), momentum_(momentum), nesterov_(nesterov) {}
+SGD::SGD(const SGDOptions& options)
+    : Optimizer("SGD", options.learning_rate, sgd_slots(options.momentum)),
+      momentum_(options.momentum),
+      nesterov_(options.nesterov) {}
 
-void SGD::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) { apply(grads_and_vars); }
+SGD::SGD(double learning_rate, double momentum)
+    : SGD(SGDOptions{.learning_rate = learning_rate, .momentum = momentum}) {}
 
 void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, const Step&) const {
   if (variable.device().is_gpu()) {
-    detail::gpu::sgd_step(variable.dtype(), variable.raw_data(), gradient.raw_data(),
-                          slots.empty() ? nullptr : slots[0].raw_data(), variable.num_elements(), learning_rate(),
-                          momentum_, nesterov_, variable.device());
+    distribute::detail::gpu::sgd_step(variable.dtype(), variable.raw_data(), gradient.raw_data(),
+                                      slots.empty() ? nullptr : slots[0].raw_data(), variable.num_elements(),
+                                      learning_rate(), momentum_, nesterov_, variable.device());
     return;
   }
-  internal::dispatch_floating(variable.dtype(), [&]<class T>(TypeTag<T>) {
+  detail::dispatch_floating(variable.dtype(), [&]<class T>(TypeTag<T>) {
     auto w = variable.flat<T>();
     const auto g = gradient.flat<T>();
     const T lr = static_cast<T>(learning_rate());
@@ -38,7 +41,7 @@ void SGD::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor
     }
     auto m = slots[0].flat<T>();
     const T mu = static_cast<T>(momentum_);
-    internal::for_each_chunk(w.size(), [&](Eigen::Index i, Eigen::Index n) {
+    detail::for_each_chunk(w.size(), [&](Eigen::Index i, Eigen::Index n) {
       m.segment(i, n) = mu * m.segment(i, n) - lr * g.segment(i, n);
       if (nesterov_) {
         w.segment(i, n) += mu * m.segment(i, n) - lr * g.segment(i, n);

@@ -12,7 +12,7 @@
 #include "distribute/device/dtype.h"
 #include "distribute/errors.h"
 
-namespace distribute::optimizers::internal {
+namespace distribute::optimizers::detail {
 
 inline constexpr Eigen::Index kChunkElements = 2048;
 
@@ -32,4 +32,4 @@ void for_each_chunk(Eigen::Index size, Fn&& fn) {
   for (Eigen::Index begin = 0; begin < size; begin += kChunkElements) fn(begin, std::min(kChunkElements, size - begin));
 }
 
-}  // namespace distribute::optimizers::internal
+}  // namespace distribute::optimizers::detail

@@ -18,9 +18,6 @@ class Adam final : public Optimizer {
   // and learning_rate is finite and >= 0.
   explicit Adam(double learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999, double epsilon = 1e-7);
 
-  void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) override;
-  using Optimizer::apply_gradients;
-
   double beta_1() const { return beta_1_; }
   double beta_2() const { return beta_2_; }
   double epsilon() const { return epsilon_; }

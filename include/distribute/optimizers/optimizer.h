@@ -60,8 +60,11 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // Applies one step: see above.
-  virtual void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) = 0;
+  // Applies one step: see above. Every optimizer shares the checks, the all_reduce and the slots;
+  // a subclass gives only update_step.
+  void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
+    apply_gradients(grads_and_vars, ApplyOptions{});
+  }
   // The same step with options; without skip_gradients_aggregation it is the call above.
   void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, const ApplyOptions& options);
 
@@ -88,10 +91,6 @@ class Optimizer {
   // Binds the optimizer to get_strategy() and creates iterations() there.
   Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names);
 
-  // What apply_gradients does for every optimizer: the checks, the all_reduce, the slots; then
-  // update_step for each variable's components.
-  void apply(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, const ApplyOptions& options = {});
-
   // The step update_step applies. A component on the host is given its number; on a GPU the
   // count stays in device memory (no copy to the host and back per step), and the step's kernels
   // read it there, ordered on the replica's stream.
@@ -115,12 +114,17 @@ class Optimizer {
   void check(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) const;
   bool has_slots_for(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) const;
   void create_slots(const std::vector<Variable>& variables);
+  // apply_gradients outside a replica's fn: every component steps with the given gradients.
+  void apply_in_cross_replica_context(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars);
+  // apply_gradients in the replica of `ctx`: the collective step, which updates its component.
+  void apply_in_replica(ReplicaContext& ctx, const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
+                        const ApplyOptions& options);
   // Updates component `component` of every variable and its slots, and counts the step there.
   void update_component(const std::vector<Tensor>& gradients,
                         const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component) const;
 
   // The strategy the optimizer was made for, held by identity: it may be destroyed first.
-  std::shared_ptr<detail::StrategyIdentity> strategy_;
+  std::shared_ptr<distribute::detail::StrategyIdentity> strategy_;
   std::string name_;
   std::string apply_action_;  // "SGD.apply_gradients": what its gradient lists' all_reduce is for
   double learning_rate_;

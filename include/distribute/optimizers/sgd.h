@@ -11,13 +11,21 @@
 
 namespace distribute::optimizers {
 
+// SGD's settings as named fields, so that a call site reads
+// SGD(SGDOptions{.momentum = 0.9, .nesterov = true}) rather than a bare `true`.
+struct SGDOptions {
+  double learning_rate = 0.01;  // finite and >= 0
+  double momentum = 0.0;        // in [0, 1]; 0 keeps no slot
+  // Nesterov momentum: the step looks ahead along the updated momentum. Without momentum the
+  // step is plain SGD either way.
+  bool nesterov = false;
+};
+
 class SGD final : public Optimizer {
  public:
   // InvalidArgumentError unless 0 <= momentum <= 1 and learning_rate is finite and >= 0.
-  explicit SGD(double learning_rate = 0.01, double momentum = 0.0, bool nesterov = false);
-
-  void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) override;
-  using Optimizer::apply_gradients;
+  explicit SGD(const SGDOptions& options);
+  explicit SGD(double learning_rate = 0.01, double momentum = 0.0);
 
   double momentum() const { return momentum_; }
   bool nesterov() const { return nesterov_; }
