@@ -41,13 +41,21 @@ std::vector<Variable> variables_of(const std::vector<std::pair<Tensor, Variable>
   return variables;
 }
 
-// The gradients of `grads_and_vars`, each copied to `device` unless it is there already.
-std::vector<Tensor> gradients_on(const Device& device,
+// Where the gradients are applied: a replica's device, or, in cross-replica context, the host,
+// whose memory every CPU device names.
+struct GradientPlace {
+  Device device;
+  bool any_cpu_device = false;
+};
+
+// The gradients of `grads_and_vars`, each copied to `place` unless it is there already.
+std::vector<Tensor> gradients_at(const GradientPlace& place,
                                  const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
   std::vector<Tensor> gradients;
   gradients.reserve(grads_and_vars.size());
   for (const auto& [gradient, variable] : grads_and_vars) {
-    gradients.push_back(gradient.device() == device ? gradient : gradient.to(device));
+    const bool there = place.any_cpu_device ? gradient.device().is_cpu() : gradient.device() == place.device;
+    gradients.push_back(there ? gradient : gradient.to(place.device));
   }
   return gradients;
 }
@@ -193,7 +201,7 @@ void Optimizer::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& 
 void Optimizer::apply_in_cross_replica_context(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
   check(grads_and_vars);
   if (!has_slots_for(grads_and_vars)) create_slots(variables_of(grads_and_vars));
-  const std::vector<Tensor> gradients = gradients_on(Device::cpu(), grads_and_vars);
+  const std::vector<Tensor> gradients = gradients_at({Device::cpu(), true}, grads_and_vars);
   for (int i = 0; i < iterations_.num_components(); ++i) update_component(gradients, grads_and_vars, i);
 }
 
@@ -225,7 +233,7 @@ void Optimizer::apply_in_replica(ReplicaContext& ctx, const std::vector<std::pai
         },
         this, &grads_and_vars);
   }
-  std::vector<Tensor> gradients = gradients_on(ctx.device(), grads_and_vars);
+  std::vector<Tensor> gradients = gradients_at({ctx.device()}, grads_and_vars);
   if (!options.skip_gradients_aggregation) {
     detail::ScopedCallPurpose issued_for(ctx, purpose);
     gradients = ctx.all_reduce(ReduceOp::kSum, gradients);
