@@ -9,7 +9,8 @@ namespace distribute {
 
 namespace detail {
 
-// A negative timeout used to mean "no timeout" and a NaN one a deadline already past.
+// A negative timeout would read as "no timeout" and a NaN one as a deadline already past: both
+// are refused.
 void check_timeout(std::chrono::duration<double> timeout, const char* field, const char* zero_means) {
   const double seconds = timeout.count();
   DISTRIBUTE_CHECK(std::isfinite(seconds) && seconds >= 0.0, InvalidArgumentError, field, " is ", seconds,

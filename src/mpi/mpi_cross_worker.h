@@ -34,7 +34,7 @@ class MpiCrossWorker final : public CrossWorker {
   static constexpr std::size_t kMaxBytesPerCall = std::size_t{16} << 20;
   // From this size an all_reduce goes around a ring of point-to-point messages
   // (collective/ring/ring_all_reduce.h) instead of MPI_Iallreduce, whose non-blocking form is
-  // slower than the blocking one in Open MPI 4.1 (docs/performance.md).
+  // slower than the blocking one in Open MPI 4.1 (docs/multi_worker.md).
   static constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
 
   // The workers are the ranks of `base`.

@@ -120,9 +120,9 @@ std::atomic<std::size_t>& bytes_in_use(const Device& gpu) {
 // A replica's stream, shared with every storage allocated on it, and the blocks of up to
 // kMaxKeptBlock bytes freed on it, kept for its next allocations of the same size. Stream order
 // makes that reuse safe, as a cudaFreeAsync and a cudaMallocAsync on the stream would be, and it
-// spares each collective output the two pool calls: about 1 us together, a quarter of a small
-// NCCL collective (measured on an H200). Larger blocks go back to the pool, where their transfers
-// hide the calls; an allocation that fails frees the kept blocks and tries again.
+// spares each collective output the two pool calls, which a small collective would notice
+// (docs/performance.md). Larger blocks go back to the pool, where their transfers hide the calls;
+// an allocation that fails frees the kept blocks and tries again.
 struct Stream {
   static constexpr std::size_t kMaxKeptBlock = std::size_t{32} << 20;
   static constexpr std::size_t kMaxKeptBytes = std::size_t{64} << 20;
