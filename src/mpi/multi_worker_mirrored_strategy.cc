@@ -14,7 +14,7 @@
 #include "device/gpu_runtime.h"
 #include "distribute/device/gpu.h"
 #include "distribute/mpi/mpi_cluster_resolver.h"
-#include "mpi/mpi_cross_worker.h"
+#include "mpi/mpi_worker_transport.h"
 #include "strategy/mirrored_extended.h"
 
 namespace distribute {
@@ -42,7 +42,7 @@ std::vector<std::string> rank_hosts(MPI_Comm comm) {
 
 // Sends `mine` to every worker and receives theirs into `all`, worker by worker, during the
 // strategy's construction.
-void exchange_at_construction(detail::CrossWorker& engine, std::span<const std::byte> mine, std::span<std::byte> all,
+void exchange_at_construction(detail::WorkerTransport& engine, std::span<const std::byte> mine, std::span<std::byte> all,
                               std::chrono::duration<double> timeout) {
   const std::vector<int> missing = engine.exchange(mine, all, detail::deadline_after(timeout));
   DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "MultiWorkerMirroredStrategy: timed out after ",
@@ -59,7 +59,7 @@ std::string nccl_host_name() {
 // NCCL refuses two ranks on one GPU of one host, with an error that names neither the workers nor
 // the remedy; workers that share a host and list the same GPU (every GPU, by default) are told
 // here, each the same error, before any NCCL communicator is made.
-void check_gpus_distinct(detail::CrossWorker& engine, const std::vector<Device>& devices,
+void check_gpus_distinct(detail::WorkerTransport& engine, const std::vector<Device>& devices,
                          std::chrono::duration<double> timeout) {
   constexpr std::size_t kField = MPI_MAX_PROCESSOR_NAME;  // a host name or a PCI bus id, NUL-padded
   const std::size_t fields = 1 + devices.size();
@@ -125,7 +125,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   detail::check_timeout(options.communication.timeout, "MultiWorkerMirroredStrategy: options.communication.timeout",
                         "no timeout");
   const MpiCommunicator* comm = resolver_->mpi_communicator();
-  auto engine = std::make_unique<detail::MpiCrossWorker>(comm != nullptr ? comm->comm : MPI_COMM_WORLD);
+  auto engine = std::make_unique<detail::MpiWorkerTransport>(comm != nullptr ? comm->comm : MPI_COMM_WORLD);
   const int rank = engine->worker_id();
   const int workers = engine->num_workers();
   const int tasks = resolver_->cluster_spec().num_tasks("worker") + resolver_->cluster_spec().num_tasks("chief");

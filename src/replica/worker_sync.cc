@@ -37,7 +37,7 @@ std::string describe_failure(const WorkerCall& mine) {
 
 }  // namespace
 
-WorkerSync::WorkerSync(std::unique_ptr<CrossWorker> engine, int num_local_replicas)
+WorkerSync::WorkerSync(std::unique_ptr<WorkerTransport> engine, int num_local_replicas)
     : engine_(std::move(engine)), num_local_(num_local_replicas) {}
 
 WorkerSync::~WorkerSync() {

@@ -1,11 +1,11 @@
-// distribute::detail: what joins the workers (processes) of a multi-worker strategy. CrossWorker
-// is the process-level engine, declared here and implemented outside the core (src/mpi/ over MPI),
-// so that the core never includes or links an engine. WorkerSync is the protocol on top of it: one
-// thread per worker takes each collective across the workers, and before any data moves the
-// workers exchange a small header (status, kind, sequence, the digest of the call's signature).
-// Only when the headers differ do they exchange the rendered signatures, from which every worker
-// builds the same error naming the workers, their replicas and what differed (call_signature.h); a worker that does not arrive in time makes the
-// strategy unusable, as a collective left half done cannot be taken back.
+// distribute::detail: the agreement of the workers (processes) of a multi-worker strategy, over
+// a WorkerTransport (collective/worker_transport.h; src/mpi/ gives the one over MPI), so that the
+// core never includes or links an engine. One thread per worker takes each collective across the
+// workers, and before any data moves the workers exchange a small header (status, kind,
+// sequence, the digest of the call's signature). Only when the headers differ do they exchange
+// the rendered signatures, from which every worker builds the same error naming the workers,
+// their replicas and what differed (call_signature.h); a worker that does not arrive in time
+// makes the strategy unusable, as a collective left half done cannot be taken back.
 #pragma once
 
 #include <atomic>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "collective/worker_transport.h"
 #include "base/wait.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/reduce_op.h"
@@ -27,44 +28,6 @@
 #include "distribute/replica/internal/collective_call.h"
 
 namespace distribute::detail {
-
-class CrossWorker {
- public:
-  virtual ~CrossWorker() = default;
-  virtual int num_workers() const = 0;
-  virtual int worker_id() const = 0;
-  // How many workers (this one included) share this worker's machine: their replica threads
-  // compete for the same cores, which decides whether waiting threads may spin.
-  virtual int workers_on_this_host() const = 0;
-  // Sends `mine` to every worker and receives worker w's bytes (of mine.size()) into
-  // all[w * mine.size(), ...). Returns the workers whose bytes had not come when `deadline`
-  // passed (then the exchange is abandoned), else nothing.
-  virtual std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) = 0;
-  // The same on a channel of its own, which the distributed input's step agreement uses
-  // (input/internal/worker_agreement.h): a worker waiting there never takes a collective's header
-  // for its own, or the other way round.
-  virtual std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all,
-                                          Deadline deadline) = 0;
-  // data = the sum of every worker's data, `count` elements of `dtype`, in place. `what` names
-  // the collective if the data phase stalls past `deadline`, which ends the job.
-  virtual void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const std::string& what) = 0;
-  // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
-  virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
-                          const std::string& what) = 0;
-  // Worker `root`'s `bytes` at `data` replace every other worker's, bit for bit.
-  virtual void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) = 0;
-  // Sends `mine` to every other worker as this worker's part of their next exchange, without
-  // waiting for theirs: this worker's last word.
-  virtual void send_last(std::span<const std::byte> mine) = 0;
-  // Tells every other worker, without waiting, that this one gave up on a step of the strategy
-  // (`what`) when its deadline passed: it makes no more collectives of the strategy, so a worker
-  // that arrives later must not start the step's data phase with it.
-  virtual void send_gave_up(const std::string& what) = 0;
-  // The notes of other workers that gave up (sent by send_gave_up) that have come, each once:
-  // {worker, what}. A data phase waiting for such a worker throws DeadlineExceededError instead of
-  // waiting for it.
-  virtual std::vector<std::pair<int, std::string>> take_gave_up() = 0;
-};
 
 // One worker's part in one cross-worker step.
 struct WorkerCall {
@@ -81,7 +44,7 @@ struct WorkerCall {
 
 class WorkerSync {
  public:
-  WorkerSync(std::unique_ptr<CrossWorker> engine, int num_local_replicas);
+  WorkerSync(std::unique_ptr<WorkerTransport> engine, int num_local_replicas);
   // Tells the other workers that this one left: whoever waits for it, or calls a collective
   // later, gets UnavailableError naming it instead of waiting.
   ~WorkerSync();
@@ -131,7 +94,7 @@ class WorkerSync {
                  const std::string& what);
   // The sum over workers of `value`.
   std::int64_t sum(std::int64_t value, std::chrono::duration<double> timeout, const std::string& what);
-  // CrossWorker::exchange_input: the distributed input's channel, which leaves the strategy's state
+  // WorkerTransport::exchange_input: the distributed input's channel, which leaves the strategy's state
   // alone.
   std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) {
     return engine_->exchange_input(mine, all, deadline);
@@ -157,7 +120,7 @@ class WorkerSync {
   [[noreturn]] void time_out(const WorkerCall& mine, const std::vector<int>& missing);
   void agree_or_throw(const WorkerCall& mine);
 
-  std::unique_ptr<CrossWorker> engine_;
+  std::unique_ptr<WorkerTransport> engine_;
   const int num_local_;
   std::int64_t cross_replica_sequence_ = 0;
   // Per run in progress, innermost last: whether it concluded. Written by whichever thread takes

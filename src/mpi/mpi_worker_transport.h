@@ -1,12 +1,13 @@
-// distribute::detail: the cross-worker engine over MPI. One process is one worker (its rank in
-// MPI_COMM_WORLD, or in the communicator the cluster resolver names); the engine works on its own
-// duplicate of that communicator, so that the program's own MPI traffic never matches the
-// strategy's. Every wait polls non-blocking MPI calls against the collective's deadline: a header
-// exchange that times out names the workers that did not send theirs, and a data phase that
-// stalls past the deadline is reported, naming the workers that do not answer a liveness query,
-// and ends the job (MPI_Abort), as a collective left half done cannot be taken back. A worker
-// whose header exchange times out tells the others that it gave up, so that a late worker does
-// not start the step's data phase with it (see CrossWorker::send_gave_up).
+// distribute::detail: the workers' transport over MPI. One process is one worker (its rank in
+// MPI_COMM_WORLD, or in the communicator the cluster resolver names); the transport works on
+// communicators of its own, duplicated from that one and kept for the next strategy when this
+// one goes (see the .cc), so that the program's own MPI traffic never matches the strategy's.
+// Every wait polls non-blocking MPI calls against the collective's deadline: a header exchange
+// that times out names the workers that did not send theirs, and a data phase that stalls past
+// the deadline is reported, naming the workers that do not answer a liveness query, and ends
+// the job (MPI_Abort), as a collective left half done cannot be taken back. A worker whose header
+// exchange times out tells the others that it gave up, so that a late worker does not start the
+// step's data phase with it (see WorkerTransport::send_gave_up).
 #pragma once
 
 #include <mpi.h>
@@ -20,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "replica/worker_sync.h"
+#include "collective/worker_transport.h"
 
 namespace distribute::detail {
 
@@ -28,7 +29,7 @@ namespace distribute::detail {
 // MPI_THREAD_SERIALIZED, else UnavailableError), then finalises it at exit.
 void ensure_mpi_initialized();
 
-class MpiCrossWorker final : public CrossWorker {
+class MpiWorkerTransport final : public WorkerTransport {
  public:
   // Open MPI 4.1's collectives slow down sharply above about 16 MiB per call.
   static constexpr std::size_t kMaxBytesPerCall = std::size_t{16} << 20;
@@ -38,8 +39,8 @@ class MpiCrossWorker final : public CrossWorker {
   static constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
 
   // The workers are the ranks of `base`.
-  explicit MpiCrossWorker(MPI_Comm base);
-  ~MpiCrossWorker() override;
+  explicit MpiWorkerTransport(MPI_Comm base);
+  ~MpiWorkerTransport() override;
   int num_workers() const override { return size_; }
   int worker_id() const override { return rank_; }
   int workers_on_this_host() const override { return on_host_; }

@@ -1,5 +1,5 @@
-// MpiCrossWorker: MPI initialisation, the header exchange, and data in pieces.
-#include "mpi/mpi_cross_worker.h"
+// MpiWorkerTransport: MPI initialisation, the communicator slots, the header exchange, and data in pieces.
+#include "mpi/mpi_worker_transport.h"
 
 #include <algorithm>
 #include <array>
@@ -73,7 +73,7 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::kInt64: return MPI_INT64_T;
     default: break;
   }
-  throw InternalError(absl::StrCat("MpiCrossWorker: no MPI type for ", dtype_name(dtype)));
+  throw InternalError(absl::StrCat("MpiWorkerTransport: no MPI type for ", dtype_name(dtype)));
 }
 
 // The buffers of sends that were still pending when their engine went: MPI may read them until
@@ -150,7 +150,7 @@ CommunicatorSlots& slots_of(MPI_Comm base) {
 
 }  // namespace
 
-MpiCrossWorker::MpiCrossWorker(MPI_Comm base) {
+MpiWorkerTransport::MpiWorkerTransport(MPI_Comm base) {
   ensure_mpi_initialized();
   std::lock_guard<std::mutex> lock(mpi_mutex());
   CommunicatorSlots& slots = slots_of(base);
@@ -188,7 +188,7 @@ MpiCrossWorker::MpiCrossWorker(MPI_Comm base) {
   check(MPI_Bcast(&nonce_, 1, MPI_UINT64_T, 0, comm_), "MPI_Bcast");
 }
 
-MpiCrossWorker::~MpiCrossWorker() {
+MpiWorkerTransport::~MpiWorkerTransport() {
   std::lock_guard<std::mutex> lock(mpi_mutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -212,14 +212,14 @@ MpiCrossWorker::~MpiCrossWorker() {
   }
 }
 
-std::unique_ptr<std::byte[]> MpiCrossWorker::framed(const void* data, std::size_t bytes) const {
+std::unique_ptr<std::byte[]> MpiWorkerTransport::framed(const void* data, std::size_t bytes) const {
   auto out = std::make_unique<std::byte[]>(sizeof nonce_ + bytes);
   std::memcpy(out.get(), &nonce_, sizeof nonce_);
   if (bytes != 0) std::memcpy(out.get() + sizeof nonce_, data, bytes);
   return out;
 }
 
-std::optional<std::vector<std::byte>> MpiCrossWorker::receive_framed(MPI_Comm comm, int source, int tag) {
+std::optional<std::vector<std::byte>> MpiWorkerTransport::receive_framed(MPI_Comm comm, int source, int tag) {
   MPI_Status status;
   MPI_Probe(source, tag, comm, &status);
   int length = 0;
@@ -234,7 +234,7 @@ std::optional<std::vector<std::byte>> MpiCrossWorker::receive_framed(MPI_Comm co
   return message;
 }
 
-void MpiCrossWorker::reap_sends() {
+void MpiWorkerTransport::reap_sends() {
   std::erase_if(pending_sends_, [](PendingSends& pending) {
     int done = 0;
     MPI_Testall(static_cast<int>(pending.requests.size()), pending.requests.data(), &done, MPI_STATUSES_IGNORE);
@@ -242,7 +242,7 @@ void MpiCrossWorker::reap_sends() {
   });
 }
 
-void MpiCrossWorker::answer_queries() {
+void MpiWorkerTransport::answer_queries() {
   for (;;) {
     int flag = 0;
     MPI_Status status;
@@ -257,7 +257,7 @@ void MpiCrossWorker::answer_queries() {
   }
 }
 
-std::vector<int> MpiCrossWorker::exchange_on(int tag, std::span<const std::byte> mine, std::span<std::byte> all,
+std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::byte> mine, std::span<std::byte> all,
                                              Deadline deadline) {
   const std::size_t bytes = mine.size();
   std::memcpy(all.data() + static_cast<std::size_t>(rank_) * bytes, mine.data(), bytes);
@@ -314,7 +314,7 @@ std::vector<int> MpiCrossWorker::exchange_on(int tag, std::span<const std::byte>
   return waiting;
 }
 
-void MpiCrossWorker::send_last(std::span<const std::byte> mine) {
+void MpiWorkerTransport::send_last(std::span<const std::byte> mine) {
   if (size_ == 1) return;
   std::lock_guard<std::mutex> lock(mpi_mutex());
   int finalized = 0;
@@ -331,12 +331,12 @@ void MpiCrossWorker::send_last(std::span<const std::byte> mine) {
   }
 }
 
-void MpiCrossWorker::send_gave_up(const std::string& what) {
+void MpiWorkerTransport::send_gave_up(const std::string& what) {
   reusable_ = false;
   if (size_ > 1) send_to_others(what.data(), what.size(), kGaveUpTag);
 }
 
-void MpiCrossWorker::receive_gave_up() {
+void MpiWorkerTransport::receive_gave_up() {
   for (;;) {
     int flag = 0;
     MPI_Status status;
@@ -347,7 +347,7 @@ void MpiCrossWorker::receive_gave_up() {
   }
 }
 
-std::vector<std::pair<int, std::string>> MpiCrossWorker::take_gave_up() {
+std::vector<std::pair<int, std::string>> MpiWorkerTransport::take_gave_up() {
   if (size_ == 1) return {};
   std::lock_guard<std::mutex> lock(mpi_mutex());
   receive_gave_up();
@@ -355,7 +355,7 @@ std::vector<std::pair<int, std::string>> MpiCrossWorker::take_gave_up() {
   return std::exchange(gave_up_, {});
 }
 
-void MpiCrossWorker::wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const std::string& what) {
+void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const std::string& what) {
   const auto test = [&] {
     std::lock_guard<std::mutex> lock(mpi_mutex());
     int flag = 0;
@@ -461,7 +461,7 @@ void MpiCrossWorker::wait_or_abort(std::span<MPI_Request> requests, Deadline dea
   MPI_Abort(comm_, 1);
 }
 
-void MpiCrossWorker::send_to_others(const void* data, std::size_t bytes, int tag) {
+void MpiWorkerTransport::send_to_others(const void* data, std::size_t bytes, int tag) {
   // The message outlives this call: a worker that never reads it leaves the send pending. It is
   // small, so it goes eagerly.
   PendingSends sends{{}, framed(data, bytes)};
@@ -481,7 +481,7 @@ void MpiCrossWorker::send_to_others(const void* data, std::size_t bytes, int tag
 namespace {
 
 template <class T>
-void all_reduce_widened(MpiCrossWorker& engine, void* data, std::int64_t count, Deadline deadline,
+void all_reduce_widened(MpiWorkerTransport& engine, void* data, std::int64_t count, Deadline deadline,
                         const std::string& what) {
   T* values = static_cast<T*>(data);
   std::vector<float> wide(static_cast<std::size_t>(count));
@@ -492,9 +492,9 @@ void all_reduce_widened(MpiCrossWorker& engine, void* data, std::int64_t count, 
 
 }  // namespace
 
-class MpiCrossWorker::RingLinks final : public collective::RingLinks {
+class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
  public:
-  RingLinks(MpiCrossWorker& engine, Deadline deadline, const std::string& what)
+  RingLinks(MpiWorkerTransport& engine, Deadline deadline, const std::string& what)
       : engine_(engine), deadline_(deadline), what_(what) {}
   int rank() const override { return engine_.rank_; }
   int size() const override { return engine_.size_; }
@@ -515,12 +515,12 @@ class MpiCrossWorker::RingLinks final : public collective::RingLinks {
   }
 
  private:
-  MpiCrossWorker& engine_;
+  MpiWorkerTransport& engine_;
   const Deadline deadline_;
   const std::string& what_;
 };
 
-void MpiCrossWorker::all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline,
+void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline,
                                 const std::string& what) {
   if (size_ == 1 || count == 0) return;
   if (dtype == DType::kFloat16) return all_reduce_widened<Half>(*this, data, count, deadline, what);
@@ -546,7 +546,7 @@ void MpiCrossWorker::all_reduce(DType dtype, void* data, std::int64_t count, Dea
   }
 }
 
-void MpiCrossWorker::all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
+void MpiWorkerTransport::all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
                                 const std::string& what) {
   std::vector<int> counts;
   std::vector<int> displacements;
@@ -573,7 +573,7 @@ void MpiCrossWorker::all_gather(const void* mine, std::span<const std::size_t> s
   wait_or_abort(std::span(&request, 1), deadline, what);
 }
 
-void MpiCrossWorker::broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) {
+void MpiWorkerTransport::broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) {
   if (size_ == 1) return;
   auto* at = static_cast<std::byte*>(data);
   for (std::size_t done = 0; done < bytes; done += kMaxBytesPerCall) {

@@ -1,0 +1,57 @@
+// distribute::detail: what carries a multi-worker strategy's messages and data between its
+// workers (processes), apart from how: the interface the workers' agreement (replica/worker_sync.h)
+// and the hierarchical collectives use, implemented over MPI in src/mpi/. Every call that waits
+// takes a deadline; a data phase that stalls past it is the transport's to report.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/wait.h"
+#include "distribute/device/dtype.h"
+
+namespace distribute::detail {
+
+class WorkerTransport {
+ public:
+  virtual ~WorkerTransport() = default;
+  virtual int num_workers() const = 0;
+  virtual int worker_id() const = 0;
+  // How many workers (this one included) share this worker's machine: their replica threads
+  // compete for the same cores, which decides whether waiting threads may spin.
+  virtual int workers_on_this_host() const = 0;
+  // Sends `mine` to every worker and receives worker w's bytes (of mine.size()) into
+  // all[w * mine.size(), ...). Returns the workers whose bytes had not come when `deadline`
+  // passed (then the exchange is abandoned), else nothing.
+  virtual std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) = 0;
+  // The same on a channel of its own, which the distributed input's step agreement uses
+  // (input/internal/worker_agreement.h): a worker waiting there never takes a collective's header
+  // for its own, or the other way round.
+  virtual std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all,
+                                          Deadline deadline) = 0;
+  // data = the sum of every worker's data, `count` elements of `dtype`, in place. `what` names
+  // the collective if the data phase stalls past `deadline`, which ends the job.
+  virtual void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const std::string& what) = 0;
+  // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
+  virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
+                          const std::string& what) = 0;
+  // Worker `root`'s `bytes` at `data` replace every other worker's, bit for bit.
+  virtual void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) = 0;
+  // Sends `mine` to every other worker as this worker's part of their next exchange, without
+  // waiting for theirs: this worker's last word.
+  virtual void send_last(std::span<const std::byte> mine) = 0;
+  // Tells every other worker, without waiting, that this one gave up on a step of the strategy
+  // (`what`) when its deadline passed: it makes no more collectives of the strategy, so a worker
+  // that arrives later must not start the step's data phase with it.
+  virtual void send_gave_up(const std::string& what) = 0;
+  // The notes of other workers that gave up (sent by send_gave_up) that have come, each once:
+  // {worker, what}. A data phase waiting for such a worker throws DeadlineExceededError instead of
+  // waiting for it.
+  virtual std::vector<std::pair<int, std::string>> take_gave_up() = 0;
+};
+
+}  // namespace distribute::detail
