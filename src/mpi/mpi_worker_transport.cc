@@ -355,6 +355,28 @@ std::vector<std::pair<int, std::string>> MpiWorkerTransport::take_gave_up() {
   return std::exchange(gave_up_, {});
 }
 
+void MpiWorkerTransport::leave_if_others_gave_up(const std::string& what) {
+  if (gave_up_.empty()) return;
+  // Workers gave up on the step at their deadline after this one's header reached them: they will
+  // never join this data phase. When every other worker did, nobody will ever match this worker's
+  // requests, and they can be left behind; when some did not, those may already have sent into
+  // this worker's buffers, and the job must end.
+  std::vector<char> gone(static_cast<std::size_t>(size_), 0);
+  for (const auto& note : gave_up_) gone[static_cast<std::size_t>(note.first)] = 1;
+  if (std::count(gone.begin(), gone.end(), 1) == size_ - 1) {
+    reusable_ = false;
+    throw DeadlineExceededError(absl::StrCat("every other worker gave up on ", what));
+  }
+  std::vector<std::string> notes;
+  for (const auto& [worker, step] : gave_up_) notes.push_back(absl::StrCat("worker ", worker, " in ", step));
+  std::fprintf(stderr,
+               "distribute: worker %d: %s gave up when its timeout passed, after this worker had agreed to %s and "
+               "started its data phase with the others; ending the job\n",
+               rank_, absl::StrJoin(notes, ", ").c_str(), what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(comm_, 1);
+}
+
 void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const std::string& what) {
   const auto test = [&] {
     std::lock_guard<std::mutex> lock(mpi_mutex());
@@ -369,25 +391,7 @@ void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline
   };
   if (poll_until(test, deadline, [&] {
         answer();
-        if (gave_up_.empty()) return;
-        // Workers gave up on the step at their deadline after this one's header reached them:
-        // they will never join this data phase. When every other worker did, nobody will ever
-        // match this worker's requests, and they can be left behind; when some did not, those may
-        // already have sent into this worker's buffers, and the job must end.
-        std::vector<char> gone(static_cast<std::size_t>(size_), 0);
-        for (const auto& note : gave_up_) gone[static_cast<std::size_t>(note.first)] = 1;
-        if (std::count(gone.begin(), gone.end(), 1) == size_ - 1) {
-          reusable_ = false;
-          throw DeadlineExceededError(absl::StrCat("every other worker gave up on ", what));
-        }
-        std::vector<std::string> notes;
-        for (const auto& [worker, step] : gave_up_) notes.push_back(absl::StrCat("worker ", worker, " in ", step));
-        std::fprintf(stderr,
-                     "distribute: worker %d: %s gave up when its timeout passed, after this worker had agreed to %s "
-                     "and started its data phase with the others; ending the job\n",
-                     rank_, absl::StrJoin(notes, ", ").c_str(), what.c_str());
-        std::fflush(stderr);
-        MPI_Abort(comm_, 1);
+        leave_if_others_gave_up(what);
       })) {
     return;
   }

@@ -71,6 +71,9 @@ class MpiWorkerTransport final : public WorkerTransport {
   // The ring's links: an MPI_Isend to the next worker and an MPI_Irecv from the previous one per
   // step, waited for like every other wait.
   class RingLinks;
+  // In a data phase: when other workers gave up on the step (their notes came), throws
+  // DeadlineExceededError if every other worker did, else ends the job.
+  void leave_if_others_gave_up(const std::string& what);
   // Answers other workers' liveness queries (the caller holds the MPI lock).
   void answer_queries();
   // Moves the other workers' gave-up notes that have come into gave_up_ (the caller holds the

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
@@ -75,18 +76,29 @@ void check_gpus_distinct(detail::WorkerTransport& engine, const std::vector<Devi
   const auto field = [&](int w, std::size_t f) {
     return std::string(all.data() + (static_cast<std::size_t>(w) * fields + f) * kField);
   };
-  for (int a = 0; a < workers; ++a) {
-    for (int b = a + 1; b < workers; ++b) {
-      if (field(a, 0) != field(b, 0)) continue;
-      for (std::size_t la = 0; la < devices.size(); ++la) {
-        for (std::size_t lb = 0; lb < devices.size(); ++lb) {
-          DISTRIBUTE_CHECK(field(a, 1 + la) != field(b, 1 + lb), InvalidArgumentError,
-                           "MultiWorkerMirroredStrategy: workers ", a, " and ", b, " run on host ", field(a, 0),
-                           " and both list the GPU at PCI ", field(a, 1 + la), " (their replicas ", a * devices.size() + la,
-                           " and ", b * devices.size() + lb, "); NCCL needs one GPU per replica: give each worker "
-                           "its own GPUs (local_devices, or CUDA_VISIBLE_DEVICES set per rank)");
-        }
-      }
+  // Every replica of every worker as (host, GPU, worker, local replica), sorted: replicas of one
+  // GPU of one host lie side by side, and the first pair of them from two workers is named.
+  struct Use {
+    std::string host;
+    std::string pci;
+    int worker;
+    std::size_t local;
+    auto operator<=>(const Use&) const = default;
+  };
+  std::vector<Use> uses;
+  for (int w = 0; w < workers; ++w) {
+    for (std::size_t l = 0; l < devices.size(); ++l) uses.push_back({field(w, 0), field(w, 1 + l), w, l});
+  }
+  std::sort(uses.begin(), uses.end());
+  for (std::size_t i = 0; i + 1 < uses.size(); ++i) {
+    const Use& a = uses[i];
+    for (std::size_t j = i + 1; j < uses.size() && uses[j].host == a.host && uses[j].pci == a.pci; ++j) {
+      const Use& b = uses[j];
+      DISTRIBUTE_CHECK(b.worker == a.worker, InvalidArgumentError, "MultiWorkerMirroredStrategy: workers ", a.worker,
+                       " and ", b.worker, " run on host ", a.host, " and both list the GPU at PCI ", a.pci,
+                       " (their replicas ", a.worker * devices.size() + a.local, " and ",
+                       b.worker * devices.size() + b.local, "); NCCL needs one GPU per replica: give each worker "
+                       "its own GPUs (local_devices, or CUDA_VISIBLE_DEVICES set per rank)");
     }
   }
 }
