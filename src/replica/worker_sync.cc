@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "distribute/collective/internal/collective_op.h"
@@ -13,15 +14,6 @@
 
 namespace distribute::detail {
 namespace {
-
-// What every worker sends before a step: equal headers mean equal calls.
-struct Header {
-  std::uint32_t status;
-  std::uint32_t kind;
-  std::int64_t sequence;
-  std::uint64_t signature;
-  bool operator==(const Header&) const = default;
-};
 
 // A failed worker's description: its error's code, message and replica.
 std::string describe_failure(const WorkerCall& mine) {
@@ -42,7 +34,7 @@ WorkerSync::WorkerSync(std::unique_ptr<WorkerTransport> engine, int num_local_re
 
 WorkerSync::~WorkerSync() {
   if (broken_.load(std::memory_order_acquire)) return;
-  const Header last{static_cast<std::uint32_t>(WorkerCall::Status::kLeft), 0, 0, 0};
+  const WorkerSync::Header last{static_cast<std::uint32_t>(WorkerCall::Status::kLeft), 0, 0, 0};
   try {
     engine_->send_last(std::as_bytes(std::span(&last, 1)));
   } catch (...) {
@@ -168,37 +160,13 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
       mine.status != WorkerCall::Status::kFailed) {
     return;
   }
-  // A worker that left sends nothing more: no descriptions to exchange, and the collective
-  // cannot complete without it.
-  std::vector<int> left;
-  for (int w = 0; w < n; ++w) {
-    if (headers[static_cast<std::size_t>(w)].status == static_cast<std::uint32_t>(WorkerCall::Status::kLeft)) {
-      left.push_back(w);
-    }
-  }
-  if (!left.empty()) {
-    break_with(absl::StrCat(workers_text(left), " destroyed its strategy"));
-    throw UnavailableError(absl::StrCat(workers_text(left), " destroyed its strategy while ",
-                                        workers_text({worker_id()}), " waits in ", what(),
-                                        "; every worker must make the same calls before destroying its strategy"));
-  }
+  throw_if_a_worker_left(headers, what);
   // Every worker sees the same headers, so every worker takes this path and builds the same error.
   const std::vector<std::string> described = exchange_descriptions(mine, deadline);
   for (int w = 0; w < n; ++w) {
     if (headers[static_cast<std::size_t>(w)].status != static_cast<std::uint32_t>(WorkerCall::Status::kFailed)) continue;
     if (w == worker_id()) std::rethrow_exception(mine.error);
-    // "code\nreplica\nmessage"
-    const std::string& text = described[static_cast<std::size_t>(w)];
-    const std::size_t first = text.find('\n');
-    const std::size_t second = text.find('\n', first + 1);
-    const auto code = static_cast<absl::StatusCode>(std::stoi(text.substr(0, first)));
-    const int replica = std::stoi(text.substr(first + 1, second - first - 1));
-    const std::string message = text.substr(second + 1);
-    const std::string who = replica >= 0 ? absl::StrCat("worker ", w, " (replica ", replica, ")") : absl::StrCat("worker ", w);
-    if (code == absl::StatusCode::kUnknown) {
-      throw AbortedError(absl::StrCat(who, " raised: ", message, "; the other workers were released from their collectives"));
-    }
-    throw_status(absl::Status(code, absl::StrCat(who, ": ", message)));
+    throw_failure_of(w, described[static_cast<std::size_t>(w)]);
   }
   std::vector<RenderedSignature> calls;
   calls.reserve(described.size());
@@ -210,6 +178,39 @@ void WorkerSync::agree_or_throw(const WorkerCall& mine) {
   }
   throw InvalidArgumentError(absl::StrCat(call_name(*mine.call),
                                           ": the workers' calls differ in a way their descriptions do not show"));
+}
+
+void WorkerSync::throw_if_a_worker_left(std::span<const Header> headers, absl::FunctionRef<std::string()> what) {
+  // A worker that left sends nothing more: no descriptions to exchange, and the collective cannot
+  // complete without it.
+  std::vector<int> left;
+  for (std::size_t w = 0; w < headers.size(); ++w) {
+    if (headers[w].status == static_cast<std::uint32_t>(WorkerCall::Status::kLeft)) left.push_back(static_cast<int>(w));
+  }
+  if (left.empty()) return;
+  break_with(absl::StrCat(workers_text(left), " destroyed its strategy"));
+  throw UnavailableError(absl::StrCat(workers_text(left), " destroyed its strategy while ", workers_text({worker_id()}),
+                                      " waits in ", what(),
+                                      "; every worker must make the same calls before destroying its strategy"));
+}
+
+void WorkerSync::throw_failure_of(int worker, absl::string_view described) {
+  // "code\nreplica\nmessage", as describe_failure writes it.
+  const std::size_t first = described.find('\n');
+  const std::size_t second = first == absl::string_view::npos ? first : described.find('\n', first + 1);
+  int code = 0;
+  int replica = -1;
+  if (second == absl::string_view::npos || !absl::SimpleAtoi(described.substr(0, first), &code) ||
+      !absl::SimpleAtoi(described.substr(first + 1, second - first - 1), &replica)) {
+    throw InternalError(absl::StrCat("worker ", worker, " failed, and its report does not parse: ", described));
+  }
+  const absl::string_view message = described.substr(second + 1);
+  const std::string who =
+      replica >= 0 ? absl::StrCat("worker ", worker, " (replica ", replica, ")") : absl::StrCat("worker ", worker);
+  if (static_cast<absl::StatusCode>(code) == absl::StatusCode::kUnknown) {
+    throw AbortedError(absl::StrCat(who, " raised: ", message, "; the other workers were released from their collectives"));
+  }
+  throw_status(absl::Status(static_cast<absl::StatusCode>(code), absl::StrCat(who, ": ", message)));
 }
 
 void WorkerSync::all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
 #include "collective/worker_transport.h"
 #include "base/wait.h"
 #include "distribute/device/dtype.h"
@@ -119,6 +120,19 @@ class WorkerSync {
   std::vector<std::string> exchange_descriptions(const WorkerCall& mine, Deadline deadline);
   [[noreturn]] void time_out(const WorkerCall& mine, const std::vector<int>& missing);
   void agree_or_throw(const WorkerCall& mine);
+
+  // What every worker sends before a step: equal headers mean equal calls.
+  struct Header {
+    std::uint32_t status;
+    std::uint32_t kind;
+    std::int64_t sequence;
+    std::uint64_t signature;
+    bool operator==(const Header&) const = default;
+  };
+  // UnavailableError, leaving the strategy unusable, when a worker's header says it left.
+  void throw_if_a_worker_left(std::span<const Header> headers, absl::FunctionRef<std::string()> what);
+  // The error of `worker`, which failed, from its description (the same on every worker).
+  [[noreturn]] void throw_failure_of(int worker, absl::string_view described);
 
   std::unique_ptr<WorkerTransport> engine_;
   const int num_local_;
