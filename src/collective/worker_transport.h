@@ -43,7 +43,7 @@ class WorkerTransport {
   virtual void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) = 0;
   // Sends `mine` to every other worker as this worker's part of their next exchange, without
   // waiting for theirs: this worker's last word.
-  virtual void send_last(std::span<const std::byte> mine) = 0;
+  virtual void send_farewell(std::span<const std::byte> mine) = 0;
   // Tells every other worker, without waiting, that this one gave up on a step of the strategy
   // (`what`) when its deadline passed: it makes no more collectives of the strategy, so a worker
   // that arrives later must not start the step's data phase with it.

@@ -314,7 +314,7 @@ std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::b
   return waiting;
 }
 
-void MpiWorkerTransport::send_last(std::span<const std::byte> mine) {
+void MpiWorkerTransport::send_farewell(std::span<const std::byte> mine) {
   if (size_ == 1) return;
   std::lock_guard<std::mutex> lock(mpi_mutex());
   int finalized = 0;

@@ -55,7 +55,7 @@ class MpiWorkerTransport final : public WorkerTransport {
   void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
                   const std::string& what) override;
   void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) override;
-  void send_last(std::span<const std::byte> mine) override;
+  void send_farewell(std::span<const std::byte> mine) override;
   void send_gave_up(const std::string& what) override;
   std::vector<std::pair<int, std::string>> take_gave_up() override;
 

@@ -52,7 +52,7 @@ void ReplicaGroup::join_workers(WorkerSync* workers, int first_id) {
   small_.reset();
 }
 
-void ReplicaGroup::reset() {
+void ReplicaGroup::prepare_run() {
   if (workers_ != nullptr) workers_->begin_run();
   // After a run that succeeded every replica arrived at every phase and nobody is left inside: the
   // rendezvous is as reset already, and writing its lines would only make the replicas fetch them
@@ -67,7 +67,7 @@ void ReplicaGroup::reset() {
   communicator_->begin_run();
 }
 
-void ReplicaGroup::begin(int rank) {
+void ReplicaGroup::begin_replica(int rank) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   slot.call = nullptr;
   slot.sequence = 0;
@@ -238,7 +238,7 @@ void ReplicaGroup::gather_across_workers() {
 
 void ReplicaGroup::finish_run() {
   if (workers_ == nullptr) return;
-  const bool concluded = workers_->concluded();
+  const bool concluded = workers_->run_concluded();
   workers_->end_run();
   if (concluded) return;
   WorkerCall mine;
@@ -279,9 +279,9 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   publish(rank, call, small);
   // Runs once, on the path that waits first.
   const auto meanwhile = [&call] {
-    if (call.while_waiting == nullptr) return;
-    call.while_waiting(call.while_waiting_context);
-    call.while_waiting = nullptr;
+    if (!call.while_waiting) return;
+    (*call.while_waiting)();
+    call.while_waiting.reset();
   };
   if (small) {
     switch (small_->complete(rank, call, call.op.options.timeout, policy_, [this] { return failed(); }, meanwhile)) {

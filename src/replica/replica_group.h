@@ -47,11 +47,11 @@ class ReplicaGroup {
 
   // Before a run, with no replica inside: clears the previous run's failure and lets the backend
   // rebuild what a failure broke.
-  void reset();
+  void prepare_run();
   // On replica `rank`'s thread as its part of a run begins, in every run: clears its sequence
   // numbers and makes its small-path lines of earlier runs stale. (Its own lines, so the caller's
-  // reset() does not pull them away from the replicas' cores every run.)
-  void begin(int rank);
+  // prepare_run() does not pull them away from the replicas' cores every run.)
+  void begin_replica(int rank);
 
   // Called by replica `rank` with its part of a collective; see Communicator for the outputs.
   // Throws the mismatch error when the replicas' calls differ, DeadlineExceededError when the

@@ -36,7 +36,7 @@ WorkerSync::~WorkerSync() {
   if (broken_.load(std::memory_order_acquire)) return;
   const WorkerSync::Header last{static_cast<std::uint32_t>(WorkerCall::Status::kLeft), 0, 0, 0};
   try {
-    engine_->send_last(std::as_bytes(std::span(&last, 1)));
+    engine_->send_farewell(std::as_bytes(std::span(&last, 1)));
   } catch (...) {
     // Nobody can be told: the others' timeouts still end their wait.
   }

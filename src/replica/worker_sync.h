@@ -69,7 +69,7 @@ class WorkerSync {
   // returned. A run that failed on this worker alone before that must still tell the others (a
   // kFailed agree). Runs nest (a run in a merge_fn), each concluding on its own: begin_run() and
   // end_run() bracket each, on the thread that runs it.
-  bool concluded() const { return !runs_.empty() && runs_.back(); }
+  bool run_concluded() const { return !runs_.empty() && runs_.back(); }
   void begin_run() { runs_.push_back(false); }
   void end_run() { runs_.pop_back(); }
   // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.

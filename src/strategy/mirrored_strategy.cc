@@ -211,7 +211,7 @@ class MirroredExtended final : public StrategyExtended {
     const int depth = mode.cross_replica && mode.strategy == &container_strategy() ? mode.run_depth : 0;
     RunLevel& level = level_at(depth);
     detail::MutexLock run_lock(level.run_mu);
-    level.group.reset();
+    level.group.prepare_run();
     // Captured by value, so that the copy a replica thread is handed holds everything it reads
     // (and word-sized, so that the copy has no padding whose bytes could differ between runs).
     level.runner.run([this, &level, fn, depth = static_cast<std::intptr_t>(depth)](int r) {
@@ -221,7 +221,7 @@ class MirroredExtended final : public StrategyExtended {
       // Replica 0 runs on the caller's thread, which it binds for this run only; the others'
       // threads are bound once, for good.
       const bool borrowed_thread = r == 0;
-      level.group.begin(r);  // first: every replica begins every run, whatever fails after
+      level.group.begin_replica(r);  // first: every replica begins every run, whatever fails after
       try {
         if (borrowed_thread || !level.bound[static_cast<std::size_t>(r)]) {
           device.bind_thread();

@@ -236,8 +236,7 @@ V ReplicaContext::all_reduce(ReduceOp op, const V& value, const CommunicationOpt
       error = std::current_exception();
     }
   };
-  args.call().while_waiting = [](void* make) { (*static_cast<decltype(make_result)*>(make))(); };
-  args.call().while_waiting_context = &make_result;
+  args.call().while_waiting.emplace(make_result);
   run_all_reduce(args);
   if (!result && !error) make_result();  // one replica: no rendezvous
   if (error) std::rethrow_exception(error);

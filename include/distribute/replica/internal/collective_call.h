@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <typeinfo>
 
+#include "absl/functional/function_ref.h"
 #include "distribute/collective/internal/collective_op.h"
 
 namespace distribute::detail {
@@ -123,11 +125,10 @@ struct CollectiveCall {
   const void* frame = nullptr;
   MergeRunner run_merge = nullptr;
   // When set: work of this replica's own that needs neither the other replicas nor the data
-  // (making an all_reduce's result, tensors viewing the output block), run once with
-  // `while_waiting_context` as soon as the replica has arrived at the rendezvous, so that it
-  // fills the wait for the others. Must not throw.
-  void (*while_waiting)(void* context) = nullptr;
-  void* while_waiting_context = nullptr;
+  // (making an all_reduce's result, tensors viewing the output block), run once as soon as the
+  // replica has arrived at the rendezvous, so that it fills the wait for the others. Must not
+  // throw.
+  std::optional<absl::FunctionRef<void()>> while_waiting;
 };
 
 }  // namespace distribute::detail
