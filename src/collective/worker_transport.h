@@ -12,9 +12,25 @@
 #include <vector>
 
 #include "base/wait.h"
+#include "distribute/collective/internal/collective_op.h"
 #include "distribute/device/dtype.h"
 
 namespace distribute::detail {
+
+// What a step across the workers is called in messages ("all_reduce #3", "Strategy::reduce"),
+// spelt out only when a message needs it: a step that succeeds builds no string. It refers to
+// what it was made from, so it lives no longer than the call it is passed to.
+class StepName {
+ public:
+  StepName(const char* text) : text_(text) {}  // implicit: a string where a name is expected
+  StepName(const std::string& text) : text_(text.c_str()) {}
+  explicit StepName(const collective::CollectiveOp& op) : op_(&op) {}
+  std::string str() const { return op_ != nullptr ? collective::op_name(*op_) : std::string(text_); }
+
+ private:
+  const char* text_ = "";
+  const collective::CollectiveOp* op_ = nullptr;
+};
 
 class WorkerTransport {
  public:
@@ -35,19 +51,19 @@ class WorkerTransport {
                                           Deadline deadline) = 0;
   // data = the sum of every worker's data, `count` elements of `dtype`, in place. `what` names
   // the collective if the data phase stalls past `deadline`, which ends the job.
-  virtual void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const std::string& what) = 0;
+  virtual void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const StepName& what) = 0;
   // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
   virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
-                          const std::string& what) = 0;
+                          const StepName& what) = 0;
   // Worker `root`'s `bytes` at `data` replace every other worker's, bit for bit.
-  virtual void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) = 0;
+  virtual void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const StepName& what) = 0;
   // Sends `mine` to every other worker as this worker's part of their next exchange, without
   // waiting for theirs: this worker's last word.
   virtual void send_farewell(std::span<const std::byte> mine) = 0;
   // Tells every other worker, without waiting, that this one gave up on a step of the strategy
   // (`what`) when its deadline passed: it makes no more collectives of the strategy, so a worker
   // that arrives later must not start the step's data phase with it.
-  virtual void send_gave_up(const std::string& what) = 0;
+  virtual void send_gave_up(const StepName& what) = 0;
   // The notes of other workers that gave up (sent by send_gave_up) that have come, each once:
   // {worker, what}. A data phase waiting for such a worker throws DeadlineExceededError instead of
   // waiting for it.

@@ -331,9 +331,12 @@ void MpiWorkerTransport::send_farewell(std::span<const std::byte> mine) {
   }
 }
 
-void MpiWorkerTransport::send_gave_up(const std::string& what) {
+void MpiWorkerTransport::send_gave_up(const StepName& what) {
   reusable_ = false;
-  if (size_ > 1) send_to_others(what.data(), what.size(), kGaveUpTag);
+  if (size_ > 1) {
+    const std::string step = what.str();
+    send_to_others(step.data(), step.size(), kGaveUpTag);
+  }
 }
 
 void MpiWorkerTransport::receive_gave_up() {
@@ -355,7 +358,7 @@ std::vector<std::pair<int, std::string>> MpiWorkerTransport::take_gave_up() {
   return std::exchange(gave_up_, {});
 }
 
-void MpiWorkerTransport::leave_if_others_gave_up(const std::string& what) {
+void MpiWorkerTransport::leave_if_others_gave_up(const StepName& what) {
   if (gave_up_.empty()) return;
   // Workers gave up on the step at their deadline after this one's header reached them: they will
   // never join this data phase. When every other worker did, nobody will ever match this worker's
@@ -365,19 +368,19 @@ void MpiWorkerTransport::leave_if_others_gave_up(const std::string& what) {
   for (const auto& note : gave_up_) gone[static_cast<std::size_t>(note.first)] = 1;
   if (std::count(gone.begin(), gone.end(), 1) == size_ - 1) {
     reusable_ = false;
-    throw DeadlineExceededError(absl::StrCat("every other worker gave up on ", what));
+    throw DeadlineExceededError(absl::StrCat("every other worker gave up on ", what.str()));
   }
   std::vector<std::string> notes;
   for (const auto& [worker, step] : gave_up_) notes.push_back(absl::StrCat("worker ", worker, " in ", step));
   std::fprintf(stderr,
                "distribute: worker %d: %s gave up when its timeout passed, after this worker had agreed to %s and "
                "started its data phase with the others; ending the job\n",
-               rank_, absl::StrJoin(notes, ", ").c_str(), what.c_str());
+               rank_, absl::StrJoin(notes, ", ").c_str(), what.str().c_str());
   std::fflush(stderr);
   MPI_Abort(comm_, 1);
 }
 
-void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const std::string& what) {
+void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const StepName& what) {
   const auto test = [&] {
     std::lock_guard<std::mutex> lock(mpi_mutex());
     int flag = 0;
@@ -460,7 +463,7 @@ void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline
   std::fprintf(stderr,
                "distribute: worker %d: the data phase of %s stalled past its timeout (every worker had agreed to "
                "the collective); %s; ending the job\n",
-               rank_, what.c_str(), finding.c_str());
+               rank_, what.str().c_str(), finding.c_str());
   std::fflush(stderr);
   MPI_Abort(comm_, 1);
 }
@@ -486,7 +489,7 @@ namespace {
 
 template <class T>
 void all_reduce_widened(MpiWorkerTransport& engine, void* data, std::int64_t count, Deadline deadline,
-                        const std::string& what) {
+                        const StepName& what) {
   T* values = static_cast<T*>(data);
   std::vector<float> wide(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) wide[static_cast<std::size_t>(i)] = static_cast<float>(values[i]);
@@ -498,7 +501,7 @@ void all_reduce_widened(MpiWorkerTransport& engine, void* data, std::int64_t cou
 
 class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
  public:
-  RingLinks(MpiWorkerTransport& engine, Deadline deadline, const std::string& what)
+  RingLinks(MpiWorkerTransport& engine, Deadline deadline, const StepName& what)
       : engine_(engine), deadline_(deadline), what_(what) {}
   int rank() const override { return engine_.rank_; }
   int size() const override { return engine_.size_; }
@@ -521,11 +524,11 @@ class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
  private:
   MpiWorkerTransport& engine_;
   const Deadline deadline_;
-  const std::string& what_;
+  const StepName& what_;
 };
 
 void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline,
-                                const std::string& what) {
+                                const StepName& what) {
   if (size_ == 1 || count == 0) return;
   if (dtype == DType::kFloat16) return all_reduce_widened<Half>(*this, data, count, deadline, what);
   if (dtype == DType::kBFloat16) return all_reduce_widened<BFloat16>(*this, data, count, deadline, what);
@@ -551,13 +554,13 @@ void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
 }
 
 void MpiWorkerTransport::all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
-                                const std::string& what) {
+                                const StepName& what) {
   std::vector<int> counts;
   std::vector<int> displacements;
   std::size_t total = 0;
   for (std::size_t s : sizes) {
     if (total + s > static_cast<std::size_t>(INT_MAX)) {
-      throw UnimplementedError(absl::StrCat(what, ": gathering more than 2 GiB across workers is not supported"));
+      throw UnimplementedError(absl::StrCat(what.str(), ": gathering more than 2 GiB across workers is not supported"));
     }
     counts.push_back(static_cast<int>(s));
     displacements.push_back(static_cast<int>(total));
@@ -577,7 +580,7 @@ void MpiWorkerTransport::all_gather(const void* mine, std::span<const std::size_
   wait_or_abort(std::span(&request, 1), deadline, what);
 }
 
-void MpiWorkerTransport::broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) {
+void MpiWorkerTransport::broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const StepName& what) {
   if (size_ == 1) return;
   auto* at = static_cast<std::byte*>(data);
   for (std::size_t done = 0; done < bytes; done += kMaxBytesPerCall) {

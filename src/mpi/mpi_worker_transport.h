@@ -51,12 +51,12 @@ class MpiWorkerTransport final : public WorkerTransport {
                                   Deadline deadline) override {
     return exchange_on(kInputTag, mine, all, deadline);
   }
-  void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const std::string& what) override;
+  void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const StepName& what) override;
   void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
-                  const std::string& what) override;
-  void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const std::string& what) override;
+                  const StepName& what) override;
+  void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const StepName& what) override;
   void send_farewell(std::span<const std::byte> mine) override;
-  void send_gave_up(const std::string& what) override;
+  void send_gave_up(const StepName& what) override;
   std::vector<std::pair<int, std::string>> take_gave_up() override;
 
  private:
@@ -67,13 +67,13 @@ class MpiWorkerTransport final : public WorkerTransport {
   std::vector<int> exchange_on(int tag, std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline);
   // Waits for every request; past `deadline`, reports `what` and the workers that do not answer
   // a liveness query, and ends the job.
-  void wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const std::string& what);
+  void wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const StepName& what);
   // The ring's links: an MPI_Isend to the next worker and an MPI_Irecv from the previous one per
   // step, waited for like every other wait.
   class RingLinks;
   // In a data phase: when other workers gave up on the step (their notes came), throws
   // DeadlineExceededError if every other worker did, else ends the job.
-  void leave_if_others_gave_up(const std::string& what);
+  void leave_if_others_gave_up(const StepName& what);
   // Answers other workers' liveness queries (the caller holds the MPI lock).
   void answer_queries();
   // Moves the other workers' gave-up notes that have come into gave_up_ (the caller holds the

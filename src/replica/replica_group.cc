@@ -156,7 +156,7 @@ void ReplicaGroup::reduce_across_workers() {
     std::memset(end, 0, static_cast<std::size_t>(block + first.leaf_offsets[leaf + 1] - end));
   }
   // One engine call per run of leaves of one dtype: the padding between them is zero and stays so.
-  const std::string what = call_name(*calls_[0]);
+  const StepName what(calls_[0]->op);
   const std::int64_t replicas = std::int64_t{size_} * workers_->num_workers();
   for (std::size_t begin = 0; begin < first.inputs.size();) {
     const DType dtype = first.inputs[begin].dtype;
@@ -187,7 +187,7 @@ void ReplicaGroup::share_gather_dims() {
   }
   std::vector<std::size_t> sizes;
   const std::vector<std::byte> bytes = workers_->all_gather(std::as_bytes(std::span(mine)), sizes,
-                                                            first.options.timeout, call_name(*calls_[0]));
+                                                            first.options.timeout, StepName(calls_[0]->op));
   // Worker w's entries are [w][leaf][r]; the backend wants [leaf][w * local + r].
   const auto workers = static_cast<std::size_t>(workers_->num_workers());
   const auto ranks = workers * local;
@@ -207,7 +207,7 @@ void ReplicaGroup::gather_across_workers() {
   const std::size_t leaves = first.inputs.size();
   gathered_.resize(leaves);
   gathered_shapes_.clear();
-  const std::string what = call_name(*calls_[0]);
+  const StepName what(calls_[0]->op);
   absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
   absl::InlinedVector<std::int64_t, 8> dims(static_cast<std::size_t>(size_));
   for (std::size_t leaf = 0; leaf < leaves; ++leaf) {

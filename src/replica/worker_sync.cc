@@ -76,9 +76,9 @@ void WorkerSync::break_with(std::string reason) {
   broken_.store(true, std::memory_order_release);
 }
 
-void WorkerSync::abandon_data_phase(const Error& error, const std::string& what) {
+void WorkerSync::abandon_data_phase(const Error& error, const StepName& what) {
   // The other workers gave up before this one arrived: say who, as the agreement would have.
-  check_nobody_gave_up([&] { return what; });
+  check_nobody_gave_up([&] { return what.str(); });
   // A data phase left half done cannot be taken back.
   break_with(error.what());
   throw;
@@ -214,7 +214,7 @@ void WorkerSync::throw_failure_of(int worker, absl::string_view described) {
 }
 
 void WorkerSync::all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
-                            const std::string& what) {
+                            const StepName& what) {
   check_usable();
   try {
     engine_->all_reduce(dtype, data, count, deadline_after(timeout), what);
@@ -224,7 +224,7 @@ void WorkerSync::all_reduce(DType dtype, void* data, std::int64_t count, std::ch
 }
 
 void WorkerSync::broadcast(void* data, std::size_t bytes, int root, std::chrono::duration<double> timeout,
-                           const std::string& what) {
+                           const StepName& what) {
   check_usable();
   try {
     engine_->broadcast(data, bytes, root, deadline_after(timeout), what);
@@ -234,7 +234,7 @@ void WorkerSync::broadcast(void* data, std::size_t bytes, int root, std::chrono:
 }
 
 std::vector<std::byte> WorkerSync::all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,
-                                              std::chrono::duration<double> timeout, const std::string& what) {
+                                              std::chrono::duration<double> timeout, const StepName& what) {
   check_usable();
   const Deadline deadline = deadline_after(timeout);
   const std::uint64_t size = mine.size();
@@ -242,8 +242,8 @@ std::vector<std::byte> WorkerSync::all_gather(std::span<const std::byte> mine, s
   std::vector<std::uint64_t> all(n);
   std::vector<std::byte> raw(n * sizeof(size));
   if (std::vector<int> missing = engine_->exchange(std::as_bytes(std::span(&size, 1)), raw, deadline); !missing.empty()) {
-    break_with(absl::StrCat("the data phase of ", what, " stalled"));
-    throw DeadlineExceededError(absl::StrCat("timed out after ", timeout.count(), " s in ", what, ": ",
+    break_with(absl::StrCat("the data phase of ", what.str(), " stalled"));
+    throw DeadlineExceededError(absl::StrCat("timed out after ", timeout.count(), " s in ", what.str(), ": ",
                                              workers_text(missing), " did not send its sizes"));
   }
   std::memcpy(all.data(), raw.data(), raw.size());
@@ -262,7 +262,7 @@ std::vector<std::byte> WorkerSync::all_gather(std::span<const std::byte> mine, s
 void WorkerSync::all_gather_along_axis(std::int64_t dim, std::int64_t outer, std::size_t inner_bytes,
                                        absl::FunctionRef<void(std::byte*)> write_part,
                                        absl::FunctionRef<std::byte*(std::int64_t total)> output,
-                                       std::chrono::duration<double> timeout, const std::string& what) {
+                                       std::chrono::duration<double> timeout, const StepName& what) {
   // Each part starts with its size along the axis: with an empty outer or inner extent the byte
   // counts alone would not tell it.
   std::vector<std::byte> part(sizeof(dim) + static_cast<std::size_t>(outer * dim) * inner_bytes);
@@ -285,7 +285,7 @@ void WorkerSync::all_gather_along_axis(std::int64_t dim, std::int64_t outer, std
   concat_buffers(parts, dims, outer, inner_bytes, output(total));
 }
 
-std::int64_t WorkerSync::sum(std::int64_t value, std::chrono::duration<double> timeout, const std::string& what) {
+std::int64_t WorkerSync::sum(std::int64_t value, std::chrono::duration<double> timeout, const StepName& what) {
   all_reduce(DType::kInt64, &value, 1, timeout, what);
   return value;
 }

@@ -77,11 +77,11 @@ class WorkerSync {
 
   // data = the sum over workers, in place.
   void all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
-                  const std::string& what);
+                  const StepName& what);
   // Concatenates every worker's `mine` in worker order (sizes may differ); returns the bytes and
   // fills `sizes` with each worker's count.
   std::vector<std::byte> all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,
-                                    std::chrono::duration<double> timeout, const std::string& what);
+                                    std::chrono::duration<double> timeout, const StepName& what);
   // Concatenates every worker's part of a tensor along an axis, in worker order; the parts may
   // differ in size along the axis only. This worker's part has `dim` entries along the axis, each
   // of the `outer` outer slices `inner_bytes` long, and `write_part` fills its bytes. `output(total)`
@@ -89,12 +89,12 @@ class WorkerSync {
   void all_gather_along_axis(std::int64_t dim, std::int64_t outer, std::size_t inner_bytes,
                              absl::FunctionRef<void(std::byte*)> write_part,
                              absl::FunctionRef<std::byte*(std::int64_t total)> output,
-                             std::chrono::duration<double> timeout, const std::string& what);
+                             std::chrono::duration<double> timeout, const StepName& what);
   // Worker `root`'s `bytes` at `data` replace every other worker's.
   void broadcast(void* data, std::size_t bytes, int root, std::chrono::duration<double> timeout,
-                 const std::string& what);
+                 const StepName& what);
   // The sum over workers of `value`.
-  std::int64_t sum(std::int64_t value, std::chrono::duration<double> timeout, const std::string& what);
+  std::int64_t sum(std::int64_t value, std::chrono::duration<double> timeout, const StepName& what);
   // WorkerTransport::exchange_input: the distributed input's channel, which leaves the strategy's state
   // alone.
   std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) {
@@ -114,7 +114,7 @@ class WorkerSync {
   void check_nobody_gave_up(absl::FunctionRef<std::string()> what);
   // In a catch of `error` from a data phase of `what`: rethrows it, or the error naming the
   // workers that gave up, and leaves the strategy unusable.
-  [[noreturn]] void abandon_data_phase(const Error& error, const std::string& what);
+  [[noreturn]] void abandon_data_phase(const Error& error, const StepName& what);
   // Every worker's description of its call (its rendered signature, or its failure), exchanged
   // when the headers differ.
   std::vector<std::string> exchange_descriptions(const WorkerCall& mine, Deadline deadline);
