@@ -219,19 +219,23 @@ std::unique_ptr<std::byte[]> MpiWorkerTransport::framed(const void* data, std::s
   return out;
 }
 
-std::optional<std::vector<std::byte>> MpiWorkerTransport::receive_framed(MPI_Comm comm, int source, int tag) {
-  MPI_Status status;
-  MPI_Probe(source, tag, comm, &status);
-  int length = 0;
-  MPI_Get_count(&status, MPI_BYTE, &length);
-  std::vector<std::byte> message(static_cast<std::size_t>(length));
-  MPI_Recv(message.data(), length, MPI_BYTE, status.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
-  std::uint64_t nonce = 0;
-  if (message.size() < sizeof nonce) return std::nullopt;
-  std::memcpy(&nonce, message.data(), sizeof nonce);
-  if (nonce != nonce_) return std::nullopt;
-  message.erase(message.begin(), message.begin() + sizeof nonce);
-  return message;
+std::optional<MpiWorkerTransport::Message> MpiWorkerTransport::take_message(MPI_Comm comm, int source, int tag) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    MPI_Iprobe(source, tag, comm, &flag, &status);
+    if (!flag) return std::nullopt;
+    int length = 0;
+    MPI_Get_count(&status, MPI_BYTE, &length);
+    Message message{status.MPI_SOURCE, std::vector<std::byte>(static_cast<std::size_t>(length))};
+    MPI_Recv(message.payload.data(), length, MPI_BYTE, status.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
+    std::uint64_t nonce = 0;
+    if (message.payload.size() < sizeof nonce) continue;
+    std::memcpy(&nonce, message.payload.data(), sizeof nonce);
+    if (nonce != nonce_) continue;
+    message.payload.erase(message.payload.begin(), message.payload.begin() + sizeof nonce);
+    return message;
+  }
 }
 
 void MpiWorkerTransport::reap_sends() {
@@ -243,17 +247,11 @@ void MpiWorkerTransport::reap_sends() {
 }
 
 void MpiWorkerTransport::answer_queries() {
-  for (;;) {
-    int flag = 0;
-    MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, probe_comm_, &flag, &status);
-    if (!flag) return;
-    const std::optional<std::vector<std::byte>> query = receive_framed(probe_comm_, status.MPI_SOURCE, kQueryTag);
-    if (!query) continue;
-    const std::unique_ptr<std::byte[]> answer = framed(query->data(), query->size());
+  while (const std::optional<Message> query = take_message(probe_comm_, MPI_ANY_SOURCE, kQueryTag)) {
+    const std::unique_ptr<std::byte[]> answer = framed(query->payload.data(), query->payload.size());
     // A few bytes go eagerly: the send returns without waiting for the asker.
-    MPI_Send(answer.get(), static_cast<int>(sizeof nonce_ + query->size()), MPI_BYTE, status.MPI_SOURCE, kAnswerTag,
-             probe_comm_);
+    MPI_Send(answer.get(), static_cast<int>(sizeof nonce_ + query->payload.size()), MPI_BYTE, query->source,
+             kAnswerTag, probe_comm_);
   }
 }
 
@@ -283,19 +281,14 @@ std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::b
   const auto receive_arrived = [&] {
     std::lock_guard<std::mutex> lock(mpi_mutex());
     std::erase_if(waiting, [&](int w) {
-      for (;;) {
-        int flag = 0;
-        MPI_Iprobe(w, tag, comm_, &flag, MPI_STATUS_IGNORE);
-        if (!flag) return false;
-        const std::optional<std::vector<std::byte>> message = receive_framed(comm_, w, tag);
-        if (!message) continue;
-        if (message->size() != bytes) {
-          throw InternalError(absl::StrCat("worker ", w, " sent ", message->size(), " bytes where ", bytes,
-                                           " were expected"));
-        }
-        std::memcpy(all.data() + static_cast<std::size_t>(w) * bytes, message->data(), bytes);
-        return true;
+      const std::optional<Message> message = take_message(comm_, w, tag);
+      if (!message) return false;
+      if (message->payload.size() != bytes) {
+        throw InternalError(absl::StrCat("worker ", w, " sent ", message->payload.size(), " bytes where ", bytes,
+                                         " were expected"));
       }
+      std::memcpy(all.data() + static_cast<std::size_t>(w) * bytes, message->payload.data(), bytes);
+      return true;
     });
     if (!waiting.empty()) return false;
     int sent = 0;
@@ -340,13 +333,8 @@ void MpiWorkerTransport::send_gave_up(const StepName& what) {
 }
 
 void MpiWorkerTransport::receive_gave_up() {
-  for (;;) {
-    int flag = 0;
-    MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, kGaveUpTag, probe_comm_, &flag, &status);
-    if (!flag) return;
-    const std::optional<std::vector<std::byte>> step = receive_framed(probe_comm_, status.MPI_SOURCE, kGaveUpTag);
-    if (step) gave_up_.emplace_back(status.MPI_SOURCE, std::string(reinterpret_cast<const char*>(step->data()), step->size()));
+  while (const std::optional<Message> note = take_message(probe_comm_, MPI_ANY_SOURCE, kGaveUpTag)) {
+    gave_up_.emplace_back(note->source, note->text());
   }
 }
 
@@ -414,25 +402,16 @@ void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline
       [&] {
         if (test()) return true;
         std::lock_guard<std::mutex> lock(mpi_mutex());
-        int flag = 0;
-        MPI_Status status;
-        MPI_Iprobe(MPI_ANY_SOURCE, kFindingTag, probe_comm_, &flag, &status);
-        if (flag) {
-          if (const auto finding = receive_framed(probe_comm_, status.MPI_SOURCE, kFindingTag)) {
-            reported = absl::StrCat("worker ", status.MPI_SOURCE, " found: ",
-                                    absl::string_view(reinterpret_cast<const char*>(finding->data()), finding->size()));
-            return true;
-          }
+        if (const std::optional<Message> finding = take_message(probe_comm_, MPI_ANY_SOURCE, kFindingTag)) {
+          reported = absl::StrCat("worker ", finding->source, " found: ", finding->text());
+          return true;
         }
         answer_queries();
-        for (;;) {
-          MPI_Iprobe(MPI_ANY_SOURCE, kAnswerTag, probe_comm_, &flag, &status);
-          if (!flag) break;
-          const auto reply = receive_framed(probe_comm_, status.MPI_SOURCE, kAnswerTag);
+        while (const std::optional<Message> reply = take_message(probe_comm_, MPI_ANY_SOURCE, kAnswerTag)) {
           std::int64_t answer_to = 0;
-          if (!reply || reply->size() != sizeof answer_to) continue;
-          std::memcpy(&answer_to, reply->data(), sizeof answer_to);
-          if (answer_to == query) answered[static_cast<std::size_t>(status.MPI_SOURCE)] = 1;
+          if (reply->payload.size() != sizeof answer_to) continue;
+          std::memcpy(&answer_to, reply->payload.data(), sizeof answer_to);
+          if (answer_to == query) answered[static_cast<std::size_t>(reply->source)] = 1;
         }
         return all_answered();
       },

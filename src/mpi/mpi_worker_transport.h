@@ -83,9 +83,16 @@ class MpiWorkerTransport final : public WorkerTransport {
   void send_to_others(const void* data, std::size_t bytes, int tag);
   // `bytes` at `data` after the nonce: every message of the engine is framed so.
   std::unique_ptr<std::byte[]> framed(const void* data, std::size_t bytes) const;
-  // Receives a message of `tag` from `source` (known to have come) on `comm`; its payload, or
-  // nothing when it is another strategy's (the caller holds the MPI lock).
-  std::optional<std::vector<std::byte>> receive_framed(MPI_Comm comm, int source, int tag);
+  // A message of this strategy received, its nonce taken off.
+  struct Message {
+    int source;
+    std::vector<std::byte> payload;
+    std::string text() const { return std::string(reinterpret_cast<const char*>(payload.data()), payload.size()); }
+  };
+  // The next message of `tag` from `source` (or MPI_ANY_SOURCE) on `comm` that has come, dropping
+  // other strategies' on the way; nothing when none has come. Never waits (the caller holds the
+  // MPI lock).
+  std::optional<Message> take_message(MPI_Comm comm, int source, int tag);
   // Drops the pending sends that have completed (the caller holds the MPI lock).
   void reap_sends();
 
