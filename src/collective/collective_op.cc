@@ -2,6 +2,7 @@
 #include "distribute/collective/internal/collective_op.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace distribute::collective {
 
@@ -19,5 +20,9 @@ const char* kind_name(CollectiveKind kind) {
 }
 
 std::string op_name(const CollectiveOp& op) { return absl::StrCat(kind_name(op.kind), " #", op.sequence); }
+
+std::string replicas_text(const std::vector<int>& replicas) {
+  return absl::StrCat(replicas.size() == 1 ? "replica " : "replicas ", absl::StrJoin(replicas, ", "));
+}
 
 }  // namespace distribute::collective

@@ -6,19 +6,16 @@
 //
 // The unit is the process: a Communicator moves data between the replicas of one process, which
 // are threads, and `rank` is the replica's index in the process. Several processes (workers) are
-// joined hierarchically rather than by making every replica a peer of every other: a worker's
-// replicas first combine locally through this process's Communicator, then one thread per process
-// exchanges the local result with the other workers through a process-level engine (MPI, or NCCL
-// across processes), and the result is shared locally again. Only that one thread per process
-// talks to the other processes, so the engine needs no thread support, the number of messages
-// grows with workers rather than replicas, and a backend written here is reused unchanged under
-// the multi-worker strategy.
+// joined hierarchically rather than by making every replica a peer of every other: the
+// hierarchical Communicator (hierarchical/communicator.h) combines a worker's replicas locally,
+// takes the local result across the workers through their transport (MPI), and shares the result
+// locally again, so a backend written here is reused unchanged under the multi-worker strategy.
 //
 // GPUs are the exception: NCCL is itself the engine across processes, with its own hierarchy over
 // NVLink, PCIe and the network, so a multi-worker strategy on GPUs builds one NCCL communicator
 // spanning every worker's GPUs (spans_processes()). The workers still agree on each call through
-// the process-level engine before any data moves; then every replica is a rank of that one
-// communicator and the data phase is the backend's own.
+// their transport before any data moves; then every replica is a rank of that one communicator
+// and the data phase is the backend's own.
 #pragma once
 
 #include <atomic>
@@ -90,7 +87,7 @@ class Communicator {
 
   // Set by the group: true once the current run has failed. Backends that poll a device check it
   // so that no replica keeps waiting for a peer that will not come.
-  void set_failure_flag(const std::atomic<bool>* failed) { failed_ = failed; }
+  virtual void set_failure_flag(const std::atomic<bool>* failed) { failed_ = failed; }
 
  protected:
   bool run_failed() const { return failed_ != nullptr && failed_->load(std::memory_order_acquire); }

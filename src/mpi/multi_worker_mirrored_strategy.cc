@@ -161,10 +161,10 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   if (devices[0].is_gpu()) {
     check_gpus_distinct(*engine, devices, options.communication.timeout);
   }
-  auto sync = std::make_shared<detail::WorkerSync>(std::move(engine), static_cast<int>(local));
+  auto group = std::make_shared<detail::WorkerGroup>(std::move(engine), static_cast<int>(local));
   MirroredStrategyOptions mirrored;
   mirrored.communication = options.communication;
-  set_extended(detail::make_mirrored_extended(*this, std::move(devices), mirrored, std::move(sync)));
+  set_extended(detail::make_mirrored_extended(*this, std::move(devices), mirrored, std::move(group)));
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;

@@ -374,15 +374,11 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls, int fir
   for (const CollectiveCall* call : calls) rendered.push_back(render_signature(*call));
   const auto name = [first_id](std::vector<int> replicas) {
     for (int& r : replicas) r += first_id;
-    return replicas_text(replicas);
+    return collective::replicas_text(replicas);
   };
   if (std::exception_ptr error = find_disagreement(rendered, Parties{name, "replica"})) return error;
   return invalid(
       absl::StrCat(call_name(*calls[0]), ": the replicas' calls differ in a way their descriptions do not show"));
-}
-
-std::string replicas_text(const std::vector<int>& replicas) {
-  return absl::StrCat(replicas.size() == 1 ? "replica " : "replicas ", absl::StrJoin(replicas, ", "));
 }
 
 std::string call_name(const CollectiveCall& call) { return collective::op_name(call.op); }

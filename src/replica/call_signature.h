@@ -73,9 +73,6 @@ std::exception_ptr find_disagreement(std::span<const RenderedSignature> calls, c
 // calls[r] is the call of the replica with global id first_id + r, as messages name it.
 std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls, int first_id = 0);
 
-// "replica 1" or "replicas 0, 2, 3".
-std::string replicas_text(const std::vector<int>& replicas);
-
 // "all_reduce #3".
 std::string call_name(const CollectiveCall& call);
 

@@ -2,30 +2,19 @@
 #include "replica/replica_group.h"
 
 #include <algorithm>
-#include <cstring>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "absl/container/inlined_vector.h"
-#include "absl/strings/str_join.h"
 #include "device/gpu_runtime.h"
-#include "device/kernels.h"
 #include "distribute/errors.h"
 #include "replica/call_signature.h"
 
 namespace distribute::detail {
 
-using collective::BufferRef;
 using collective::CollectiveKind;
 
-namespace {
-
-int gather_axis_of(const collective::CollectiveOp& op, const Shape& shape) { return op.axis < 0 ? op.axis + shape.rank() : op.axis; }
-
-}  // namespace
-
 ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
-                           CommunicationOptions defaults)
+                           CommunicationOptions defaults, CallAgreement* agreement, int first_id)
     : size_(size),
       defaults_(defaults),
       policy_(policy),
@@ -34,7 +23,9 @@ ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> c
       small_(communicator_->shares_host_memory() && size > 1 ? std::make_unique<SmallAllReduce>(size) : nullptr),
       slots_(static_cast<std::size_t>(size)),
       calls_(static_cast<std::size_t>(size)),
-      ops_(static_cast<std::size_t>(size)) {
+      ops_(static_cast<std::size_t>(size)),
+      agreement_(agreement),
+      first_id_(first_id) {
   communicator_->set_failure_flag(&failed_);
   for (Slot& slot : slots_) {
     slot.returned.op.kind = CollectiveKind::kReturn;
@@ -45,15 +36,8 @@ ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> c
   failure_report_.op.options = failure_report_.op.options.merged_with(defaults_);
 }
 
-void ReplicaGroup::join_workers(WorkerSync* workers, int first_id) {
-  workers_ = workers;
-  first_id_ = first_id;
-  // The small path completes an all_reduce among these replicas only.
-  small_.reset();
-}
-
 void ReplicaGroup::prepare_run() {
-  if (workers_ != nullptr) workers_->begin_run();
+  if (agreement_ != nullptr) agreement_->begin_run();
   // After a run that succeeded every replica arrived at every phase and nobody is left inside: the
   // rendezvous is as reset already, and writing its lines would only make the replicas fetch them
   // again. Lines are written here only where a run left something behind.
@@ -80,8 +64,8 @@ void ReplicaGroup::complete_phase() {
     ops_[r] = &calls_[r]->op;
   }
   std::exception_ptr mismatch = compare_calls(calls_, first_id_);
-  if (workers_ != nullptr) {
-    if (!complete_across_workers(mismatch)) return;
+  if (agreement_ != nullptr) {
+    if (!agree_across_workers(mismatch)) return;
   } else if (mismatch) {
     record_failure(mismatch, mismatch);
     return;
@@ -94,7 +78,13 @@ void ReplicaGroup::complete_phase() {
   for (collective::CollectiveOp* op : ops_) {
     if (op->staged != staged) op->staged = staged;
   }
-  communicator_->prepare(ops_);
+  try {
+    communicator_->prepare(ops_);
+  } catch (...) {
+    std::exception_ptr error = std::current_exception();
+    record_failure(error, error);
+    return;
+  }
   if (calls_[0]->op.kind == CollectiveKind::kMergeCall) {
     try {
       merge_result_ = calls_[0]->run_merge(calls_);
@@ -108,22 +98,16 @@ void ReplicaGroup::complete_phase() {
   }
 }
 
-bool ReplicaGroup::complete_across_workers(std::exception_ptr local_mismatch) {
+bool ReplicaGroup::agree_across_workers(std::exception_ptr local_mismatch) {
   const CollectiveCall& first = *calls_[0];
   WorkerCall mine;
-  mine.status = local_mismatch             ? WorkerCall::Status::kFailed
+  mine.status = local_mismatch                               ? WorkerCall::Status::kFailed
                 : first.op.kind == CollectiveKind::kReturn ? WorkerCall::Status::kReturned
                                                            : WorkerCall::Status::kCall;
   mine.call = &first;
   mine.error = local_mismatch;
   try {
-    workers_->agree(mine);
-    if (communicator_->spans_processes()) {
-      if (first.op.kind == CollectiveKind::kAllGather) share_gather_dims();
-    } else {
-      if (first.op.kind == CollectiveKind::kAllReduce) reduce_across_workers();
-      if (first.op.kind == CollectiveKind::kAllGather) gather_across_workers();
-    }
+    agreement_->agree(mine);
     return true;
   } catch (...) {
     std::exception_ptr error = std::current_exception();
@@ -132,114 +116,10 @@ bool ReplicaGroup::complete_across_workers(std::exception_ptr local_mismatch) {
   }
 }
 
-void ReplicaGroup::reduce_across_workers() {
-  const collective::CollectiveOp& first = *ops_[0];
-  // One replica per worker (the default of MultiWorkerMirroredStrategy) whose outputs are one
-  // block laid out like reduced_ (host memory, as every replica on this path is a CPU's): the
-  // engine works in that block, which saves copying the whole result back out of reduced_.
-  reduced_in_output_ = size_ == 1 && first.output_block != nullptr;
-  std::byte* block = nullptr;
-  if (reduced_in_output_) {
-    block = static_cast<std::byte*>(first.output_block);
-  } else {
-    reduced_.resize(first.leaf_offsets.back());
-    block = reduced_.data();
-  }
-  absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
-  for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
-    for (std::size_t r = 0; r < inputs.size(); ++r) inputs[r] = ops_[r]->input_data[leaf];
-    std::byte* out = block + first.leaf_offsets[leaf];
-    // MEAN is a sum here: divided once the workers' sums are added.
-    reduce_buffers(first.inputs[leaf].dtype, ReduceOp::kSum, inputs, out, first.inputs[leaf].num_elements(), size_);
-    // The padding up to the next leaf goes through the engine with its neighbours: zeros.
-    std::byte* end = out + first.inputs[leaf].nbytes();
-    std::memset(end, 0, static_cast<std::size_t>(block + first.leaf_offsets[leaf + 1] - end));
-  }
-  // One engine call per run of leaves of one dtype: the padding between them is zero and stays so.
-  const StepName what(calls_[0]->op);
-  const std::int64_t replicas = std::int64_t{size_} * workers_->num_workers();
-  for (std::size_t begin = 0; begin < first.inputs.size();) {
-    const DType dtype = first.inputs[begin].dtype;
-    std::size_t end = begin + 1;
-    while (end < first.inputs.size() && first.inputs[end].dtype == dtype) ++end;
-    const std::size_t from = first.leaf_offsets[begin];
-    const std::size_t to = first.leaf_offsets[end - 1] + first.inputs[end - 1].nbytes();
-    void* data = block + from;
-    const auto count = static_cast<std::int64_t>((to - from) / dtype_size(dtype));
-    workers_->all_reduce(dtype, data, count, first.options.timeout, what);
-    if (first.op == ReduceOp::kMean) {
-      const void* in[] = {data};
-      reduce_buffers(dtype, ReduceOp::kMean, in, data, count, replicas);
-    }
-    begin = end;
-  }
-}
-
-void ReplicaGroup::share_gather_dims() {
-  const collective::CollectiveOp& first = *ops_[0];
-  const std::size_t leaves = first.inputs.size();
-  const auto local = static_cast<std::size_t>(size_);
-  std::vector<std::int64_t> mine(leaves * local);
-  for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
-    const Shape& shape = *first.inputs[leaf].shape;
-    const int axis = gather_axis_of(first, shape);
-    for (std::size_t r = 0; r < local; ++r) mine[leaf * local + r] = (*ops_[r]->inputs[leaf].shape)[axis];
-  }
-  std::vector<std::size_t> sizes;
-  const std::vector<std::byte> bytes = workers_->all_gather(std::as_bytes(std::span(mine)), sizes,
-                                                            first.options.timeout, StepName(calls_[0]->op));
-  // Worker w's entries are [w][leaf][r]; the backend wants [leaf][w * local + r].
-  const auto workers = static_cast<std::size_t>(workers_->num_workers());
-  const auto ranks = workers * local;
-  std::vector<std::int64_t> dims(leaves * ranks);
-  for (std::size_t w = 0; w < workers; ++w) {
-    for (std::size_t i = 0; i < leaves * local; ++i) {
-      std::int64_t dim = 0;
-      std::memcpy(&dim, bytes.data() + (w * leaves * local + i) * sizeof dim, sizeof dim);
-      dims[(i / local) * ranks + w * local + i % local] = dim;
-    }
-  }
-  communicator_->set_gather_dims(std::move(dims));
-}
-
-void ReplicaGroup::gather_across_workers() {
-  const collective::CollectiveOp& first = *ops_[0];
-  const std::size_t leaves = first.inputs.size();
-  gathered_.resize(leaves);
-  gathered_shapes_.clear();
-  const StepName what(calls_[0]->op);
-  absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
-  absl::InlinedVector<std::int64_t, 8> dims(static_cast<std::size_t>(size_));
-  for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
-    const Shape& shape = *first.inputs[leaf].shape;
-    const int axis = gather_axis_of(first, shape);
-    const std::int64_t outer = shape.outer_size(axis);
-    const std::size_t inner_bytes =
-        static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(first.inputs[leaf].dtype);
-    // This worker's part: its replicas' values concatenated.
-    std::int64_t local = 0;
-    for (std::size_t r = 0; r < inputs.size(); ++r) {
-      inputs[r] = ops_[r]->inputs[leaf].data;
-      dims[r] = (*ops_[r]->inputs[leaf].shape)[axis];
-      local += dims[r];
-    }
-    std::int64_t total = 0;
-    workers_->all_gather_along_axis(
-        local, outer, inner_bytes, [&](std::byte* out) { concat_buffers(inputs, dims, outer, inner_bytes, out); },
-        [&](std::int64_t all) {
-          total = all;
-          gathered_[leaf].resize(static_cast<std::size_t>(outer * total) * inner_bytes);
-          return gathered_[leaf].data();
-        },
-        first.options.timeout, what);
-    gathered_shapes_.push_back(shape.with_dim(axis, total));
-  }
-}
-
 void ReplicaGroup::finish_run() {
-  if (workers_ == nullptr) return;
-  const bool concluded = workers_->run_concluded();
-  workers_->end_run();
+  if (agreement_ == nullptr) return;
+  const bool concluded = agreement_->run_concluded();
+  agreement_->end_run();
   if (concluded) return;
   WorkerCall mine;
   mine.status = WorkerCall::Status::kFailed;
@@ -251,7 +131,7 @@ void ReplicaGroup::finish_run() {
   }
   if (!mine.error) return;
   try {
-    workers_->agree(mine);
+    agreement_->agree(mine);
   } catch (...) {
     // The workers now know; this worker's run keeps its own error.
   }
@@ -303,7 +183,7 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
 void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<int> behind) {
   for (int& r : behind) r += first_id_;
   auto error = std::make_exception_ptr(DeadlineExceededError(absl::StrCat(
-      "timed out after ", call.op.options.timeout.count(), " s: ", replicas_text(behind),
+      "timed out after ", call.op.options.timeout.count(), " s: ", collective::replicas_text(behind),
       " did not arrive while replica ", first_id_ + rank, " waits in ", call_name(call),
       "; a replica is stuck or skipped the collective (raise CommunicationOptions::timeout if it is slow)")));
   record_failure(error, error);
@@ -312,32 +192,13 @@ void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<in
 
 void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllReduce;
-  if (!synchronise(rank, call)) return;
-  if (workers_ == nullptr || communicator_->spans_processes()) {
-    communicator_->all_reduce(rank, ops_);
-    return;
-  }
-  if (reduced_in_output_) return;
-  // Each replica copies the result across workers to its own outputs, in parallel; reduced_
-  // stays as it is until every replica has arrived at the next phase.
-  const collective::CollectiveOp& op = call.op;
-  for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
-    const std::size_t bytes = op.inputs[leaf].nbytes();
-    if (bytes != 0) std::memcpy(op.output_data[leaf], reduced_.data() + op.leaf_offsets[leaf], bytes);
-  }
+  if (synchronise(rank, call)) communicator_->all_reduce(rank, ops_);
 }
 
 void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllGather;
   synchronise(rank, call);
-  if (workers_ == nullptr || communicator_->spans_processes()) {
-    communicator_->all_gather(rank, ops_);
-    return;
-  }
-  for (std::size_t leaf = 0; leaf < gathered_.size(); ++leaf) {
-    void* out = call.op.allocate_output(call.op.allocate_context, leaf, gathered_shapes_[leaf]);
-    if (!gathered_[leaf].empty()) std::memcpy(out, gathered_[leaf].data(), gathered_[leaf].size());
-  }
+  communicator_->all_gather(rank, ops_);
 }
 
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
@@ -357,7 +218,7 @@ void ReplicaGroup::replica_returned(int rank) {
   // When every replica returned (after the same collectives, as the phases line up) there is
   // nothing to compare or run, unless the other workers are to hear of it.
   rendezvous_.arrive(rank, [this](bool every_replica_returned) {
-    if (!every_replica_returned || workers_ != nullptr) complete_phase();
+    if (!every_replica_returned || agreement_ != nullptr) complete_phase();
   });
 }
 

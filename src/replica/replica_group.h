@@ -7,11 +7,9 @@
 // releases every waiting replica when one fails, times out or leaves early, so no replica is left
 // hanging.
 //
-// Joined to other workers (join_workers), the group is the local half of a hierarchical
-// collective: the replica that completes a phase also takes it across the workers (WorkerSync)
-// while the others wait, so that one thread per process talks to the other processes; an
-// all_reduce is reduced locally, across workers and written to every replica's outputs there, and
-// an all_gather is assembled there for the replicas to copy.
+// In a multi-worker strategy the group's Communicator is the hierarchical one, which moves the data
+// across the workers, and the group calls the workers' CallAgreement as it completes each phase:
+// the workers agree on the call before any data moves, and a run's end or failure is agreed too.
 #pragma once
 
 #include <atomic>
@@ -25,21 +23,20 @@
 #include "collective/communicator.h"
 #include "collective/rendezvous.h"
 #include "distribute/replica/internal/collective_call.h"
+#include "replica/call_agreement.h"
 #include "replica/small_all_reduce.h"
-#include "replica/worker_sync.h"
 
 namespace distribute::detail {
 
 class ReplicaGroup {
  public:
+  // In a multi-worker strategy, `agreement` is the workers' and this group's replicas have the
+  // global ids first_id ...; null for a single process.
   ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
-               CommunicationOptions defaults);
+               CommunicationOptions defaults, CallAgreement* agreement = nullptr, int first_id = 0);
 
   int size() const { return size_; }
 
-  // Makes every phase a step across the workers of `workers`, whose replicas this group's are
-  // (global ids first_id ...). Before the first run.
-  void join_workers(WorkerSync* workers, int first_id);
   // After a run, on the caller's thread: a run that failed here before the workers learnt of it
   // tells them now, so that no worker waits for this one's next collective.
   void finish_run();
@@ -83,14 +80,9 @@ class ReplicaGroup {
   [[noreturn]] void time_out(int rank, const CollectiveCall& call, std::vector<int> behind);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
   void complete_phase();
-  // complete_phase's part across the workers; records the failure and returns false when the
-  // workers' calls differ or one of them failed.
-  bool complete_across_workers(std::exception_ptr local_mismatch);
-  // Host data across the workers through the WorkerSync's engine.
-  void reduce_across_workers();
-  void gather_across_workers();
-  // For a backend that spans the workers: every worker's sizes along an all_gather's axis.
-  void share_gather_dims();
+  // complete_phase's agreement with the other workers; records the failure and returns false when
+  // the workers' calls differ or one of them failed.
+  bool agree_across_workers(std::exception_ptr local_mismatch);
 
   struct alignas(64) Slot {
     CollectiveCall* call = nullptr;
@@ -111,13 +103,8 @@ class ReplicaGroup {
   // What finish_run reports to the workers: the end of a run that failed here.
   CollectiveCall failure_report_;
   std::shared_ptr<void> merge_result_;
-  WorkerSync* workers_ = nullptr;
-  int first_id_ = 0;
-  std::vector<std::byte> reduced_;  // an all_reduce's result across workers
-  // The last all_reduce across workers reduced straight in its one replica's output block.
-  bool reduced_in_output_ = false;
-  std::vector<std::vector<std::byte>> gathered_;  // an all_gather's leaves across workers
-  std::vector<Shape> gathered_shapes_;
+  CallAgreement* const agreement_;
+  const int first_id_;
   mutable Mutex mu_;
   std::exception_ptr first_error_ ABSL_GUARDED_BY(mu_);
   int first_error_rank_ ABSL_GUARDED_BY(mu_) = -1;  // the replica that raised it, if one did

@@ -1,6 +1,6 @@
 // distribute::detail: MirroredStrategy's engine for the strategies built on it. The multi-worker
 // strategy (src/mpi/) is MirroredStrategy's replicas on each worker, joined to the other workers
-// through a WorkerSync; it lives in its own library, so it builds the engine through here.
+// as a WorkerGroup; it lives in its own library, so it builds the engine through here.
 #pragma once
 
 #include <memory>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "distribute/strategy/mirrored_strategy.h"
-#include "replica/worker_sync.h"
+#include "collective/hierarchical/worker_group.h"
 
 namespace distribute::detail {
 
@@ -19,6 +19,6 @@ std::vector<Device> parse_mirrored_devices(const std::vector<std::string>& specs
 // (null: one process).
 std::unique_ptr<StrategyExtended> make_mirrored_extended(Strategy& container, std::vector<Device> devices,
                                                          MirroredStrategyOptions options,
-                                                         std::shared_ptr<WorkerSync> workers);
+                                                         std::shared_ptr<WorkerGroup> workers);
 
 }  // namespace distribute::detail

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/mutex.h"
+#include "collective/hierarchical/communicator.h"
 #include "collective/one_device/communicator.h"
 #include "device/gpu_runtime.h"
 #include "device/replica_device.h"
@@ -13,6 +14,7 @@
 #include "distribute/config.h"
 #include "distribute/device/gpu.h"
 #include "distribute/input/internal/worker_agreement.h"
+#include "replica/call_agreement.h"
 #include "replica/replica_group.h"
 #include "replica/replica_runner.h"
 #include "strategy/cross_device_ops.h"
@@ -58,10 +60,10 @@ detail::Backend choose_backend(const std::vector<Device>& devices, const Mirrore
                                 DISTRIBUTE_HAS_NCCL != 0);
 }
 
-std::unique_ptr<collective::Communicator> make_communicator(detail::Backend backend,
-                                                             const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
-                                                             const detail::WaitPolicy& policy, detail::WorkerSync* workers,
-                                                             std::chrono::duration<double> timeout) {
+// This worker's replicas' backend.
+std::unique_ptr<collective::Communicator> make_local_communicator(
+    detail::Backend backend, const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
+    const detail::WaitPolicy& policy, detail::WorkerGroup* workers, std::chrono::duration<double> timeout) {
   const int n = static_cast<int>(devices.size());
   std::vector<detail::ReplicaDevice*> raw;
   for (const auto& d : devices) raw.push_back(d.get());
@@ -92,6 +94,16 @@ std::unique_ptr<collective::Communicator> make_communicator(detail::Backend back
   throw InternalError("make_communicator: backend not built");
 }
 
+// The backend of a level's replicas, joined to the other workers of `workers` unless it is null.
+std::unique_ptr<collective::Communicator> make_communicator(
+    detail::Backend backend, const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
+    const detail::WaitPolicy& policy, detail::WorkerGroup* workers, std::chrono::duration<double> timeout) {
+  std::unique_ptr<collective::Communicator> local = make_local_communicator(backend, devices, policy, workers, timeout);
+  if (workers == nullptr) return local;
+  return std::make_unique<collective::hierarchical::HierarchicalCommunicator>(std::move(local), *workers,
+                                                                              static_cast<int>(devices.size()));
+}
+
 std::vector<std::unique_ptr<detail::ReplicaDevice>> make_replica_devices(const std::vector<Device>& devices) {
   std::vector<std::unique_ptr<detail::ReplicaDevice>> out;
   for (const Device& d : devices) out.push_back(detail::ReplicaDevice::create(d));
@@ -102,11 +114,20 @@ std::vector<std::unique_ptr<detail::ReplicaDevice>> make_replica_devices(const s
 // together fit on its cores. When they do not and other workers share the machine, a waiting
 // replica parks at once: yielding would still take turns on the cores from the other processes'
 // replicas and MPI progress, which the waits across workers depend on.
-detail::WaitPolicy wait_policy(int local_replicas, const detail::WorkerSync* workers) {
+detail::WaitPolicy wait_policy(int local_replicas, const detail::WorkerGroup* workers) {
   const int on_host = workers != nullptr ? workers->workers_on_this_host() : 1;
   detail::WaitPolicy policy = detail::WaitPolicy::for_threads(local_replicas * on_host);
   if (on_host > 1 && policy.spin.count() == 0) policy.yield = std::chrono::nanoseconds::zero();
   return policy;
+}
+
+detail::WorkerGroup* workers_of(detail::CallAgreement* agreement) {
+  return agreement != nullptr ? &agreement->workers() : nullptr;
+}
+
+// The global id of this worker's first replica, of `local`.
+int first_global_id(detail::CallAgreement* agreement, int local) {
+  return agreement != nullptr ? agreement->workers().worker_id() * local : 0;
 }
 
 // Everything one level of run needs: threads, the collective group and the replica contexts.
@@ -114,19 +135,18 @@ detail::WaitPolicy wait_policy(int local_replicas, const detail::WorkerSync* wor
 // paused ones.
 struct RunLevel {
   RunLevel(Strategy& strategy, const std::vector<Device>& devices, int depth, const MirroredStrategyOptions& options,
-           detail::Backend backend, detail::WorkerSync* workers)
+           detail::Backend backend, detail::CallAgreement* agreement)
       : replica_devices(make_replica_devices(devices)),
         bound(devices.size(), 0),
-        policy(wait_policy(static_cast<int>(devices.size()), workers)),
+        policy(wait_policy(static_cast<int>(devices.size()), workers_of(agreement))),
         runner(static_cast<int>(devices.size()), depth == 0 ? "distribute" : absl::StrCat("distrib.", depth),
                options.pin_threads, policy),
         group(static_cast<int>(devices.size()),
-              make_communicator(backend, replica_devices, policy, workers, options.communication.timeout), policy,
-              options.communication) {
+              make_communicator(backend, replica_devices, policy, workers_of(agreement), options.communication.timeout),
+              policy, options.communication, agreement, first_global_id(agreement, static_cast<int>(devices.size()))) {
     const int local = static_cast<int>(devices.size());
-    const int first_id = workers != nullptr ? workers->worker_id() * local : 0;
-    const int global = workers != nullptr ? workers->num_workers() * local : local;
-    if (workers != nullptr) group.join_workers(workers, first_id);
+    const int first_id = first_global_id(agreement, local);
+    const int global = agreement ? agreement->workers().num_workers() * local : local;
     contexts.reserve(devices.size());
     for (int r = 0; r < local; ++r) {
       contexts.push_back(std::make_unique<ReplicaContext>(strategy, first_id + r, global, &group,
@@ -176,11 +196,12 @@ struct RunLevel {
 class MirroredExtended final : public StrategyExtended {
  public:
   MirroredExtended(Strategy& container, std::vector<Device> devices, MirroredStrategyOptions options,
-                   std::shared_ptr<detail::WorkerSync> workers)
+                   std::shared_ptr<detail::WorkerGroup> workers)
       : StrategyExtended(container, std::move(devices), options.communication),
         options_(options),
         backend_(choose_backend(worker_devices(), options)),
         workers_(std::move(workers)),
+        agreement_(workers_ != nullptr ? std::make_unique<detail::CallAgreement>(workers_) : nullptr),
         input_agreement_(workers_ != nullptr && workers_->num_workers() > 1
                              ? std::make_shared<input::internal::WorkerAgreement>(workers_, options.communication.timeout)
                              : nullptr) {
@@ -194,7 +215,7 @@ class MirroredExtended final : public StrategyExtended {
                      "list GPUs that are not logical GPUs of one physical GPU" : "NCCL, and this build of distribute "
                      "has none (reconfigure with -DDISTRIBUTE_WITH_NCCL=ON)");
     detail::MutexLock lock(levels_mu_);
-    levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_, workers_.get());
+    levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_, agreement_.get());
     level0_ = levels_[0].get();
   }
 
@@ -244,7 +265,7 @@ class MirroredExtended final : public StrategyExtended {
     detail::MutexLock lock(levels_mu_);
     return &levels_[0]->group.communicator();
   }
-  detail::WorkerSync* worker_sync() override { return workers_.get(); }
+  detail::CallAgreement* call_agreement() override { return agreement_.get(); }
   std::weak_ptr<input::internal::WorkerAgreement> input_agreement() const override { return input_agreement_; }
 
  private:
@@ -255,15 +276,17 @@ class MirroredExtended final : public StrategyExtended {
     detail::MutexLock lock(levels_mu_);
     auto& level = levels_[static_cast<std::size_t>(depth)];
     if (!level) {
-      level = std::make_unique<RunLevel>(container_strategy(), worker_devices(), depth, options_, backend_, workers_.get());
+      level = std::make_unique<RunLevel>(container_strategy(), worker_devices(), depth, options_, backend_,
+                                         agreement_.get());
     }
     return *level;
   }
 
   const MirroredStrategyOptions options_;
   const detail::Backend backend_;
-  // Declared before the levels: their groups use it until they are gone.
-  const std::shared_ptr<detail::WorkerSync> workers_;
+  // Declared before the levels: their groups use these until they are gone.
+  const std::shared_ptr<detail::WorkerGroup> workers_;
+  const std::unique_ptr<detail::CallAgreement> agreement_;
   // Across workers only: what the iterators of this strategy's distributed datasets agree through.
   const std::shared_ptr<input::internal::WorkerAgreement> input_agreement_;
   detail::Mutex levels_mu_;
@@ -279,7 +302,7 @@ std::vector<Device> parse_mirrored_devices(const std::vector<std::string>& specs
 
 std::unique_ptr<StrategyExtended> make_mirrored_extended(Strategy& container, std::vector<Device> devices,
                                                          MirroredStrategyOptions options,
-                                                         std::shared_ptr<WorkerSync> workers) {
+                                                         std::shared_ptr<WorkerGroup> workers) {
   return std::make_unique<MirroredExtended>(container, std::move(devices), options, std::move(workers));
 }
 

@@ -12,7 +12,7 @@
 #include "device/kernels.h"
 #include "distribute/strategy/strategy.h"
 #include "replica/call_signature.h"
-#include "replica/worker_sync.h"
+#include "replica/call_agreement.h"
 
 namespace distribute {
 namespace detail {
@@ -50,8 +50,8 @@ void check_same_except(std::span<const Tensor> components, std::optional<int> ax
 Tensor StrategyExtended::reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
                                            const Device& destination, const CommunicationOptions& options,
                                            const char* what) {
-  if (detail::WorkerSync* sync = worker_sync()) {
-    return reduce_across_workers(*sync, op, components, axis, destination, options, what);
+  if (detail::CallAgreement* agreement = call_agreement()) {
+    return reduce_across_workers(*agreement, op, components, axis, destination, options, what);
   }
   return reduce_locally(op, components, axis, destination, options, what);
 }
@@ -99,8 +99,8 @@ Tensor StrategyExtended::reduce_locally(ReduceOp op, std::span<const Tensor> com
 
 Tensor StrategyExtended::concat_components(std::span<const Tensor> components, int axis, const Device& destination,
                                            const CommunicationOptions& options, const char* what) {
-  if (detail::WorkerSync* sync = worker_sync()) {
-    return concat_across_workers(*sync, components, axis, destination, options, what);
+  if (detail::CallAgreement* agreement = call_agreement()) {
+    return concat_across_workers(*agreement, components, axis, destination, options, what);
   }
   return concat_locally(components, axis, destination, options, what);
 }
@@ -138,13 +138,13 @@ namespace {
 // Agrees with the other workers on a cross-replica step: `kind` (kReduceTo, kGatherTo, kBroadcastTo) of one
 // leaf, `value`'s dtype and shape, which may differ between workers along `open_axis` (-1: none).
 // A local check that failed (`error`) is reported to every worker, and rethrown here.
-void agree_across_workers(WorkerSync& sync, collective::CollectiveKind kind, ReduceOp op, int open_axis,
+void agree_across_workers(CallAgreement& agreement, collective::CollectiveKind kind, ReduceOp op, int open_axis,
                           const Tensor& value, std::chrono::duration<double> timeout, std::exception_ptr error) {
   CollectiveCall call;
   call.op.kind = kind;
   call.op.op = op;
   call.op.axis = open_axis;
-  call.op.sequence = sync.next_cross_replica_sequence();
+  call.op.sequence = agreement.next_cross_replica_sequence();
   call.op.options.timeout = timeout;
   const collective::BufferRef leaf{nullptr, error ? &scalar_shape() : &value.shape(),
                                    error ? DType::kFloat32 : value.dtype()};
@@ -159,27 +159,29 @@ void agree_across_workers(WorkerSync& sync, collective::CollectiveKind kind, Red
     mine.status = WorkerCall::Status::kFailed;
     mine.error = error;
   }
-  sync.agree(mine);
+  agreement.agree(mine);
 }
 
 }  // namespace
 
 Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine) {
-  WorkerSync* sync = extended.worker_sync();
-  if (sync == nullptr || sync->num_workers() == 1) return mine;
+  CallAgreement* agreement = extended.call_agreement();
+  if (agreement == nullptr || agreement->workers().num_workers() == 1) return mine;
   const auto timeout = CommunicationOptions{}.merged_with(extended.default_options_).timeout;
   // A copy: on the other workers the broadcast overwrites it.
   Tensor value = mine.device().is_cpu() ? mine.clone() : mine.to(Device::cpu());
-  agree_across_workers(*sync, collective::CollectiveKind::kBroadcastTo, ReduceOp::kSum, -1, value, timeout, nullptr);
-  sync->broadcast(value.raw_data(), value.nbytes(), 0, timeout, "the first replica's value");
+  agree_across_workers(*agreement, collective::CollectiveKind::kBroadcastTo, ReduceOp::kSum, -1, value, timeout,
+                       nullptr);
+  agreement->workers().broadcast(value.raw_data(), value.nbytes(), 0, timeout, "the first replica's value");
   return mine.device().is_cpu() ? value : value.to(mine.device());
 }
 
 }  // namespace detail
 
-Tensor StrategyExtended::reduce_across_workers(detail::WorkerSync& sync, ReduceOp op, std::span<const Tensor> components,
-                                               std::optional<int> axis, const Device& destination,
-                                               const CommunicationOptions& options, const char* what) {
+Tensor StrategyExtended::reduce_across_workers(detail::CallAgreement& agreement, ReduceOp op,
+                                               std::span<const Tensor> components, std::optional<int> axis,
+                                               const Device& destination, const CommunicationOptions& options,
+                                               const char* what) {
   const CommunicationOptions merged = options.merged_with(default_options_);
   Tensor partial;
   std::int64_t count = 0;
@@ -196,18 +198,19 @@ Tensor StrategyExtended::reduce_across_workers(detail::WorkerSync& sync, ReduceO
   } catch (...) {
     error = std::current_exception();
   }
-  detail::agree_across_workers(sync, collective::CollectiveKind::kReduceTo, op, open_axis,
+  detail::agree_across_workers(agreement, collective::CollectiveKind::kReduceTo, op, open_axis,
                                error ? Tensor() : components[0], merged.timeout, error);
-  sync.all_reduce(partial.dtype(), partial.raw_data(), partial.num_elements(), merged.timeout, what);
+  detail::WorkerGroup& workers = agreement.workers();
+  workers.all_reduce(partial.dtype(), partial.raw_data(), partial.num_elements(), merged.timeout, what);
   if (op == ReduceOp::kMean) {
-    const std::int64_t total = std::max<std::int64_t>(sync.sum(count, merged.timeout, what), 1);
+    const std::int64_t total = std::max<std::int64_t>(workers.sum(count, merged.timeout, what), 1);
     const void* in[] = {partial.raw_data()};
     detail::reduce_buffers(partial.dtype(), ReduceOp::kMean, in, partial.raw_data(), partial.num_elements(), total);
   }
   return partial.to(destination);
 }
 
-Tensor StrategyExtended::concat_across_workers(detail::WorkerSync& sync, std::span<const Tensor> components, int axis,
+Tensor StrategyExtended::concat_across_workers(detail::CallAgreement& agreement, std::span<const Tensor> components, int axis,
                                                const Device& destination, const CommunicationOptions& options,
                                                const char* what) {
   const CommunicationOptions merged = options.merged_with(default_options_);
@@ -222,13 +225,13 @@ Tensor StrategyExtended::concat_across_workers(detail::WorkerSync& sync, std::sp
   } catch (...) {
     error = std::current_exception();
   }
-  detail::agree_across_workers(sync, collective::CollectiveKind::kGatherTo, ReduceOp::kSum, a, local, merged.timeout,
+  detail::agree_across_workers(agreement, collective::CollectiveKind::kGatherTo, ReduceOp::kSum, a, local, merged.timeout,
                                error);
   const Shape& shape = local.shape();
   const std::int64_t outer = shape.outer_size(a);
   const std::size_t inner_bytes = static_cast<std::size_t>(shape.inner_size(a)) * dtype_size(local.dtype());
   Tensor out;
-  sync.all_gather_along_axis(
+  agreement.workers().all_gather_along_axis(
       shape[a], outer, inner_bytes,
       [&](std::byte* part) {
         if (local.nbytes() != 0) std::memcpy(part, local.raw_data(), local.nbytes());

@@ -31,7 +31,7 @@ class Communicator;  // src/collective/communicator.h
 }  // namespace collective
 class StrategyExtended;
 namespace detail {
-class WorkerSync;  // src/replica/worker_sync.h
+class CallAgreement;  // src/replica/call_agreement.h
 // Global replica 0's value on every worker, bit for bit: the first worker's `mine` (its replica
 // 0's value) reaches the others in a cross-replica step agreed on like reduce_to, in cross-replica
 // context. `mine` itself for a strategy of one worker. What a variable's ONLY_FIRST_REPLICA and
@@ -121,8 +121,9 @@ class StrategyExtended {
   // The backend of the cross-replica operations; null for a strategy of one replica, whose values
   // are only copied.
   virtual collective::Communicator* communicator() { return nullptr; }
-  // What joins this worker to the others; null for a strategy of one process.
-  virtual detail::WorkerSync* worker_sync() { return nullptr; }
+  // How this worker agrees with the others on each call, and through it the workers; null for a
+  // strategy of one process.
+  virtual detail::CallAgreement* call_agreement() { return nullptr; }
   // What the iterators of the strategy's distributed datasets agree on each step through; none
   // for a strategy of one worker, whose input needs no agreement.
   virtual std::weak_ptr<input::internal::WorkerAgreement> input_agreement() const { return {}; }
@@ -143,10 +144,10 @@ class StrategyExtended {
                         const CommunicationOptions& options, const char* what);
   // The same across workers: the local checks, then the workers' agreement, then the local
   // combination, the step across workers and the copy to destination.
-  Tensor reduce_across_workers(detail::WorkerSync& sync, ReduceOp op, std::span<const Tensor> components,
+  Tensor reduce_across_workers(detail::CallAgreement& agreement, ReduceOp op, std::span<const Tensor> components,
                                std::optional<int> axis, const Device& destination, const CommunicationOptions& options,
                                const char* what);
-  Tensor concat_across_workers(detail::WorkerSync& sync, std::span<const Tensor> components, int axis,
+  Tensor concat_across_workers(detail::CallAgreement& agreement, std::span<const Tensor> components, int axis,
                                const Device& destination, const CommunicationOptions& options, const char* what);
   // communicator(), once `options` are known to ask for no other implementation.
   collective::Communicator* checked_backend(const CommunicationOptions& options, const char* what);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "distribute/collective/communication_options.h"
 #include "distribute/device/device.h"
@@ -95,5 +96,8 @@ struct CollectiveOp {
 
 // "all_reduce #3".
 std::string op_name(const CollectiveOp& op);
+
+// "replica 1" or "replicas 0, 2, 3".
+std::string replicas_text(const std::vector<int>& replicas);
 
 }  // namespace distribute::collective

@@ -1,0 +1,185 @@
+// HierarchicalCommunicator: a phase's data across the workers, in prepare(), and its copies out.
+#include "collective/hierarchical/communicator.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "device/kernels.h"
+
+namespace distribute::collective::hierarchical {
+namespace {
+
+int gather_axis_of(const CollectiveOp& op, const Shape& shape) { return op.axis < 0 ? op.axis + shape.rank() : op.axis; }
+
+}  // namespace
+
+HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> local, detail::WorkerGroup& workers,
+                                                   int local_replicas)
+    : local_(std::move(local)), workers_(workers), size_(local_replicas) {}
+
+void HierarchicalCommunicator::set_failure_flag(const std::atomic<bool>* failed) {
+  Communicator::set_failure_flag(failed);
+  local_->set_failure_flag(failed);
+}
+
+void HierarchicalCommunicator::stage(int rank, CollectiveOp& op) {
+  // Otherwise prepare() reads every replica's inputs in place while they wait.
+  if (local_->spans_processes()) local_->stage(rank, op);
+}
+
+void HierarchicalCommunicator::prepare(std::span<CollectiveOp* const> ops) {
+  const CollectiveKind kind = ops[0]->kind;
+  if (local_->spans_processes()) {
+    if (kind == CollectiveKind::kAllGather) share_gather_dims(ops);
+    local_->prepare(ops);
+    return;
+  }
+  if (kind == CollectiveKind::kAllReduce) reduce_across_workers(ops);
+  if (kind == CollectiveKind::kAllGather) gather_across_workers(ops);
+}
+
+void HierarchicalCommunicator::reduce_across_workers(std::span<CollectiveOp* const> ops) {
+  const CollectiveOp& first = *ops[0];
+  // One replica per worker (the default of MultiWorkerMirroredStrategy) whose outputs are one
+  // block laid out like reduced_ (host memory, as every replica on this path is a CPU's): the
+  // transport works in that block, which saves copying the whole result back out of reduced_.
+  reduced_in_output_ = size_ == 1 && first.output_block != nullptr;
+  std::byte* block = nullptr;
+  if (reduced_in_output_) {
+    block = static_cast<std::byte*>(first.output_block);
+  } else {
+    reduced_.resize(first.leaf_offsets.back());
+    block = reduced_.data();
+  }
+  absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
+  for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
+    for (std::size_t r = 0; r < inputs.size(); ++r) inputs[r] = ops[r]->input_data[leaf];
+    std::byte* out = block + first.leaf_offsets[leaf];
+    // MEAN is a sum here: divided once the workers' sums are added.
+    detail::reduce_buffers(first.inputs[leaf].dtype, ReduceOp::kSum, inputs, out, first.inputs[leaf].num_elements(),
+                           size_);
+    // The padding up to the next leaf goes across the workers with its neighbours: zeros.
+    std::byte* end = out + first.inputs[leaf].nbytes();
+    std::memset(end, 0, static_cast<std::size_t>(block + first.leaf_offsets[leaf + 1] - end));
+  }
+  // One step per run of leaves of one dtype: the padding between them is zero and stays so.
+  const detail::StepName what(first);
+  const std::int64_t replicas = std::int64_t{size_} * workers_.num_workers();
+  for (std::size_t begin = 0; begin < first.inputs.size();) {
+    const DType dtype = first.inputs[begin].dtype;
+    std::size_t end = begin + 1;
+    while (end < first.inputs.size() && first.inputs[end].dtype == dtype) ++end;
+    const std::size_t from = first.leaf_offsets[begin];
+    const std::size_t to = first.leaf_offsets[end - 1] + first.inputs[end - 1].nbytes();
+    void* data = block + from;
+    const auto count = static_cast<std::int64_t>((to - from) / dtype_size(dtype));
+    workers_.all_reduce(dtype, data, count, first.options.timeout, what);
+    if (first.op == ReduceOp::kMean) {
+      const void* in[] = {data};
+      detail::reduce_buffers(dtype, ReduceOp::kMean, in, data, count, replicas);
+    }
+    begin = end;
+  }
+}
+
+void HierarchicalCommunicator::gather_across_workers(std::span<CollectiveOp* const> ops) {
+  const CollectiveOp& first = *ops[0];
+  const std::size_t leaves = first.inputs.size();
+  gathered_.resize(leaves);
+  gathered_shapes_.clear();
+  const detail::StepName what(first);
+  absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
+  absl::InlinedVector<std::int64_t, 8> dims(static_cast<std::size_t>(size_));
+  for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
+    const Shape& shape = *first.inputs[leaf].shape;
+    const int axis = gather_axis_of(first, shape);
+    const std::int64_t outer = shape.outer_size(axis);
+    const std::size_t inner_bytes =
+        static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(first.inputs[leaf].dtype);
+    // This worker's part: its replicas' values concatenated.
+    std::int64_t local = 0;
+    for (std::size_t r = 0; r < inputs.size(); ++r) {
+      inputs[r] = ops[r]->inputs[leaf].data;
+      dims[r] = (*ops[r]->inputs[leaf].shape)[axis];
+      local += dims[r];
+    }
+    std::int64_t total = 0;
+    workers_.all_gather_along_axis(
+        local, outer, inner_bytes,
+        [&](std::byte* out) { detail::concat_buffers(inputs, dims, outer, inner_bytes, out); },
+        [&](std::int64_t all) {
+          total = all;
+          gathered_[leaf].resize(static_cast<std::size_t>(outer * total) * inner_bytes);
+          return gathered_[leaf].data();
+        },
+        first.options.timeout, what);
+    gathered_shapes_.push_back(shape.with_dim(axis, total));
+  }
+}
+
+void HierarchicalCommunicator::share_gather_dims(std::span<CollectiveOp* const> ops) {
+  const CollectiveOp& first = *ops[0];
+  const std::size_t leaves = first.inputs.size();
+  const auto local = static_cast<std::size_t>(size_);
+  std::vector<std::int64_t> mine(leaves * local);
+  for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
+    const int axis = gather_axis_of(first, *first.inputs[leaf].shape);
+    for (std::size_t r = 0; r < local; ++r) mine[leaf * local + r] = (*ops[r]->inputs[leaf].shape)[axis];
+  }
+  std::vector<std::size_t> sizes;
+  const std::vector<std::byte> bytes =
+      workers_.all_gather(std::as_bytes(std::span(mine)), sizes, first.options.timeout, detail::StepName(first));
+  // Worker w's entries are [w][leaf][r]; the local Communicator wants [leaf][w * local + r].
+  const auto workers = static_cast<std::size_t>(workers_.num_workers());
+  const auto ranks = workers * local;
+  std::vector<std::int64_t> dims(leaves * ranks);
+  for (std::size_t w = 0; w < workers; ++w) {
+    for (std::size_t i = 0; i < leaves * local; ++i) {
+      std::int64_t dim = 0;
+      std::memcpy(&dim, bytes.data() + (w * leaves * local + i) * sizeof dim, sizeof dim);
+      dims[(i / local) * ranks + w * local + i % local] = dim;
+    }
+  }
+  local_->set_gather_dims(std::move(dims));
+}
+
+void HierarchicalCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) {
+  if (local_->spans_processes()) {
+    local_->all_reduce(rank, ops);
+    return;
+  }
+  if (reduced_in_output_) return;
+  // Each replica copies the result to its own outputs, in parallel.
+  const CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
+  for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
+    const std::size_t bytes = op.inputs[leaf].nbytes();
+    if (bytes != 0) std::memcpy(op.output_data[leaf], reduced_.data() + op.leaf_offsets[leaf], bytes);
+  }
+}
+
+void HierarchicalCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
+  if (local_->spans_processes()) {
+    local_->all_gather(rank, ops);
+    return;
+  }
+  const CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
+  for (std::size_t leaf = 0; leaf < gathered_.size(); ++leaf) {
+    void* out = op.allocate_output(op.allocate_context, leaf, gathered_shapes_[leaf]);
+    if (!gathered_[leaf].empty()) std::memcpy(out, gathered_[leaf].data(), gathered_[leaf].size());
+  }
+}
+
+void HierarchicalCommunicator::reduce_to(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values,
+                                         std::int64_t count, std::int64_t mean_denominator, void* out,
+                                         const Device& destination) {
+  local_->reduce_to(op, dtype, values, count, mean_denominator, out, destination);
+}
+
+void HierarchicalCommunicator::gather_to(std::span<const DeviceBuffer> values, std::span<const std::int64_t> dims,
+                                         std::int64_t outer, std::size_t inner_bytes, void* out,
+                                         const Device& destination) {
+  local_->gather_to(values, dims, outer, inner_bytes, out, destination);
+}
+
+}  // namespace distribute::collective::hierarchical

@@ -1,0 +1,64 @@
+// distribute::collective::hierarchical: the Communicator of a multi-worker strategy, a worker's
+// local Communicator (its replicas, threads of this process) joined to the other workers through
+// their WorkerGroup. In prepare(), which the replica layer's completer of a phase runs while the
+// other replicas wait, an all_reduce is reduced over the local replicas on the host, summed across
+// the workers and kept for the replicas to copy; an all_gather is assembled likewise. Only that one
+// thread per process talks to the other processes, so the transport needs no thread support and
+// the messages grow with the workers, not the replicas.
+//
+// Where the local Communicator spans the processes itself (NCCL over every worker's GPUs) the data
+// phase is the local one's; this only tells it every worker's sizes along an all_gather's axis.
+// The workers agree on each call before prepare() (replica/call_agreement.h), so a step begun here
+// is one every worker makes.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "collective/hierarchical/worker_group.h"
+
+namespace distribute::collective::hierarchical {
+
+class HierarchicalCommunicator final : public Communicator {
+ public:
+  // `local`'s replicas are this worker's; `workers` outlives this.
+  HierarchicalCommunicator(std::unique_ptr<Communicator> local, detail::WorkerGroup& workers, int local_replicas);
+
+  std::string_view name() const override { return local_->name(); }
+  CommunicationImplementation implementation() const override { return local_->implementation(); }
+  bool spans_processes() const override { return local_->spans_processes(); }
+  void stage(int rank, CollectiveOp& op) override;
+  void prepare(std::span<CollectiveOp* const> ops) override;
+  void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
+  void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
+  void reduce_to(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values, std::int64_t count,
+                 std::int64_t mean_denominator, void* out, const Device& destination) override;
+  void gather_to(std::span<const DeviceBuffer> values, std::span<const std::int64_t> dims, std::int64_t outer,
+                 std::size_t inner_bytes, void* out, const Device& destination) override;
+  void begin_run() override { local_->begin_run(); }
+  void abort(int rank) override { local_->abort(rank); }
+  void set_failure_flag(const std::atomic<bool>* failed) override;
+
+ private:
+  void reduce_across_workers(std::span<CollectiveOp* const> ops);
+  void gather_across_workers(std::span<CollectiveOp* const> ops);
+  // For a local Communicator that spans the workers: every worker's sizes along the axis.
+  void share_gather_dims(std::span<CollectiveOp* const> ops);
+
+  const std::unique_ptr<Communicator> local_;
+  detail::WorkerGroup& workers_;
+  const int size_;
+  // Written by prepare(), read by every replica after the phase's release and until the next
+  // phase's prepare(), which no replica reaches before every replica arrived there.
+  std::vector<std::byte> reduced_;  // an all_reduce's result across workers
+  // The last all_reduce across workers was reduced straight in its one replica's output block.
+  bool reduced_in_output_ = false;
+  std::vector<std::vector<std::byte>> gathered_;  // an all_gather's leaves across workers
+  std::vector<Shape> gathered_shapes_;
+};
+
+}  // namespace distribute::collective::hierarchical

@@ -1,0 +1,85 @@
+// distribute::detail: WorkerGroup, the workers (processes) of a multi-worker strategy as the
+// collectives see them: their WorkerTransport, the data steps across them (sum, gather,
+// broadcast) and whether they can still be used. A data step that fails or stalls leaves the
+// group unusable, as a step left half done cannot be taken back: every later step throws
+// UnavailableError citing the first failure. What the workers agree on before a step (the call
+// it is) is replica/call_agreement.h's, which shares this group's transport and state.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "base/mutex.h"
+#include "base/wait.h"
+#include "collective/worker_transport.h"
+#include "distribute/device/dtype.h"
+#include "distribute/errors.h"
+
+namespace distribute::detail {
+
+class WorkerGroup {
+ public:
+  WorkerGroup(std::unique_ptr<WorkerTransport> transport, int num_local_replicas);
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  int num_workers() const { return transport_->num_workers(); }
+  int worker_id() const { return transport_->worker_id(); }
+  int num_local_replicas() const { return num_local_; }
+  int workers_on_this_host() const { return transport_->workers_on_this_host(); }
+  WorkerTransport& transport() { return *transport_; }
+
+  // "worker 1 (replicas 2, 3)" or "workers 0, 2 (replicas 0, 1, 4, 5)".
+  std::string workers_text(const std::vector<int>& workers) const;
+
+  // UnavailableError, citing the first failure, once the group is unusable.
+  void check_usable() const;
+  bool usable() const { return !broken_.load(std::memory_order_acquire); }
+  // Makes the group unusable for `reason`; the first reason stays.
+  void make_unusable(std::string reason);
+  // Throws DeadlineExceededError, leaving the group unusable, when another worker gave up on the
+  // strategy while this one was late: `what()` (this worker's step, named only then) is abandoned.
+  void check_nobody_gave_up(absl::FunctionRef<std::string()> what);
+
+  // data = the sum over workers, in place.
+  void all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
+                  const StepName& what);
+  // Concatenates every worker's `mine` in worker order (sizes may differ); returns the bytes and
+  // fills `sizes` with each worker's count.
+  std::vector<std::byte> all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,
+                                    std::chrono::duration<double> timeout, const StepName& what);
+  // Concatenates every worker's part of a tensor along an axis, in worker order; the parts may
+  // differ in size along the axis only. This worker's part has `dim` entries along the axis, each
+  // of the `outer` outer slices `inner_bytes` long, and `write_part` fills its bytes. `output(total)`
+  // gets the size along the axis over every worker and returns where the result goes.
+  void all_gather_along_axis(std::int64_t dim, std::int64_t outer, std::size_t inner_bytes,
+                             absl::FunctionRef<void(std::byte*)> write_part,
+                             absl::FunctionRef<std::byte*(std::int64_t total)> output,
+                             std::chrono::duration<double> timeout, const StepName& what);
+  // Worker `root`'s `bytes` at `data` replace every other worker's.
+  void broadcast(void* data, std::size_t bytes, int root, std::chrono::duration<double> timeout,
+                 const StepName& what);
+  // The sum over workers of `value`.
+  std::int64_t sum(std::int64_t value, std::chrono::duration<double> timeout, const StepName& what);
+
+ private:
+  // In a catch of `error` from a data step `what`: rethrows it, or the error naming the workers
+  // that gave up, and leaves the group unusable.
+  [[noreturn]] void abandon_data_step(const Error& error, const StepName& what);
+
+  const std::unique_ptr<WorkerTransport> transport_;
+  const int num_local_;
+  mutable Mutex broken_mu_;
+  std::string broken_reason_ ABSL_GUARDED_BY(broken_mu_);
+  // Set once broken_reason_ is: the cheap check before every step.
+  std::atomic<bool> broken_{false};
+};
+
+}  // namespace distribute::detail

@@ -1,0 +1,99 @@
+// distribute::detail: CallAgreement, how the workers (processes) of a multi-worker strategy agree
+// on each call before any data moves across them. The thread that takes a collective across the
+// workers sends a small header (status, kind, sequence, the digest of the call's signature) to
+// every other worker. Only when the headers differ do the workers exchange the rendered
+// signatures, from which every worker builds the same error naming the workers, their replicas and
+// what differed (call_signature.h). A worker that does not arrive in time makes the workers
+// unusable (WorkerGroup, collective/hierarchical/worker_group.h, whose transport this uses), as a
+// collective left half done cannot be taken back.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
+#include "base/wait.h"
+#include "collective/hierarchical/worker_group.h"
+#include "distribute/replica/internal/collective_call.h"
+
+namespace distribute::detail {
+
+// One worker's part in one cross-worker step.
+struct WorkerCall {
+  // kLeft: the worker destroyed its strategy (sent by the destructor, never passed to agree).
+  enum class Status : std::uint32_t { kCall, kReturned, kFailed, kLeft };
+  Status status = Status::kCall;
+  // The step: its kind, sequence, signature and options (whose timeout bounds the agreement).
+  // kReturned and kFailed: a return call.
+  const CollectiveCall* call = nullptr;
+  // kFailed: the error and the global id of the replica that raised it (-1: unknown).
+  std::exception_ptr error;
+  int failed_replica = -1;
+};
+
+class CallAgreement {
+ public:
+  explicit CallAgreement(std::shared_ptr<WorkerGroup> workers);
+  // Tells the other workers that this one left: whoever waits for it, or calls a collective
+  // later, gets UnavailableError naming it instead of waiting.
+  ~CallAgreement();
+  CallAgreement(const CallAgreement&) = delete;
+  CallAgreement& operator=(const CallAgreement&) = delete;
+
+  WorkerGroup& workers() { return *workers_; }
+  const std::shared_ptr<WorkerGroup>& shared_workers() const { return workers_; }
+
+  // Agrees with every other worker on `mine`. Returns when every worker made the same call (or
+  // all returned); otherwise throws, on every worker, the error naming the workers that differ
+  // (a failed worker's own error on that worker). DeadlineExceededError when a worker does not
+  // arrive within the call's timeout: this worker then tells the others that it gave up, and a
+  // worker that arrives later gets DeadlineExceededError naming the workers that gave up (never a
+  // data phase with workers that left it). After either, UnavailableError at once.
+  void agree(const WorkerCall& mine);
+  // Whether every worker knows that the innermost current run ended: an agree() in it threw (on
+  // every worker alike, also one of a cross-replica step in its merge_fn) or found every worker
+  // returned. A run that failed on this worker alone before that must still tell the others (a
+  // kFailed agree). Runs nest (a run in a merge_fn), each concluding on its own: begin_run() and
+  // end_run() bracket each, on the thread that runs it.
+  bool run_concluded() const { return !runs_.empty() && runs_.back(); }
+  void begin_run() { runs_.push_back(false); }
+  void end_run() { runs_.pop_back(); }
+  // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.
+  std::int64_t next_cross_replica_sequence() { return ++cross_replica_sequence_; }
+
+ private:
+  // What every worker sends before a step: equal headers mean equal calls.
+  struct Header {
+    std::uint32_t status;
+    std::uint32_t kind;
+    std::int64_t sequence;
+    std::uint64_t signature;
+    bool operator==(const Header&) const = default;
+  };
+
+  WorkerTransport& transport() { return workers_->transport(); }
+  std::string this_worker() const { return workers_->workers_text({workers_->worker_id()}); }
+  void agree_or_throw(const WorkerCall& mine);
+  // Every worker's description of its call (its rendered signature, or its failure), exchanged
+  // when the headers differ.
+  std::vector<std::string> exchange_descriptions(const WorkerCall& mine, Deadline deadline);
+  [[noreturn]] void time_out(const WorkerCall& mine, const std::vector<int>& missing);
+  // UnavailableError, leaving the workers unusable, when a worker's header says it left.
+  void throw_if_a_worker_left(std::span<const Header> headers, absl::FunctionRef<std::string()> what);
+  // The error of `worker`, which failed, from its description (the same on every worker).
+  [[noreturn]] void throw_failure_of(int worker, absl::string_view described);
+
+  const std::shared_ptr<WorkerGroup> workers_;
+  std::int64_t cross_replica_sequence_ = 0;
+  // Per run in progress, innermost last: whether it concluded. Written by whichever thread takes
+  // the run's current step across the workers; the steps of a run are ordered by its rendezvous,
+  // nested runs by their merge_fn, and a run's end by its runner.
+  std::vector<bool> runs_;
+};
+
+}  // namespace distribute::detail
