@@ -24,7 +24,7 @@ struct WaitPolicy {
 
   // The policy for `threads` threads that wait for each other on this machine: when they
   // outnumber the cores, no spinning at all (a spinning waiter keeps the awaited thread off its
-  // core; even 1 µs of it cost an empty 2-replica run 4 µs), only yielding, then parking.
+  // core, however short the spin), only yielding, then parking.
   static WaitPolicy for_threads(int threads);
 };
 

@@ -77,6 +77,7 @@ std::vector<std::string> CallAgreement::exchange_descriptions(const WorkerCall& 
 }
 
 void CallAgreement::agree(const WorkerCall& mine) {
+  stepper_.claim();
   try {
     agree_or_throw(mine);
   } catch (...) {

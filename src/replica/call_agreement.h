@@ -17,6 +17,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "base/role.h"
 #include "base/wait.h"
 #include "collective/hierarchical/worker_group.h"
 #include "distribute/replica/internal/collective_call.h"
@@ -60,11 +61,23 @@ class CallAgreement {
   // returned. A run that failed on this worker alone before that must still tell the others (a
   // kFailed agree). Runs nest (a run in a merge_fn), each concluding on its own: begin_run() and
   // end_run() bracket each, on the thread that runs it.
-  bool run_concluded() const { return !runs_.empty() && runs_.back(); }
-  void begin_run() { runs_.push_back(false); }
-  void end_run() { runs_.pop_back(); }
+  bool run_concluded() const {
+    stepper_.claim_shared();
+    return !runs_.empty() && runs_.back();
+  }
+  void begin_run() {
+    stepper_.claim();
+    runs_.push_back(false);
+  }
+  void end_run() {
+    stepper_.claim();
+    runs_.pop_back();
+  }
   // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.
-  std::int64_t next_cross_replica_sequence() { return ++cross_replica_sequence_; }
+  std::int64_t next_cross_replica_sequence() {
+    stepper_.claim();
+    return ++cross_replica_sequence_;
+  }
 
  private:
   // What every worker sends before a step: equal headers mean equal calls.
@@ -89,11 +102,13 @@ class CallAgreement {
   [[noreturn]] void throw_failure_of(int worker, absl::string_view described);
 
   const std::shared_ptr<WorkerGroup> workers_;
-  std::int64_t cross_replica_sequence_ = 0;
-  // Per run in progress, innermost last: whether it concluded. Written by whichever thread takes
-  // the run's current step across the workers; the steps of a run are ordered by its rendezvous,
-  // nested runs by their merge_fn, and a run's end by its runner.
-  std::vector<bool> runs_;
+  // Held by whichever thread takes the current step across the workers: the steps of a run are
+  // ordered by its rendezvous, nested runs by their merge_fn, a run's end by its runner, and
+  // cross-replica steps are taken outside runs or in a merge_fn.
+  Role stepper_;
+  std::int64_t cross_replica_sequence_ ABSL_GUARDED_BY(stepper_) = 0;
+  // Per run in progress, innermost last: whether it concluded.
+  std::vector<bool> runs_ ABSL_GUARDED_BY(stepper_);
 };
 
 }  // namespace distribute::detail

@@ -47,6 +47,7 @@ void ReplicaGroup::prepare_run() {
     first_error_ = nullptr;
     failed_.store(false, std::memory_order_release);
   }
+  phase_.claim();
   if (merge_result_) merge_result_.reset();
   communicator_->begin_run();
 }
@@ -173,7 +174,10 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
       case SmallAllReduce::Outcome::kCancelled: break;
     }
   }
-  if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [this] { complete_phase(); }, meanwhile) !=
+  if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [this] {
+        phase_.claim();
+        complete_phase();
+      }, meanwhile) !=
       collective::Rendezvous::Outcome::kCompleted) {
     time_out(rank, call, rendezvous_.behind(rank));
   }
@@ -192,18 +196,22 @@ void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<in
 
 void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllReduce;
-  if (synchronise(rank, call)) communicator_->all_reduce(rank, ops_);
+  if (!synchronise(rank, call)) return;
+  phase_.claim_shared();
+  communicator_->all_reduce(rank, ops_);
 }
 
 void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllGather;
   synchronise(rank, call);
+  phase_.claim_shared();
   communicator_->all_gather(rank, ops_);
 }
 
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kMergeCall;
   synchronise(rank, call);
+  phase_.claim_shared();
   return merge_result_;
 }
 
@@ -218,7 +226,10 @@ void ReplicaGroup::replica_returned(int rank) {
   // When every replica returned (after the same collectives, as the phases line up) there is
   // nothing to compare or run, unless the other workers are to hear of it.
   rendezvous_.arrive(rank, [this](bool every_replica_returned) {
-    if (!every_replica_returned || agreement_ != nullptr) complete_phase();
+    if (!every_replica_returned || agreement_ != nullptr) {
+      phase_.claim();
+      complete_phase();
+    }
   });
 }
 

@@ -1,11 +1,11 @@
 // distribute::detail: ReplicaGroup, the replicas of one run, synchronised. Every collective and
 // merge_call goes through here: each replica publishes its CollectiveCall, the rendezvous's last
-// arriver compares the calls' signatures (call_signature.h) and, for merge_call, runs merge_fn once; then the
-// backend Communicator moves the data. Where the backend's replicas share host memory, an
-// all_reduce of a few bytes skips the rendezvous: it is done in one cache-line transfer per peer
-// (small_all_reduce.h), and only a mismatch takes the rendezvous, to name what differed. The group also records the run's first failure and
-// releases every waiting replica when one fails, times out or leaves early, so no replica is left
-// hanging.
+// arriver compares the calls' signatures (call_signature.h) and, for merge_call, runs merge_fn
+// once; then the backend Communicator moves the data. Where the backend's replicas share host
+// memory, an all_reduce of a few bytes skips the rendezvous: it is done in one cache-line transfer
+// per peer (small_all_reduce.h), and only a mismatch takes the rendezvous, to name what differed.
+// The group also records the run's first failure and releases every waiting replica when one
+// fails, times out or leaves early, so no replica is left hanging.
 //
 // In a multi-worker strategy the group's Communicator is the hierarchical one, which moves the data
 // across the workers, and the group calls the workers' CallAgreement as it completes each phase:
@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "base/mutex.h"
+#include "base/role.h"
 #include "collective/communicator.h"
 #include "collective/rendezvous.h"
 #include "distribute/replica/internal/collective_call.h"
@@ -79,10 +80,10 @@ class ReplicaGroup {
   void publish(int rank, CollectiveCall& call, bool& small);
   [[noreturn]] void time_out(int rank, const CollectiveCall& call, std::vector<int> behind);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
-  void complete_phase();
+  void complete_phase() ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
   // complete_phase's agreement with the other workers; records the failure and returns false when
   // the workers' calls differ or one of them failed.
-  bool agree_across_workers(std::exception_ptr local_mismatch);
+  bool agree_across_workers(std::exception_ptr local_mismatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
 
   struct alignas(64) Slot {
     CollectiveCall* call = nullptr;
@@ -97,12 +98,14 @@ class ReplicaGroup {
   collective::Rendezvous rendezvous_;
   std::unique_ptr<SmallAllReduce> small_;  // null where the backend's replicas do not share memory
   std::vector<Slot> slots_;
-  // Written only by the completer of a phase, read by every replica after its release.
-  std::vector<CollectiveCall*> calls_;
-  std::vector<collective::CollectiveOp*> ops_;  // the calls' buffers, for the backend
+  // Held alone by the completer of a phase (and by prepare_run, with no replica inside), shared by
+  // every replica after its release until it arrives at the next phase.
+  Role phase_;
+  std::vector<CollectiveCall*> calls_ ABSL_GUARDED_BY(phase_);
+  std::vector<collective::CollectiveOp*> ops_ ABSL_GUARDED_BY(phase_);  // the calls' buffers, for the backend
+  std::shared_ptr<void> merge_result_ ABSL_GUARDED_BY(phase_);
   // What finish_run reports to the workers: the end of a run that failed here.
   CollectiveCall failure_report_;
-  std::shared_ptr<void> merge_result_;
   CallAgreement* const agreement_;
   const int first_id_;
   mutable Mutex mu_;

@@ -63,7 +63,8 @@ detail::Backend choose_backend(const std::vector<Device>& devices, const Mirrore
 // This worker's replicas' backend.
 std::unique_ptr<collective::Communicator> make_local_communicator(
     detail::Backend backend, const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
-    const detail::WaitPolicy& policy, detail::WorkerGroup* workers, std::chrono::duration<double> timeout) {
+    const detail::WaitPolicy& policy, [[maybe_unused]] detail::WorkerGroup* workers,
+    [[maybe_unused]] std::chrono::duration<double> timeout) {
   const int n = static_cast<int>(devices.size());
   std::vector<detail::ReplicaDevice*> raw;
   for (const auto& d : devices) raw.push_back(d.get());

@@ -10,7 +10,9 @@
 namespace distribute::collective::hierarchical {
 namespace {
 
-int gather_axis_of(const CollectiveOp& op, const Shape& shape) { return op.axis < 0 ? op.axis + shape.rank() : op.axis; }
+int gather_axis_of(const CollectiveOp& op, const Shape& shape) {
+  return op.axis < 0 ? op.axis + shape.rank() : op.axis;
+}
 
 }  // namespace
 
@@ -29,6 +31,7 @@ void HierarchicalCommunicator::stage(int rank, CollectiveOp& op) {
 }
 
 void HierarchicalCommunicator::prepare(std::span<CollectiveOp* const> ops) {
+  phase_.claim();
   const CollectiveKind kind = ops[0]->kind;
   if (local_->spans_processes()) {
     if (kind == CollectiveKind::kAllGather) share_gather_dims(ops);
@@ -105,13 +108,14 @@ void HierarchicalCommunicator::gather_across_workers(std::span<CollectiveOp* con
       local += dims[r];
     }
     std::int64_t total = 0;
+    std::vector<std::byte>& gathered = gathered_[leaf];
     workers_.all_gather_along_axis(
         local, outer, inner_bytes,
         [&](std::byte* out) { detail::concat_buffers(inputs, dims, outer, inner_bytes, out); },
         [&](std::int64_t all) {
           total = all;
-          gathered_[leaf].resize(static_cast<std::size_t>(outer * total) * inner_bytes);
-          return gathered_[leaf].data();
+          gathered.resize(static_cast<std::size_t>(outer * total) * inner_bytes);
+          return gathered.data();
         },
         first.options.timeout, what);
     gathered_shapes_.push_back(shape.with_dim(axis, total));
@@ -149,6 +153,7 @@ void HierarchicalCommunicator::all_reduce(int rank, std::span<CollectiveOp* cons
     local_->all_reduce(rank, ops);
     return;
   }
+  phase_.claim_shared();
   if (reduced_in_output_) return;
   // Each replica copies the result to its own outputs, in parallel.
   const CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
@@ -163,6 +168,7 @@ void HierarchicalCommunicator::all_gather(int rank, std::span<CollectiveOp* cons
     local_->all_gather(rank, ops);
     return;
   }
+  phase_.claim_shared();
   const CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
   for (std::size_t leaf = 0; leaf < gathered_.size(); ++leaf) {
     void* out = op.allocate_output(op.allocate_context, leaf, gathered_shapes_[leaf]);

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/role.h"
 #include "collective/communicator.h"
 #include "collective/hierarchical/worker_group.h"
 
@@ -44,21 +45,23 @@ class HierarchicalCommunicator final : public Communicator {
   void set_failure_flag(const std::atomic<bool>* failed) override;
 
  private:
-  void reduce_across_workers(std::span<CollectiveOp* const> ops);
-  void gather_across_workers(std::span<CollectiveOp* const> ops);
+  void reduce_across_workers(std::span<CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
+  void gather_across_workers(std::span<CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
   // For a local Communicator that spans the workers: every worker's sizes along the axis.
   void share_gather_dims(std::span<CollectiveOp* const> ops);
 
   const std::unique_ptr<Communicator> local_;
   detail::WorkerGroup& workers_;
   const int size_;
-  // Written by prepare(), read by every replica after the phase's release and until the next
-  // phase's prepare(), which no replica reaches before every replica arrived there.
-  std::vector<std::byte> reduced_;  // an all_reduce's result across workers
+  // Held alone by prepare() (the completer of a phase, while every replica waits), shared by the
+  // replicas after the phase's release until the next phase's prepare(), which runs only once
+  // every replica has arrived there.
+  detail::Role phase_;
+  std::vector<std::byte> reduced_ ABSL_GUARDED_BY(phase_);  // an all_reduce's result across workers
   // The last all_reduce across workers was reduced straight in its one replica's output block.
-  bool reduced_in_output_ = false;
-  std::vector<std::vector<std::byte>> gathered_;  // an all_gather's leaves across workers
-  std::vector<Shape> gathered_shapes_;
+  bool reduced_in_output_ ABSL_GUARDED_BY(phase_) = false;
+  std::vector<std::vector<std::byte>> gathered_ ABSL_GUARDED_BY(phase_);  // an all_gather's leaves across workers
+  std::vector<Shape> gathered_shapes_ ABSL_GUARDED_BY(phase_);
 };
 
 }  // namespace distribute::collective::hierarchical

@@ -1,0 +1,20 @@
+// distribute::detail: Role, a capability that a thread holds by the protocol it follows rather
+// than by taking a lock: the completer of a phase while the other replicas wait, or a replica
+// released after it. State marked ABSL_GUARDED_BY(role) can then be touched only in code that
+// claims the role, so -Wthread-safety shows every place that relies on the protocol, and a new
+// one cannot touch the state without saying so. Claiming costs nothing at run time.
+#pragma once
+
+#include "absl/base/thread_annotations.h"
+
+namespace distribute::detail {
+
+class ABSL_LOCKABLE Role {
+ public:
+  // The caller holds the role alone from here to the end of its scope: it writes the state.
+  void claim() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
+  // The caller may read the state from here to the end of its scope: nobody writes it meanwhile.
+  void claim_shared() const ABSL_ASSERT_SHARED_LOCK() {}
+};
+
+}  // namespace distribute::detail
