@@ -14,15 +14,15 @@ namespace distribute::detail {
 namespace {
 
 // A failed worker's description: its error's code, message and replica.
-std::string describe_failure(const WorkerCall& mine) {
+std::string describe_failure(std::exception_ptr error, int failed_replica) {
   absl::StatusCode code = absl::StatusCode::kUnknown;
   try {
-    std::rethrow_exception(mine.error);
+    std::rethrow_exception(error);
   } catch (const Error& e) {
     code = e.code();
   } catch (...) {
   }
-  return absl::StrCat(static_cast<int>(code), "\n", mine.failed_replica, "\n", describe_exception(mine.error));
+  return absl::StrCat(static_cast<int>(code), "\n", failed_replica, "\n", describe_exception(error));
 }
 
 }  // namespace
@@ -31,7 +31,7 @@ CallAgreement::CallAgreement(std::shared_ptr<WorkerGroup> workers) : workers_(st
 
 CallAgreement::~CallAgreement() {
   if (!workers_->usable()) return;
-  const Header last{static_cast<std::uint32_t>(WorkerCall::Status::kLeft), 0, 0, 0};
+  const Header last{static_cast<std::uint32_t>(Status::kLeft), 0, 0, 0};
   try {
     transport().send_farewell(std::as_bytes(std::span(&last, 1)));
   } catch (...) {
@@ -39,9 +39,9 @@ CallAgreement::~CallAgreement() {
   }
 }
 
-void CallAgreement::time_out(const WorkerCall& mine, const std::vector<int>& missing) {
-  const std::string what = mine.status == WorkerCall::Status::kCall    ? call_name(*mine.call)
-                           : mine.status == WorkerCall::Status::kReturned ? "the end of the replica function"
+void CallAgreement::time_out(const Part& mine, const std::vector<int>& missing) {
+  const std::string what = mine.status == Status::kCall    ? call_name(*mine.call)
+                           : mine.status == Status::kReturned ? "the end of the replica function"
                                                                           : "the report of a failed run";
   std::string message = absl::StrCat("timed out after ", mine.call->op.options.timeout.count(), " s: ",
                                      workers_->workers_text(missing), " did not arrive while ", this_worker(),
@@ -51,9 +51,9 @@ void CallAgreement::time_out(const WorkerCall& mine, const std::vector<int>& mis
   throw DeadlineExceededError(message);
 }
 
-std::vector<std::string> CallAgreement::exchange_descriptions(const WorkerCall& mine, Deadline deadline) {
+std::vector<std::string> CallAgreement::exchange_descriptions(const Part& mine, Deadline deadline) {
   const std::string bytes =
-      mine.status == WorkerCall::Status::kFailed ? describe_failure(mine) : render_signature(*mine.call).serialize();
+      mine.status == Status::kFailed ? describe_failure(mine.error, mine.failed_replica) : render_signature(*mine.call).serialize();
   const int n = workers_->num_workers();
   std::vector<std::size_t> sizes(static_cast<std::size_t>(n));
   const std::uint64_t size = bytes.size();
@@ -76,24 +76,25 @@ std::vector<std::string> CallAgreement::exchange_descriptions(const WorkerCall& 
   return out;
 }
 
-void CallAgreement::agree(const WorkerCall& mine) {
+void CallAgreement::agree(Status status, const CollectiveCall& call, std::exception_ptr error, int failed_replica) {
   stepper_.claim();
+  const Part mine{status, &call, std::move(error), failed_replica};
   try {
     agree_or_throw(mine);
   } catch (...) {
     if (!runs_.empty()) runs_.back() = true;
     throw;
   }
-  if (mine.status == WorkerCall::Status::kReturned && !runs_.empty()) runs_.back() = true;
+  if (mine.status == Status::kReturned && !runs_.empty()) runs_.back() = true;
 }
 
-void CallAgreement::agree_or_throw(const WorkerCall& mine) {
+void CallAgreement::agree_or_throw(const Part& mine) {
   workers_->check_usable();
   const collective::CollectiveOp& op = mine.call->op;
   const Deadline deadline = deadline_after(op.options.timeout);
   const Header header{static_cast<std::uint32_t>(mine.status), static_cast<std::uint32_t>(op.kind),
-                      mine.status == WorkerCall::Status::kCall ? op.sequence : 0,
-                      mine.status == WorkerCall::Status::kCall ? mine.call->signature : 0};
+                      mine.status == Status::kCall ? op.sequence : 0,
+                      mine.status == Status::kCall ? mine.call->signature : 0};
   const int n = workers_->num_workers();
   std::vector<Header> headers(static_cast<std::size_t>(n));
   if (std::vector<int> missing = transport().exchange(std::as_bytes(std::span(&header, 1)),
@@ -103,18 +104,18 @@ void CallAgreement::agree_or_throw(const WorkerCall& mine) {
   }
   // Every header came, but a worker may have given up before this one's header reached it.
   const auto what = [&] {
-    return mine.status == WorkerCall::Status::kCall ? call_name(*mine.call) : std::string("the end of a run");
+    return mine.status == Status::kCall ? call_name(*mine.call) : std::string("the end of a run");
   };
   workers_->check_nobody_gave_up(what);
   if (std::all_of(headers.begin(), headers.end(), [&](const Header& h) { return h == header; }) &&
-      mine.status != WorkerCall::Status::kFailed) {
+      mine.status != Status::kFailed) {
     return;
   }
   throw_if_a_worker_left(headers, what);
   // Every worker sees the same headers, so every worker takes this path and builds the same error.
   const std::vector<std::string> described = exchange_descriptions(mine, deadline);
   for (int w = 0; w < n; ++w) {
-    if (headers[static_cast<std::size_t>(w)].status != static_cast<std::uint32_t>(WorkerCall::Status::kFailed)) continue;
+    if (headers[static_cast<std::size_t>(w)].status != static_cast<std::uint32_t>(Status::kFailed)) continue;
     if (w == workers_->worker_id()) std::rethrow_exception(mine.error);
     throw_failure_of(w, described[static_cast<std::size_t>(w)]);
   }
@@ -135,7 +136,7 @@ void CallAgreement::throw_if_a_worker_left(std::span<const Header> headers, absl
   // complete without it.
   std::vector<int> left;
   for (std::size_t w = 0; w < headers.size(); ++w) {
-    if (headers[w].status == static_cast<std::uint32_t>(WorkerCall::Status::kLeft)) left.push_back(static_cast<int>(w));
+    if (headers[w].status == static_cast<std::uint32_t>(Status::kLeft)) left.push_back(static_cast<int>(w));
   }
   if (left.empty()) return;
   workers_->make_unusable(absl::StrCat(workers_->workers_text(left), " destroyed its strategy"));

@@ -24,19 +24,6 @@
 
 namespace distribute::detail {
 
-// One worker's part in one cross-worker step.
-struct WorkerCall {
-  // kLeft: the worker destroyed its strategy (sent by the destructor, never passed to agree).
-  enum class Status : std::uint32_t { kCall, kReturned, kFailed, kLeft };
-  Status status = Status::kCall;
-  // The step: its kind, sequence, signature and options (whose timeout bounds the agreement).
-  // kReturned and kFailed: a return call.
-  const CollectiveCall* call = nullptr;
-  // kFailed: the error and the global id of the replica that raised it (-1: unknown).
-  std::exception_ptr error;
-  int failed_replica = -1;
-};
-
 class CallAgreement {
  public:
   explicit CallAgreement(std::shared_ptr<WorkerGroup> workers);
@@ -49,13 +36,19 @@ class CallAgreement {
   WorkerGroup& workers() { return *workers_; }
   const std::shared_ptr<WorkerGroup>& shared_workers() const { return workers_; }
 
-  // Agrees with every other worker on `mine`. Returns when every worker made the same call (or
-  // all returned); otherwise throws, on every worker, the error naming the workers that differ
+  // What this worker brings to a step. kLeft: it destroyed its strategy (sent by the destructor,
+  // never passed to agree).
+  enum class Status : std::uint32_t { kCall, kReturned, kFailed, kLeft };
+
+  // Agrees with every other worker on this worker's step: `call` (its kind, sequence, signature,
+  // and options, whose timeout bounds the agreement; a return call for kReturned and kFailed) and,
+  // for kFailed, the `error` and the global id of the replica that raised it (-1: unknown).
+  // Returns when every worker made the same call (or all returned); otherwise throws, on every worker, the error naming the workers that differ
   // (a failed worker's own error on that worker). DeadlineExceededError when a worker does not
   // arrive within the call's timeout: this worker then tells the others that it gave up, and a
   // worker that arrives later gets DeadlineExceededError naming the workers that gave up (never a
   // data phase with workers that left it). After either, UnavailableError at once.
-  void agree(const WorkerCall& mine);
+  void agree(Status status, const CollectiveCall& call, std::exception_ptr error = nullptr, int failed_replica = -1);
   // Whether every worker knows that the innermost current run ended: an agree() in it threw (on
   // every worker alike, also one of a cross-replica step in its merge_fn) or found every worker
   // returned. A run that failed on this worker alone before that must still tell the others (a
@@ -80,6 +73,13 @@ class CallAgreement {
   }
 
  private:
+  // This worker's part in one step, as agree() was given it.
+  struct Part {
+    Status status;
+    const CollectiveCall* call;
+    std::exception_ptr error;
+    int failed_replica;
+  };
   // What every worker sends before a step: equal headers mean equal calls.
   struct Header {
     std::uint32_t status;
@@ -91,11 +91,11 @@ class CallAgreement {
 
   WorkerTransport& transport() { return workers_->transport(); }
   std::string this_worker() const { return workers_->workers_text({workers_->worker_id()}); }
-  void agree_or_throw(const WorkerCall& mine);
+  void agree_or_throw(const Part& mine);
   // Every worker's description of its call (its rendered signature, or its failure), exchanged
   // when the headers differ.
-  std::vector<std::string> exchange_descriptions(const WorkerCall& mine, Deadline deadline);
-  [[noreturn]] void time_out(const WorkerCall& mine, const std::vector<int>& missing);
+  std::vector<std::string> exchange_descriptions(const Part& mine, Deadline deadline);
+  [[noreturn]] void time_out(const Part& mine, const std::vector<int>& missing);
   // UnavailableError, leaving the workers unusable, when a worker's header says it left.
   void throw_if_a_worker_left(std::span<const Header> headers, absl::FunctionRef<std::string()> what);
   // The error of `worker`, which failed, from its description (the same on every worker).

@@ -101,14 +101,12 @@ void ReplicaGroup::complete_phase() {
 
 bool ReplicaGroup::agree_across_workers(std::exception_ptr local_mismatch) {
   const CollectiveCall& first = *calls_[0];
-  WorkerCall mine;
-  mine.status = local_mismatch                               ? WorkerCall::Status::kFailed
-                : first.op.kind == CollectiveKind::kReturn ? WorkerCall::Status::kReturned
-                                                           : WorkerCall::Status::kCall;
-  mine.call = &first;
-  mine.error = local_mismatch;
+  using Status = CallAgreement::Status;
+  const Status status = local_mismatch                               ? Status::kFailed
+                        : first.op.kind == CollectiveKind::kReturn ? Status::kReturned
+                                                                   : Status::kCall;
   try {
-    agreement_->agree(mine);
+    agreement_->agree(status, first, local_mismatch);
     return true;
   } catch (...) {
     std::exception_ptr error = std::current_exception();
@@ -122,17 +120,16 @@ void ReplicaGroup::finish_run() {
   const bool concluded = agreement_->run_concluded();
   agreement_->end_run();
   if (concluded) return;
-  WorkerCall mine;
-  mine.status = WorkerCall::Status::kFailed;
-  mine.call = &failure_report_;
+  std::exception_ptr error;
+  int failed_replica = -1;
   {
     MutexLock lock(mu_);
-    mine.error = first_error_;
-    mine.failed_replica = first_error_rank_ < 0 ? -1 : first_id_ + first_error_rank_;
+    error = first_error_;
+    if (first_error_rank_ >= 0) failed_replica = first_id_ + first_error_rank_;
   }
-  if (!mine.error) return;
+  if (!error) return;
   try {
-    agreement_->agree(mine);
+    agreement_->agree(CallAgreement::Status::kFailed, failure_report_, error, failed_replica);
   } catch (...) {
     // The workers now know; this worker's run keeps its own error.
   }

@@ -153,13 +153,7 @@ void agree_across_workers(CallAgreement& agreement, collective::CollectiveKind k
   leaves.add(leaf.dtype, leaf.shape->span(), open_axis);
   call.leaf_digest = leaves.value();
   call.signature = signature_digest(call);
-  WorkerCall mine;
-  mine.call = &call;
-  if (error) {
-    mine.status = WorkerCall::Status::kFailed;
-    mine.error = error;
-  }
-  agreement.agree(mine);
+  agreement.agree(error ? CallAgreement::Status::kFailed : CallAgreement::Status::kCall, call, error);
 }
 
 }  // namespace
