@@ -64,24 +64,23 @@ void WorkerGroup::abandon_data_step(const Error& error, const StepName& what) {
   throw;
 }
 
-void WorkerGroup::all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
-                             const StepName& what) {
+void WorkerGroup::take_data_step(const StepName& what, absl::FunctionRef<void()> step) {
   check_usable();
   try {
-    transport_->all_reduce(dtype, data, count, deadline_after(timeout), what);
+    step();
   } catch (const Error& e) {
     abandon_data_step(e, what);
   }
 }
 
+void WorkerGroup::all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
+                             const StepName& what) {
+  take_data_step(what, [&] { transport_->all_reduce(dtype, data, count, deadline_after(timeout), what); });
+}
+
 void WorkerGroup::broadcast(void* data, std::size_t bytes, int root, std::chrono::duration<double> timeout,
                             const StepName& what) {
-  check_usable();
-  try {
-    transport_->broadcast(data, bytes, root, deadline_after(timeout), what);
-  } catch (const Error& e) {
-    abandon_data_step(e, what);
-  }
+  take_data_step(what, [&] { transport_->broadcast(data, bytes, root, deadline_after(timeout), what); });
 }
 
 std::vector<std::byte> WorkerGroup::all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,
@@ -103,11 +102,7 @@ std::vector<std::byte> WorkerGroup::all_gather(std::span<const std::byte> mine, 
   std::size_t total = 0;
   for (std::size_t s : sizes) total += s;
   std::vector<std::byte> out(total);
-  try {
-    transport_->all_gather(mine.data(), sizes, out.data(), deadline, what);
-  } catch (const Error& e) {
-    abandon_data_step(e, what);
-  }
+  take_data_step(what, [&] { transport_->all_gather(mine.data(), sizes, out.data(), deadline, what); });
   return out;
 }
 

@@ -70,6 +70,8 @@ class WorkerGroup {
   std::int64_t sum(std::int64_t value, std::chrono::duration<double> timeout, const StepName& what);
 
  private:
+  // Runs `step` once the group is known usable; an Error from it goes to abandon_data_step.
+  void take_data_step(const StepName& what, absl::FunctionRef<void()> step);
   // In a catch of `error` from a data step `what`: rethrows it, or the error naming the workers
   // that gave up, and leaves the group unusable.
   [[noreturn]] void abandon_data_step(const Error& error, const StepName& what);
