@@ -7,10 +7,11 @@
 // errors that name the worker and replicas when workers differ, raise or return early, after which
 // the strategy stays usable; workers with different local replica counts get InvalidArgumentError
 // at construction; a worker that does not arrive gives DeadlineExceededError and then
-// UnavailableError; strategies on sub-communicators have their ranks as workers. Distributed
-// input whose workers' pipelines end at different steps runs the same steps on every worker, the
-// workers without data giving their replicas empty batches, under each input policy; and its
-// errors come alike on every worker.
+// UnavailableError; strategies on sub-communicators have their ranks as workers; a strategy whose
+// stalled data phases fail it (StalledCollectiveAction::kFailStrategy) gives the same results.
+// Distributed input whose workers' pipelines end at different steps runs the same steps on every
+// worker, the workers without data giving their replicas empty batches, under each input policy;
+// and its errors come alike on every worker.
 //
 // With `--device=gpu` every worker's replicas are GPUs, joined by one NCCL communicator spanning
 // the workers, and every test runs the same way on them (ctest's multi_worker_gpu_*; they skip,
@@ -1188,6 +1189,72 @@ TEST_F(MultiWorker, StrategiesOnSubCommunicatorsHaveTheirRanksAsWorkers) {
     EXPECT_EQ(sub.experimental_local_results(ids), expected_ids);
   }
   MPI_Comm_free(&half);
+  expect_still_usable();
+}
+
+TEST_F(MultiWorker, AStalledCollectiveActionOutOfTheEnumIsAnInvalidArgument) {
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  options.on_stalled_collective = static_cast<StalledCollectiveAction>(2);
+  try {
+    MultiWorkerMirroredStrategy invalid(options);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(std::string(e.what()), "MultiWorkerMirroredStrategy: options.on_stalled_collective is 2, which is no "
+                                     "StalledCollectiveAction (kEndJob or kFailStrategy)");
+  }
+  expect_still_usable();
+}
+
+// With kFailStrategy every data phase crosses the workers in the transport's own buffers (an
+// abandoned request must never reach the caller's): the results are those of kEndJob, for each
+// way the data goes (MPI_Iallreduce, the ring in several pieces, float16 widened, an uneven
+// MPI_Iallgatherv, MPI_Ibcast for ONLY_FIRST_REPLICA).
+TEST_F(MultiWorker, FailStrategyModeGivesTheSameResults) {
+  MultiWorkerMirroredStrategyOptions options;
+  for (int l = 0; l < local(); ++l) options.local_devices.push_back("CPU:" + std::to_string(l));
+  options.communication.timeout = std::chrono::seconds(60);
+  options.on_stalled_collective = StalledCollectiveAction::kFailStrategy;
+  MultiWorkerMirroredStrategy failing(options);
+  constexpr std::int64_t kLarge = (std::int64_t{16} << 20) / 4 + 1000;
+  auto reduced = failing.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    const int g = ctx.replica_id_in_sync_group();
+    std::vector<float> large(kLarge, 1.0f);
+    large.back() = static_cast<float>(g);
+    std::vector<Tensor> leaves{Tensor::from_vector<std::int64_t>({g, 1}, Shape{2}),
+                               Tensor::from_vector<float>(large, Shape{kLarge}),
+                               Tensor::from_vector<Half>({Half(static_cast<float>(g)), Half(0.5f)}, Shape{2})};
+    return ctx.all_reduce(ReduceOp::kSum, leaves);
+  });
+  PerReplica<Tensor> gathered = failing.run([] {
+    const int g = get_replica_context()->replica_id_in_sync_group();
+    return get_replica_context()->all_gather(
+        Tensor::from_vector<std::int32_t>(std::vector<std::int32_t>(2 * (g + 1), g), Shape{g + 1, 2}), 0);
+  });
+  Variable first;
+  {
+    StrategyScope scope = failing.scope();
+    first = Variable(0.0f, {.name = "first", .aggregation = VariableAggregation::kOnlyFirstReplica});
+  }
+  failing.run([&] {
+    first.assign(Tensor::scalar(static_cast<float>(get_replica_context()->replica_id_in_sync_group() + 5)));
+  });
+  const std::int64_t ids = n() * (n() - 1) / 2;
+  std::vector<std::int32_t> expected_gather;
+  for (int g = 0; g < n(); ++g) expected_gather.insert(expected_gather.end(), static_cast<std::size_t>(2 * (g + 1)), g);
+  for (int l = 0; l < local(); ++l) {
+    const std::vector<Tensor>& leaves = reduced[l];
+    EXPECT_EQ(leaves[0].to_vector<std::int64_t>(), (std::vector<std::int64_t>{ids, n()}));
+    const std::vector<float> large = leaves[1].to_vector<float>();
+    EXPECT_EQ(large.front(), static_cast<float>(n()));
+    EXPECT_EQ(large[large.size() / 2], static_cast<float>(n()));
+    EXPECT_EQ(large.back(), static_cast<float>(ids));
+    EXPECT_EQ(leaves[2].to_vector<Half>(),
+              (std::vector<Half>{Half(static_cast<float>(ids)), Half(0.5f * static_cast<float>(n()))}));
+    EXPECT_EQ(gathered[l].to_vector<std::int32_t>(), expected_gather);
+  }
+  for (const Tensor& c : failing.experimental_local_results(first)) EXPECT_EQ(c.item<float>(), 5.0f);
   expect_still_usable();
 }
 

@@ -34,6 +34,8 @@ static_assert(std::endian::native == std::endian::little, "checkpoints assume a 
 constexpr const char* kMetadataKey = "__metadata__";
 constexpr const char* kCrcKey = "distribute.crc32";
 
+using NamedVariables = std::vector<std::pair<std::string, Variable>>;
+
 struct SafetensorsType {
   const char* name;
   std::size_t size;
@@ -139,6 +141,55 @@ void sync_directory(const std::filesystem::path& file) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
+}
+
+// A checkpoint's file before it is written: the padded JSON header and the tensors, on the host.
+struct Encoded {
+  std::string header;
+  std::vector<Tensor> values;
+};
+
+Encoded encode(const NamedVariables& variables) {
+  Encoded encoded;
+  encoded.values.reserve(variables.size());
+  for (const auto& [name, variable] : variables) {
+    const Tensor value = variable.value();
+    encoded.values.push_back(value.device().is_cpu() ? value : value.to(Device::cpu()));
+  }
+  nlohmann::ordered_json header;
+  std::uint32_t crc = 0;
+  std::uint64_t offset = 0;
+  for (std::size_t k = 0; k < encoded.values.size(); ++k) {
+    const Tensor& t = encoded.values[k];
+    header[variables[k].first] = {{"dtype", safetensors_name(t.dtype())},
+                                  {"shape", t.shape().dims()},
+                                  {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+    crc = crc_update(crc, t.raw_data(), t.nbytes());
+  }
+  nlohmann::ordered_json document = {{kMetadataKey, {{kCrcKey, hex32(crc)}}}};
+  document.update(header);
+  encoded.header = document.dump();
+  encoded.header.append((8 - encoded.header.size() % 8) % 8, ' ');
+  return encoded;
+}
+
+// A temporary file beside `path`, flushed to disk, then renamed over `path`.
+void write_atomically(const std::filesystem::path& path, const Encoded& encoded) {
+  const std::uint64_t header_size = encoded.header.size();
+  TempFile file(temp_path_for(path));
+  DISTRIBUTE_CHECK(file.is_open(), InvalidArgumentError, "Checkpoint::save: cannot create \"", file.path().string(),
+                   "\": ", std::strerror(errno));
+  bool ok = file.write(&header_size, 8) && file.write(encoded.header.data(), encoded.header.size());
+  for (const Tensor& t : encoded.values) ok = ok && file.write(t.raw_data(), t.nbytes());
+  ok = ok && file.finish();
+  DISTRIBUTE_CHECK(ok, InternalError, "Checkpoint::save: writing \"", file.path().string(),
+                   "\" failed: ", std::strerror(errno));
+  const bool renamed = ::rename(file.path().c_str(), path.c_str()) == 0;
+  DISTRIBUTE_CHECK(renamed, InternalError, "Checkpoint::save: cannot rename \"", file.path().string(), "\" to \"",
+                   path.string(), "\": ", std::strerror(errno));
+  file.keep();
+  sync_directory(path);
 }
 
 // ---- restore
@@ -285,70 +336,11 @@ std::string read_file(const std::filesystem::path& path) {
   return bytes;
 }
 
-}  // namespace
-
-Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables) : variables_(std::move(variables)) {
-  std::set<std::string_view> names;
-  for (std::size_t k = 0; k < variables_.size(); ++k) {
-    const auto& [name, variable] = variables_[k];
-    DISTRIBUTE_CHECK(!name.empty(), InvalidArgumentError, "Checkpoint: entry ", k, " has an empty name");
-    DISTRIBUTE_CHECK(name != kMetadataKey, InvalidArgumentError, "Checkpoint: entry ", k, " is named '",
-                     kMetadataKey, "', the key safetensors keeps for the header's metadata");
-    DISTRIBUTE_CHECK(names.insert(name).second, InvalidArgumentError, "Checkpoint: the name '", name,
-                     "' is given twice");
-    DISTRIBUTE_CHECK(variable.defined(), InvalidArgumentError, "Checkpoint: the variable named '", name,
-                     "' is undefined (default-constructed)");
-  }
-}
-
-void Checkpoint::save(const std::filesystem::path& path) const {
-  require_cross_replica("Checkpoint::save");
-  std::vector<Tensor> values;
-  values.reserve(variables_.size());
-  for (const auto& [name, variable] : variables_) {
-    const Tensor value = variable.value();
-    values.push_back(value.device().is_cpu() ? value : value.to(Device::cpu()));
-  }
-  nlohmann::ordered_json header;
-  std::uint32_t crc = 0;
-  std::uint64_t offset = 0;
-  for (std::size_t k = 0; k < values.size(); ++k) {
-    const Tensor& t = values[k];
-    header[variables_[k].first] = {{"dtype", safetensors_name(t.dtype())},
-                                   {"shape", t.shape().dims()},
-                                   {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
-    crc = crc_update(crc, t.raw_data(), t.nbytes());
-  }
-  nlohmann::ordered_json document = {{kMetadataKey, {{kCrcKey, hex32(crc)}}}};
-  document.update(header);
-  std::string text = document.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const std::uint64_t header_size = text.size();
-
-  TempFile file(temp_path_for(path));
-  DISTRIBUTE_CHECK(file.is_open(), InvalidArgumentError, "Checkpoint::save: cannot create \"", file.path().string(),
-                   "\": ", std::strerror(errno));
-  bool ok = file.write(&header_size, 8) && file.write(text.data(), text.size());
-  for (const Tensor& t : values) ok = ok && file.write(t.raw_data(), t.nbytes());
-  ok = ok && file.finish();
-  DISTRIBUTE_CHECK(ok, InternalError, "Checkpoint::save: writing \"", file.path().string(),
-                   "\" failed: ", std::strerror(errno));
-  const bool renamed = ::rename(file.path().c_str(), path.c_str()) == 0;
-  DISTRIBUTE_CHECK(renamed, InternalError, "Checkpoint::save: cannot rename \"", file.path().string(), "\" to \"",
-                   path.string(), "\": ", std::strerror(errno));
-  file.keep();
-  sync_directory(path);
-}
-
-void Checkpoint::restore(const std::filesystem::path& path) {
-  require_cross_replica("Checkpoint::restore");
-  Reader reader(path, read_file(path));
-  const std::map<std::string, Entry> entries = reader.parse();
-
+// Every name, dtype and shape in which the file and the checkpoint's variables differ.
+std::vector<std::string> find_mismatches(const NamedVariables& variables, const std::map<std::string, Entry>& entries) {
   std::vector<std::string> mismatches;
   std::set<std::string_view> named;
-  for (const auto& [name, variable] : variables_) {
+  for (const auto& [name, variable] : variables) {
     named.insert(name);
     auto it = entries.find(name);
     if (it == entries.end()) {
@@ -369,23 +361,55 @@ void Checkpoint::restore(const std::filesystem::path& path) {
   for (const auto& [name, e] : entries) {
     if (!named.contains(name)) mismatches.push_back(absl::StrCat("'", name, "': in the file, not in the checkpoint"));
   }
-  DISTRIBUTE_CHECK(mismatches.empty(), InvalidArgumentError, "Checkpoint::restore: \"", path.string(),
-                   "\" does not match the checkpoint's variables (", mismatches.size(), " mismatches):\n  ",
-                   absl::StrJoin(mismatches, "\n  "));
+  return mismatches;
+}
 
-  // Every value is made before the first assignment, so nothing changes unless all can.
+// Every value is made before the first assignment, so nothing changes unless all can.
+void assign_from(const NamedVariables& variables, const Reader& reader, const std::map<std::string, Entry>& entries) {
   std::vector<Tensor> values;
-  values.reserve(variables_.size());
-  for (const auto& [name, variable] : variables_) {
+  values.reserve(variables.size());
+  for (const auto& [name, variable] : variables) {
     const Entry& e = entries.at(name);
     Tensor t = Tensor::empty(variable.dtype(), variable.shape(), Device::cpu());
     if (t.nbytes() != 0) std::memcpy(t.raw_data(), reader.data(e), t.nbytes());
     values.push_back(std::move(t));
   }
-  for (std::size_t k = 0; k < variables_.size(); ++k) {
-    Variable variable = variables_[k].second;
+  for (std::size_t k = 0; k < variables.size(); ++k) {
+    Variable variable = variables[k].second;
     variable.assign(values[k]);
   }
+}
+
+}  // namespace
+
+Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables) : variables_(std::move(variables)) {
+  std::set<std::string_view> names;
+  for (std::size_t k = 0; k < variables_.size(); ++k) {
+    const auto& [name, variable] = variables_[k];
+    DISTRIBUTE_CHECK(!name.empty(), InvalidArgumentError, "Checkpoint: entry ", k, " has an empty name");
+    DISTRIBUTE_CHECK(name != kMetadataKey, InvalidArgumentError, "Checkpoint: entry ", k, " is named '",
+                     kMetadataKey, "', the key safetensors keeps for the header's metadata");
+    DISTRIBUTE_CHECK(names.insert(name).second, InvalidArgumentError, "Checkpoint: the name '", name,
+                     "' is given twice");
+    DISTRIBUTE_CHECK(variable.defined(), InvalidArgumentError, "Checkpoint: the variable named '", name,
+                     "' is undefined (default-constructed)");
+  }
+}
+
+void Checkpoint::save(const std::filesystem::path& path) const {
+  require_cross_replica("Checkpoint::save");
+  write_atomically(path, encode(variables_));
+}
+
+void Checkpoint::restore(const std::filesystem::path& path) {
+  require_cross_replica("Checkpoint::restore");
+  Reader reader(path, read_file(path));
+  const std::map<std::string, Entry> entries = reader.parse();
+  const std::vector<std::string> mismatches = find_mismatches(variables_, entries);
+  DISTRIBUTE_CHECK(mismatches.empty(), InvalidArgumentError, "Checkpoint::restore: \"", path.string(),
+                   "\" does not match the checkpoint's variables (", mismatches.size(), " mismatches):\n  ",
+                   absl::StrJoin(mismatches, "\n  "));
+  assign_from(variables_, reader, entries);
 }
 
 }  // namespace distribute

@@ -25,12 +25,13 @@ namespace {
 // query's number); a worker that waits in the strategy answers (kAnswerTag, the same number).
 constexpr int kQueryTag = 18;
 constexpr int kAnswerTag = 19;
-// What the first worker to conclude found (text), sent to the others before it ends the job.
+// What the first worker to conclude found (text), sent to the others before it ends the job or
+// fails its call.
 constexpr int kFindingTag = 20;
 constexpr int kRingTag = 21;
 // A worker that gave up on a step at its deadline tells the others (text: the step).
 constexpr int kGaveUpTag = 22;
-// How long a stalled worker waits for the answers before it ends the job.
+// How long a stalled worker waits for the answers before it concludes.
 constexpr auto kAnswerGrace = std::chrono::seconds(1);
 
 // Calls into MPI from several threads (several strategies, or the caller and a replica thread)
@@ -46,6 +47,14 @@ void check(int rc, const char* call) {
   int length = 0;
   MPI_Error_string(rc, text, &length);
   throw UnavailableError(absl::StrCat(call, " failed: ", std::string(text, static_cast<std::size_t>(length))));
+}
+
+// Whether every request completed (takes the MPI lock).
+bool completed(std::span<MPI_Request> requests) {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int flag = 0;
+  MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
+  return flag != 0;
 }
 
 // Polls `done` until it returns true or `deadline` passes; returns whether it did. Sleeps a little
@@ -150,7 +159,7 @@ CommunicatorSlots& slots_of(MPI_Comm base) {
 
 }  // namespace
 
-MpiWorkerTransport::MpiWorkerTransport(MPI_Comm base) {
+MpiWorkerTransport::MpiWorkerTransport(MPI_Comm base, StalledCollectiveAction on_stall) : on_stall_(on_stall) {
   ensure_mpi_initialized();
   std::lock_guard<std::mutex> lock(mpi_mutex());
   CommunicatorSlots& slots = slots_of(base);
@@ -201,6 +210,15 @@ MpiWorkerTransport::~MpiWorkerTransport() {
     }
     unreceived_buffers().push_back(std::move(pending.buffer));
   }
+  // An abandoned data phase's requests cannot be freed (MPI forbids it for a non-blocking
+  // collective): they and their buffers outlive the transport until they complete, if ever.
+  std::vector<Abandoned>& orphans = orphaned();
+  if (!abandoned_.requests.empty()) orphans.push_back(std::move(abandoned_));
+  std::erase_if(orphans, [](Abandoned& orphan) {
+    int done = 0;
+    MPI_Testall(static_cast<int>(orphan.requests.size()), orphan.requests.data(), &done, MPI_STATUSES_IGNORE);
+    return done != 0;
+  });
   // A strategy that abandoned a step may have left the communicators' collectives out of step
   // between the workers: its slot is never used again.
   if (!reusable_) return;
@@ -210,6 +228,11 @@ MpiWorkerTransport::~MpiWorkerTransport() {
       slots.in_use[static_cast<std::size_t>(slot_)] = 0;
     }
   }
+}
+
+std::vector<MpiWorkerTransport::Abandoned>& MpiWorkerTransport::orphaned() {
+  static auto* orphans = new std::vector<Abandoned>();
+  return *orphans;
 }
 
 std::unique_ptr<std::byte[]> MpiWorkerTransport::framed(const void* data, std::size_t bytes) const {
@@ -351,7 +374,7 @@ void MpiWorkerTransport::leave_if_others_gave_up(const StepName& what) {
   // Workers gave up on the step at their deadline after this one's header reached them: they will
   // never join this data phase. When every other worker did, nobody will ever match this worker's
   // requests, and they can be left behind; when some did not, those may already have sent into
-  // this worker's buffers, and the job must end.
+  // this worker's buffers, and the step stalled.
   std::vector<char> gone(static_cast<std::size_t>(size_), 0);
   for (const auto& note : gave_up_) gone[static_cast<std::size_t>(note.first)] = 1;
   if (std::count(gone.begin(), gone.end(), 1) == size_ - 1) {
@@ -360,36 +383,65 @@ void MpiWorkerTransport::leave_if_others_gave_up(const StepName& what) {
   }
   std::vector<std::string> notes;
   for (const auto& [worker, step] : gave_up_) notes.push_back(absl::StrCat("worker ", worker, " in ", step));
-  std::fprintf(stderr,
-               "distribute: worker %d: %s gave up when its timeout passed, after this worker had agreed to %s and "
-               "started its data phase with the others; ending the job\n",
-               rank_, absl::StrJoin(notes, ", ").c_str(), what.str().c_str());
+  stalled(absl::StrCat("worker ", rank_, ": ", absl::StrJoin(notes, ", "),
+                       " gave up when its timeout passed, after this worker had agreed to ", what.str(),
+                       " and started its data phase with the others"));
+}
+
+void MpiWorkerTransport::stalled(const std::string& report) {
+  if (on_stall_ == StalledCollectiveAction::kFailStrategy) {
+    throw DeadlineExceededError(absl::StrCat(report, "; the strategy is unusable and the job goes on "
+                                                     "(StalledCollectiveAction::kFailStrategy)"));
+  }
+  std::fprintf(stderr, "distribute: %s; ending the job\n", report.c_str());
   std::fflush(stderr);
   MPI_Abort(comm_, 1);
 }
 
-void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const StepName& what) {
-  const auto test = [&] {
-    std::lock_guard<std::mutex> lock(mpi_mutex());
-    int flag = 0;
-    MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
-    return flag != 0;
-  };
-  const auto answer = [this] {
-    std::lock_guard<std::mutex> lock(mpi_mutex());
-    answer_queries();
-    receive_gave_up();
-  };
-  if (poll_until(test, deadline, [&] {
-        answer();
-        leave_if_others_gave_up(what);
-      })) {
-    return;
+std::byte* MpiWorkerTransport::workspace(void* data, std::size_t bytes) {
+  if (on_stall_ == StalledCollectiveAction::kEndJob) return static_cast<std::byte*>(data);
+  data_scratch_.resize(bytes);
+  return data_scratch_.data();
+}
+
+void MpiWorkerTransport::abandon(std::span<MPI_Request> requests) {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  reusable_ = false;
+  for (MPI_Request request : requests) {
+    if (request != MPI_REQUEST_NULL) abandoned_.requests.push_back(request);
   }
-  // Past the deadline: ask every other worker whether it is alive. Those that wait in the
-  // strategy answer; one that is stopped, hung or busy elsewhere does not, and is named. The first
-  // worker to conclude tells the others its finding before it ends the job, since ending it wakes
-  // a stopped worker, which would then answer the others' queries.
+  // Moved, the buffers keep their memory, which the caller's pointers into them still name.
+  for (std::vector<std::byte>* buffer : {&ring_scratch_, &data_scratch_}) {
+    if (buffer->capacity() != 0) abandoned_.buffers.push_back(std::move(*buffer));
+  }
+}
+
+void MpiWorkerTransport::wait_for_data(std::span<MPI_Request> requests, Deadline deadline, const StepName& what) {
+  try {
+    const bool done = poll_until([&] { return completed(requests); }, deadline, [&] {
+      {
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        answer_queries();
+        receive_gave_up();
+      }
+      leave_if_others_gave_up(what);
+    });
+    if (done) return;
+    if (const std::optional<std::string> finding = find_stall(requests)) {
+      stalled(absl::StrCat("worker ", rank_, ": the data phase of ", what.str(),
+                           " stalled past its timeout (every worker had agreed to the collective); ", *finding));
+    }
+  } catch (...) {
+    abandon(requests);
+    throw;
+  }
+}
+
+std::optional<std::string> MpiWorkerTransport::find_stall(std::span<MPI_Request> requests) {
+  // Ask every other worker whether it is alive. Those that wait in the strategy answer; one that
+  // is stopped, hung or busy elsewhere does not, and is named. The first worker to conclude tells
+  // the others its finding before it ends the job or fails its call, since ending the job wakes a
+  // stopped worker, which would then answer the others' queries.
   const std::int64_t query = ++queries_;
   std::vector<char> answered(static_cast<std::size_t>(size_), 0);
   answered[static_cast<std::size_t>(rank_)] = 1;
@@ -400,7 +452,7 @@ void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline
   };
   const bool done = poll_until(
       [&] {
-        if (test()) return true;
+        if (completed(requests)) return true;
         std::lock_guard<std::mutex> lock(mpi_mutex());
         if (const std::optional<Message> finding = take_message(probe_comm_, MPI_ANY_SOURCE, kFindingTag)) {
           reported = absl::StrCat("worker ", finding->source, " found: ", finding->text());
@@ -415,36 +467,35 @@ void MpiWorkerTransport::wait_or_abort(std::span<MPI_Request> requests, Deadline
         }
         return all_answered();
       },
-      Clock::now() + kAnswerGrace, answer);
-  if (done && reported.empty() && test()) return;
-  std::string finding = reported;
-  if (finding.empty()) {
-    std::vector<int> silent;
-    std::vector<int> waiting;
-    for (int w = 0; w < size_; ++w) {
-      if (w != rank_) (answered[static_cast<std::size_t>(w)] ? waiting : silent).push_back(w);
-    }
-    const auto workers = [](const std::vector<int>& ids) {
-      return absl::StrCat(ids.size() == 1 ? "worker " : "workers ", absl::StrJoin(ids, ", "));
-    };
-    if (silent.empty()) {
-      finding = "every worker answered and waits in it too (the transport is stuck, not a worker)";
-    } else {
-      finding = absl::StrCat(workers(silent), " did not answer within ",
-                             std::chrono::duration_cast<std::chrono::seconds>(kAnswerGrace).count(),
-                             " s (stopped, hung, or busy outside the strategy)");
-      if (!waiting.empty()) {
-        absl::StrAppend(&finding, "; ", workers(waiting), waiting.size() == 1 ? " waits" : " wait", " in it too");
-      }
-    }
-    send_to_others(finding.data(), finding.size(), kFindingTag);
+      Clock::now() + kAnswerGrace,
+      [this] {
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        answer_queries();
+        receive_gave_up();
+      });
+  if (done && reported.empty() && completed(requests)) return std::nullopt;
+  if (!reported.empty()) return reported;
+  std::vector<int> silent;
+  std::vector<int> waiting;
+  for (int w = 0; w < size_; ++w) {
+    if (w != rank_) (answered[static_cast<std::size_t>(w)] ? waiting : silent).push_back(w);
   }
-  std::fprintf(stderr,
-               "distribute: worker %d: the data phase of %s stalled past its timeout (every worker had agreed to "
-               "the collective); %s; ending the job\n",
-               rank_, what.str().c_str(), finding.c_str());
-  std::fflush(stderr);
-  MPI_Abort(comm_, 1);
+  const auto workers = [](const std::vector<int>& ids) {
+    return absl::StrCat(ids.size() == 1 ? "worker " : "workers ", absl::StrJoin(ids, ", "));
+  };
+  std::string finding;
+  if (silent.empty()) {
+    finding = "every worker answered and waits in it too (the transport is stuck, not a worker)";
+  } else {
+    finding = absl::StrCat(workers(silent), " did not answer within ",
+                           std::chrono::duration_cast<std::chrono::seconds>(kAnswerGrace).count(),
+                           " s (stopped, hung, or busy outside the strategy)");
+    if (!waiting.empty()) {
+      absl::StrAppend(&finding, "; ", workers(waiting), waiting.size() == 1 ? " waits" : " wait", " in it too");
+    }
+  }
+  send_to_others(finding.data(), finding.size(), kFindingTag);
+  return finding;
 }
 
 void MpiWorkerTransport::send_to_others(const void* data, std::size_t bytes, int tag) {
@@ -487,17 +538,22 @@ class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
   void send_next_receive_previous(std::span<const std::byte> to_next, std::span<std::byte> from_previous) override {
     const int next = (engine_.rank_ + 1) % engine_.size_;
     const int previous = (engine_.rank_ + engine_.size_ - 1) % engine_.size_;
-    MPI_Request requests[2];
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int posted[2];
     {
       std::lock_guard<std::mutex> lock(mpi_mutex());
-      check(MPI_Irecv(from_previous.data(), static_cast<int>(from_previous.size()), MPI_BYTE, previous, kRingTag,
-                      engine_.comm_, &requests[0]),
-            "MPI_Irecv");
-      check(MPI_Isend(to_next.data(), static_cast<int>(to_next.size()), MPI_BYTE, next, kRingTag, engine_.comm_,
-                      &requests[1]),
-            "MPI_Isend");
+      posted[0] = MPI_Irecv(from_previous.data(), static_cast<int>(from_previous.size()), MPI_BYTE, previous, kRingTag,
+                            engine_.comm_, &requests[0]);
+      posted[1] = MPI_Isend(to_next.data(), static_cast<int>(to_next.size()), MPI_BYTE, next, kRingTag, engine_.comm_,
+                            &requests[1]);
     }
-    engine_.wait_or_abort(requests, deadline_, what_);
+    if (posted[0] != MPI_SUCCESS || posted[1] != MPI_SUCCESS) {
+      // The one that was posted still reaches into the step's buffers.
+      engine_.abandon(requests);
+      check(posted[0], "MPI_Irecv");
+      check(posted[1], "MPI_Isend");
+    }
+    engine_.wait_for_data(requests, deadline_, what_);
   }
 
  private:
@@ -519,16 +575,21 @@ void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
   for (std::int64_t at = 0; at < count; at += per_call) {
     const std::int64_t n = std::min(per_call, count - at);
     std::byte* part = bytes + static_cast<std::size_t>(at) * unit;
-    if (static_cast<std::size_t>(n) * unit >= kMinRingBytes) {
-      collective::ring_all_reduce(ring, dtype, part, n, ring_scratch_);
-      continue;
+    const std::size_t part_bytes = static_cast<std::size_t>(n) * unit;
+    std::byte* work = workspace(part, part_bytes);
+    if (work != part) std::memcpy(work, part, part_bytes);
+    if (part_bytes >= kMinRingBytes) {
+      collective::ring_all_reduce(ring, dtype, work, n, ring_scratch_);
+    } else {
+      MPI_Request request;
+      {
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        check(MPI_Iallreduce(MPI_IN_PLACE, work, static_cast<int>(n), type, MPI_SUM, comm_, &request),
+              "MPI_Iallreduce");
+      }
+      wait_for_data(std::span(&request, 1), deadline, what);
     }
-    MPI_Request request;
-    {
-      std::lock_guard<std::mutex> lock(mpi_mutex());
-      check(MPI_Iallreduce(MPI_IN_PLACE, part, static_cast<int>(n), type, MPI_SUM, comm_, &request), "MPI_Iallreduce");
-    }
-    wait_or_abort(std::span(&request, 1), deadline, what);
+    if (work != part) std::memcpy(part, work, part_bytes);
   }
 }
 
@@ -549,14 +610,24 @@ void MpiWorkerTransport::all_gather(const void* mine, std::span<const std::size_
     if (total != 0) std::memcpy(out, mine, total);
     return;
   }
+  const auto me = static_cast<std::size_t>(rank_);
+  std::byte* work = workspace(out, total);
+  const void* from = mine;
+  if (work != out) {
+    // This worker's part goes where the others' will: MPI_IN_PLACE, so that MPI reads no
+    // caller's memory either.
+    if (counts[me] != 0) std::memcpy(work + displacements[me], mine, sizes[me]);
+    from = MPI_IN_PLACE;
+  }
   MPI_Request request;
   {
     std::lock_guard<std::mutex> lock(mpi_mutex());
-    check(MPI_Iallgatherv(mine, counts[static_cast<std::size_t>(rank_)], MPI_BYTE, out, counts.data(),
-                          displacements.data(), MPI_BYTE, comm_, &request),
+    check(MPI_Iallgatherv(from, counts[me], MPI_BYTE, work, counts.data(), displacements.data(), MPI_BYTE, comm_,
+                          &request),
           "MPI_Iallgatherv");
   }
-  wait_or_abort(std::span(&request, 1), deadline, what);
+  wait_for_data(std::span(&request, 1), deadline, what);
+  if (work != out && total != 0) std::memcpy(out, work, total);
 }
 
 void MpiWorkerTransport::broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const StepName& what) {
@@ -564,12 +635,16 @@ void MpiWorkerTransport::broadcast(void* data, std::size_t bytes, int root, Dead
   auto* at = static_cast<std::byte*>(data);
   for (std::size_t done = 0; done < bytes; done += kMaxBytesPerCall) {
     const std::size_t n = std::min(kMaxBytesPerCall, bytes - done);
+    std::byte* part = at + done;
+    std::byte* work = workspace(part, n);
+    if (work != part && rank_ == root) std::memcpy(work, part, n);
     MPI_Request request;
     {
       std::lock_guard<std::mutex> lock(mpi_mutex());
-      check(MPI_Ibcast(at + done, static_cast<int>(n), MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
+      check(MPI_Ibcast(work, static_cast<int>(n), MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
     }
-    wait_or_abort(std::span(&request, 1), deadline, what);
+    wait_for_data(std::span(&request, 1), deadline, what);
+    if (work != part && rank_ != root) std::memcpy(part, work, n);
   }
 }
 

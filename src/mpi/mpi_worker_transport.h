@@ -4,10 +4,12 @@
 // one goes (see the .cc), so that the program's own MPI traffic never matches the strategy's.
 // Every wait polls non-blocking MPI calls against the collective's deadline: a header exchange
 // that times out names the workers that did not send theirs, and a data phase that stalls past
-// the deadline is reported, naming the workers that do not answer a liveness query, and ends
-// the job (MPI_Abort), as a collective left half done cannot be taken back. A worker whose header
-// exchange times out tells the others that it gave up, so that a late worker does not start the
-// step's data phase with it (see WorkerTransport::send_gave_up).
+// the deadline is reported, naming the workers that do not answer a liveness query. A collective
+// left half done cannot be taken back, so the report then ends the job (MPI_Abort), or, as the
+// strategy's options may ask (StalledCollectiveAction::kFailStrategy), is thrown while the
+// abandoned transfers go on into the transport's own buffers. A worker whose header exchange
+// times out tells the others that it gave up, so that a late worker does not start the step's
+// data phase with it (see WorkerTransport::send_gave_up).
 #pragma once
 
 #include <mpi.h>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "collective/worker_transport.h"
+#include "distribute/mpi/multi_worker_mirrored_strategy.h"
 
 namespace distribute::detail {
 
@@ -38,8 +41,8 @@ class MpiWorkerTransport final : public WorkerTransport {
   // slower than the blocking one in Open MPI 4.1 (docs/multi_worker.md).
   static constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
 
-  // The workers are the ranks of `base`.
-  explicit MpiWorkerTransport(MPI_Comm base);
+  // The workers are the ranks of `base`; `on_stall` says what a stalled data phase does.
+  MpiWorkerTransport(MPI_Comm base, StalledCollectiveAction on_stall);
   ~MpiWorkerTransport() override;
   int num_workers() const override { return size_; }
   int worker_id() const override { return rank_; }
@@ -65,14 +68,26 @@ class MpiWorkerTransport final : public WorkerTransport {
   static constexpr int kInputTag = 23;
   // Sends `mine` to every worker and receives theirs, with `tag`.
   std::vector<int> exchange_on(int tag, std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline);
-  // Waits for every request; past `deadline`, reports `what` and the workers that do not answer
-  // a liveness query, and ends the job.
-  void wait_or_abort(std::span<MPI_Request> requests, Deadline deadline, const StepName& what);
+  // Waits for every request of a data phase; past `deadline`, reports `what` and the workers that
+  // do not answer a liveness query (stalled). When it throws, the requests are abandoned.
+  void wait_for_data(std::span<MPI_Request> requests, Deadline deadline, const StepName& what);
+  // Past the deadline of `requests`: asks the other workers whether they are alive, for a grace
+  // period. Returns what was found (the silent workers, or another worker's finding), or nothing
+  // when the requests completed meanwhile.
+  std::optional<std::string> find_stall(std::span<MPI_Request> requests);
+  // Ends the job with `report` on stderr, or throws it as DeadlineExceededError, as on_stall_ says.
+  void stalled(const std::string& report);
+  // Where a data phase's MPI calls work on the `bytes` that belong at `data`: `data` itself with
+  // kEndJob, else data_scratch_, into which the caller copies them (and out of it after).
+  std::byte* workspace(void* data, std::size_t bytes);
+  // Keeps `requests`, and every buffer of the transport that a data phase hands MPI, in
+  // abandoned_: MPI may still complete them (the caller does not hold the MPI lock).
+  void abandon(std::span<MPI_Request> requests);
   // The ring's links: an MPI_Isend to the next worker and an MPI_Irecv from the previous one per
   // step, waited for like every other wait.
   class RingLinks;
   // In a data phase: when other workers gave up on the step (their notes came), throws
-  // DeadlineExceededError if every other worker did, else ends the job.
+  // DeadlineExceededError if every other worker did, else reports it as a stall does.
   void leave_if_others_gave_up(const StepName& what);
   // Answers other workers' liveness queries (the caller holds the MPI lock).
   void answer_queries();
@@ -101,6 +116,14 @@ class MpiWorkerTransport final : public WorkerTransport {
     std::vector<MPI_Request> requests;
     std::unique_ptr<std::byte[]> buffer;
   };
+  // The requests of data phases given up at their deadline, and every buffer they may still read
+  // or write, kept until the requests complete: past the transport's life, until MPI_Finalize.
+  struct Abandoned {
+    std::vector<MPI_Request> requests;
+    std::vector<std::vector<std::byte>> buffers;
+  };
+  // Those of transports that went, not yet complete (the caller holds the MPI lock).
+  static std::vector<Abandoned>& orphaned();
 
   // The communicators are a slot of those kept for the strategies on `base_` (see the .cc).
   MPI_Comm base_ = MPI_COMM_NULL;
@@ -110,7 +133,11 @@ class MpiWorkerTransport final : public WorkerTransport {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm probe_comm_ = MPI_COMM_NULL;  // liveness queries, apart from the collectives' traffic
   std::int64_t queries_ = 0;
+  const StalledCollectiveAction on_stall_;
   std::vector<std::byte> ring_scratch_;  // the part a ring step receives before adding it (ring_all_reduce)
+  // kFailStrategy: a data phase's whole buffer, so that no abandoned request can touch the caller's.
+  std::vector<std::byte> data_scratch_;
+  Abandoned abandoned_;
   // A number every worker's engine of this strategy shares (worker 0 draws it): see exchange_on.
   std::uint64_t nonce_ = 0;
   // Sends of exchanges abandoned at a deadline, and of notes to the other workers.

@@ -136,8 +136,13 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   // Before the first exchange, which the timeout bounds.
   detail::check_timeout(options.communication.timeout, "MultiWorkerMirroredStrategy: options.communication.timeout",
                         "no timeout");
+  const StalledCollectiveAction on_stall = options.on_stalled_collective;
+  DISTRIBUTE_CHECK(on_stall == StalledCollectiveAction::kEndJob || on_stall == StalledCollectiveAction::kFailStrategy,
+                   InvalidArgumentError, "MultiWorkerMirroredStrategy: options.on_stalled_collective is ",
+                   static_cast<int>(on_stall), ", which is no StalledCollectiveAction (kEndJob or kFailStrategy)");
   const MpiCommunicator* comm = resolver_->mpi_communicator();
-  auto engine = std::make_unique<detail::MpiWorkerTransport>(comm != nullptr ? comm->comm : MPI_COMM_WORLD);
+  auto engine =
+      std::make_unique<detail::MpiWorkerTransport>(comm != nullptr ? comm->comm : MPI_COMM_WORLD, on_stall);
   const int rank = engine->worker_id();
   const int workers = engine->num_workers();
   const int tasks = resolver_->cluster_spec().num_tasks("worker") + resolver_->cluster_spec().num_tasks("chief");

@@ -76,6 +76,23 @@ class MpiClusterResolver : public ClusterResolver {
   std::shared_ptr<const MpiCommunicator> comm_;
 };
 
+// What a worker does when the data phase of a collective across the workers stalls past its
+// timeout after every worker agreed to it: a peer stopped answering mid-transfer (stopped, hung,
+// or busy outside the strategy). Either way the worker first asks the others whether they are
+// alive and names those that do not answer (docs/multi_worker.md, "The errors").
+enum class StalledCollectiveAction {
+  // Reports the stall on stderr and ends the whole job (MPI_Abort): for a job that is nothing but
+  // the training loop, which cannot go on without the silent worker.
+  kEndJob,
+  // Throws DeadlineExceededError from the stalled call, with the same report, and leaves the
+  // strategy unusable (UnavailableError from every later collective) while the process and its
+  // MPI go on: for a program that gave the strategy a sub-communicator (mpi_cluster_resolver) and
+  // keeps other MPI work. The stalled transfers cannot be cancelled; they go on into buffers of
+  // the strategy's own, kept until they complete or the process exits, never into the caller's
+  // tensors. This costs a copy into those buffers and one out of them in every data phase.
+  kFailStrategy,
+};
+
 struct MultiWorkerMirroredStrategyOptions {
   // This worker's replicas; empty: every GPU, else {"CPU:0"}. Every worker must have as many.
   std::vector<std::string> local_devices;
@@ -83,6 +100,11 @@ struct MultiWorkerMirroredStrategyOptions {
   CommunicationOptions communication;
   // Null: an MpiClusterResolver.
   std::shared_ptr<const ClusterResolver> cluster_resolver;
+  // Each worker acts on its own setting, so give every worker the same; a value that is neither
+  // is an InvalidArgumentError from the constructor. It governs the data that crosses the workers
+  // through MPI; with GPU replicas, an NCCL data phase past the timeout always fails the strategy
+  // without ending the job (docs/multi_worker.md, "GPUs").
+  StalledCollectiveAction on_stalled_collective = StalledCollectiveAction::kEndJob;
 };
 
 class MultiWorkerMirroredStrategy final : public Strategy {
