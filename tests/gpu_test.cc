@@ -75,6 +75,27 @@ void expect_collectives_work(MirroredStrategy& strategy) {
       ASSERT_EQ(got[static_cast<std::size_t>(i)], expected) << "replica " << r << " element " << i;
     }
   }
+  // reduce_scatter: 1000 elements (equal shards for 1, 2 and 4 replicas) and 7 (uneven ones).
+  PerReplica<std::vector<Tensor>> shards = strategy.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    const int r = ctx.replica_id_in_sync_group();
+    return ctx.reduce_scatter(ReduceOp::kSum, std::vector<Tensor>{Tensor::from_vector<float>(values_for<float>(r, 1000)),
+                                                                  Tensor::from_vector<float>(values_for<float>(r, 7))});
+  });
+  for (int r = 0; r < n; ++r) {
+    for (const int count : {1000, 7}) {
+      const Tensor& shard = shards[r][count == 1000 ? 0 : 1];
+      EXPECT_EQ(shard.device(), strategy.extended().worker_devices()[static_cast<std::size_t>(r)]);
+      const Shard part = shard_of(count, n, r);
+      std::vector<float> expected;
+      for (std::int64_t i = part.begin; i < part.begin + part.size; ++i) {
+        float sum = 0;
+        for (int q = 0; q < n; ++q) sum += static_cast<float>(q + 1 + i % 7);
+        expected.push_back(sum);
+      }
+      EXPECT_EQ(shard.to_vector<float>(), expected) << "replica " << r << ", " << count << " elements";
+    }
+  }
   // Uneven sizes along the axis, and an inner axis.
   PerReplica<std::vector<Tensor>> gathered = strategy.run([] {
     ReplicaContext& ctx = *get_replica_context();

@@ -197,6 +197,47 @@ TEST_F(MultiWorker, HalfPrecisionAllReducesAddInFloat32AcrossWorkers) {
   }
 }
 
+TEST_F(MultiWorker, ReduceScatterGivesEachGlobalReplicaItsShard) {
+  // Replica g passes [g + i for i < 11] and [10 g] (a leaf shorter than most replica counts):
+  // replica g gets shard g of the sums over every worker's replicas, by global id.
+  for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+    PerReplica<std::vector<Tensor>> shards = s.run([op] {
+      ReplicaContext& ctx = *get_replica_context();
+      const auto g = static_cast<double>(ctx.replica_id_in_sync_group());
+      std::vector<double> v;
+      for (int i = 0; i < 11; ++i) v.push_back(g + i);
+      return ctx.reduce_scatter(op, std::vector<Tensor>{Tensor::from_vector<double>(v), Tensor::from_vector<double>({10 * g})});
+    });
+    const double ids = n() * (n() - 1) / 2.0;
+    const double divisor = op == ReduceOp::kMean ? n() : 1;
+    for (int l = 0; l < local(); ++l) {
+      const int g = worker() * local() + l;
+      const Shard first = shard_of(11, n(), g);
+      std::vector<double> expected;
+      for (std::int64_t i = first.begin; i < first.begin + first.size; ++i) expected.push_back((n() * i + ids) / divisor);
+      EXPECT_EQ(shards[l][0].to_vector<double>(), expected) << "replica " << g;
+      const Shard second = shard_of(1, n(), g);
+      EXPECT_EQ(shards[l][1].to_vector<double>(),
+                second.size == 0 ? std::vector<double>{} : std::vector<double>{10 * ids / divisor});
+    }
+  }
+}
+
+TEST_F(MultiWorker, ReduceScatterWithAnotherShapeOnTheLastWorkerIsAnInvalidArgumentEverywhere) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int last = workers() - 1;
+  try {
+    s.run([this, last] {
+      const std::int64_t size = worker() == last ? 5 : 4;
+      get_replica_context()->reduce_scatter(ReduceOp::kSum, Tensor::zeros(DType::kFloat32, Shape{size}));
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("reduce_scatter #1: " + workers_text(last, last) + " passed float32[5]"));
+  }
+  expect_still_usable();
+}
+
 TEST_F(MultiWorker, AllGatherConcatenatesEveryWorkersReplicasInIdOrder) {
   for (int axis = 0; axis < 3; ++axis) {
     PerReplica<Tensor> gathered = s.run([axis] {

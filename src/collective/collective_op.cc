@@ -15,6 +15,7 @@ const char* kind_name(CollectiveKind kind) {
     case CollectiveKind::kReduceTo: return "cross-replica reduce";
     case CollectiveKind::kGatherTo: return "cross-replica gather";
     case CollectiveKind::kBroadcastTo: return "cross-replica broadcast";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
   }
   return "?";
 }

@@ -62,6 +62,9 @@ class Communicator {
   // Output buffers are allocated here through ops[rank]->allocate_output, once the gathered
   // shapes are known.
   virtual void all_gather(int rank, std::span<CollectiveOp* const> ops) = 0;
+  // Output leaf k is rank's shard (shard_of, among every replica this backend joins) of the
+  // reduction of input leaf k, flattened: output_data[k] holds its shard's elements.
+  virtual void reduce_scatter(int rank, std::span<CollectiveOp* const> ops) = 0;
 
   // Cross-replica operations (Strategy::reduce and gather, extended().reduce_to and gather_to),
   // called on one thread while no collective of these replicas is in flight: a merge_fn's thread

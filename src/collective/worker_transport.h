@@ -51,7 +51,8 @@ class WorkerTransport {
   virtual std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all,
                                           Deadline deadline) = 0;
   // data = the sum of every worker's data, `count` elements of `dtype`, in place. `what` names
-  // the collective if the data phase stalls past `deadline`, which ends the job.
+  // the collective if the data phase stalls past `deadline`: the transport then ends the job, or
+  // throws DeadlineExceededError, as its strategy's options say.
   virtual void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const StepName& what) = 0;
   // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
   virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,

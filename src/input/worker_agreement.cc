@@ -67,7 +67,7 @@ void WorkerAgreement::exchange(const void* mine, void* all, std::size_t bytes, s
 StepDecision WorkerAgreement::agree(const StepReport& mine, absl::FunctionRef<std::vector<LeafSpec>()> describe) {
   if (broken_.load(std::memory_order_acquire)) {
     throw UnavailableError(absl::StrCat(kWhere, ": the workers' distributed input is unusable after an earlier failure (",
-                                        broken_reason_, "); create a new strategy in a new job"));
+                                        broken_reason_, "); create a new strategy on every worker"));
   }
   const int n = workers_->num_workers();
   std::vector<StepReport> reports(static_cast<std::size_t>(n));

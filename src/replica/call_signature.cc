@@ -213,7 +213,8 @@ std::uint64_t signature_digest(const CollectiveCall& call) {
   if (op.kind == CollectiveKind::kReturn) return h;
   if (call.purpose != nullptr) h = mix(h, call.purpose->digest);
   switch (op.kind) {
-    case CollectiveKind::kAllReduce: h = mix(h, static_cast<std::uint64_t>(op.op)); break;
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduceScatter: h = mix(h, static_cast<std::uint64_t>(op.op)); break;
     case CollectiveKind::kReduceTo:
       h = mix(mix(h, static_cast<std::uint64_t>(op.op)), static_cast<std::uint64_t>(op.axis));
       break;
@@ -247,6 +248,7 @@ RenderedSignature render_signature(const CollectiveCall& call) {
   }
   switch (op.kind) {
     case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduceScatter:
       out.fields.push_back({Kind::kOperation, "op", "", absl::StrCat("reduce op ", reduce_op_name(op.op)), "", ""});
       break;
     case CollectiveKind::kReduceTo:
@@ -275,7 +277,9 @@ RenderedSignature render_signature(const CollectiveCall& call) {
     std::vector<std::string> dims;
     for (int d = 0; d < in.shape->rank(); ++d) dims.push_back(d == axis ? "*" : absl::StrCat((*in.shape)[d]));
     std::string hint;
-    if (op.kind == CollectiveKind::kAllReduce) hint = "; all_reduce needs the same dtype and shape on every replica";
+    if (op.kind == CollectiveKind::kAllReduce || op.kind == CollectiveKind::kReduceScatter) {
+      hint = absl::StrCat("; ", collective::kind_name(op.kind), " needs the same dtype and shape on every replica");
+    }
     if (op.kind == CollectiveKind::kAllGather) {
       hint = absl::StrCat("; all_gather needs the same dtype, rank and dimensions except axis ", axis);
     }

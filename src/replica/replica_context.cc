@@ -75,6 +75,20 @@ void ReplicaContext::run_all_gather(detail::CollectiveArgs& args) {
   }
 }
 
+void ReplicaContext::run_reduce_scatter(detail::CollectiveArgs& args) {
+  detail::CollectiveCall& call = args.call();
+  if (group_ != nullptr) {
+    group_->reduce_scatter(local_replica_id_, call);
+    return;
+  }
+  // One replica: its shard is the whole input.
+  detail::check_timeout(call.op.options.timeout, "CommunicationOptions::timeout", "the strategy's timeout");
+  for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
+    const collective::BufferRef& in = call.op.inputs[leaf];
+    detail::copy_bytes(call.op.output_data[leaf], device_, in.data, device_, in.nbytes());
+  }
+}
+
 std::shared_ptr<void> ReplicaContext::run_merge_call(detail::CollectiveCall& call) {
   if (group_ != nullptr) return group_->merge_call(local_replica_id_, call);
   call.op.sequence = 1;
@@ -155,6 +169,19 @@ void CollectiveArgs::prepare_gather(int axis) {
   }
   call_.op.axis = axis;
   call_.leaf_digest = leaves.value();
+}
+
+void CollectiveArgs::allocate_shard_outputs(int replica, int replicas) {
+  const std::size_t n = inputs_.size();
+  tensors_.resize(n);
+  void** output_data = data_pointers_.data() + n;
+  for (std::size_t leaf = 0; leaf < n; ++leaf) {
+    const collective::BufferRef& in = inputs_[leaf];
+    DISTRIBUTE_CHECK(in.shape != &scalar_shape(), InvalidArgumentError, method_, ": leaf ", leaf,
+                     " is a scalar, which cannot be cut into shards; pass Tensors (Tensor::scalar for one value)");
+    output_data[leaf] = allocate_output(leaf, Shape{shard_of(in.num_elements(), replicas, replica).size});
+  }
+  call_.op.output_data = {output_data, n};
 }
 
 void* CollectiveArgs::allocate_output(std::size_t leaf, const Shape& shape) {

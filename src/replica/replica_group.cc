@@ -205,6 +205,13 @@ void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
   communicator_->all_gather(rank, ops_);
 }
 
+void ReplicaGroup::reduce_scatter(int rank, CollectiveCall& call) {
+  call.op.kind = CollectiveKind::kReduceScatter;
+  synchronise(rank, call);
+  phase_.claim_shared();
+  communicator_->reduce_scatter(rank, ops_);
+}
+
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kMergeCall;
   synchronise(rank, call);

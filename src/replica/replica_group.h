@@ -56,6 +56,7 @@ class ReplicaGroup {
   // options' timeout passes first, and the release error when another replica failed.
   void all_reduce(int rank, CollectiveCall& call);
   void all_gather(int rank, CollectiveCall& call);
+  void reduce_scatter(int rank, CollectiveCall& call);
   // Runs calls[0]'s run_merge once for all replicas and returns its result to each.
   std::shared_ptr<void> merge_call(int rank, CollectiveCall& call);
   // Replica `rank`'s function returned. Does not wait: a replica still in a collective, or one

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "distribute/collective/communication_options.h"
+#include "distribute/collective/shard.h"
 #include "distribute/device/reduce_op.h"
 #include "distribute/replica/internal/collective_args.h"
 #include "distribute/replica/internal/context_stack.h"
@@ -161,6 +162,21 @@ class ReplicaContext {
   template <class V>
   V all_gather(const V& value, int axis, const CommunicationOptions& options = {});
 
+  // Reduces `value` (a Tensor or a nest of Tensors) across replicas and gives each replica its
+  // shard of the result: every leaf is reduced as all_reduce would, flattened, and cut as
+  // shard_of (distribute/collective/shard.h) says, and replica r gets shard r as a rank-1 Tensor
+  // (of 0 elements where a leaf has fewer elements than there are replicas). The result has the
+  // structure of `value`. The leaves need the same dtype and shape on every replica;
+  // InvalidArgumentError for a scalar leaf (pass a Tensor).
+  template <class V>
+  V reduce_scatter(ReduceOp op, const V& value, const CommunicationOptions& options = {});
+  template <class V>
+  V reduce_scatter(std::string_view op, const V& value, const CommunicationOptions& options = {}) {
+    return reduce_scatter(parse_reduce_op(op), value, options);
+  }
+  // This replica's shard of a leaf of `count` elements.
+  Shard shard(std::int64_t count) const { return shard_of(count, num_replicas_, replica_id_); }
+
   // Pauses every replica, runs merge_fn(strategy, PerReplica<Args>...) once in cross-replica
   // context and gives its result to every replica, each PerReplica/Mirrored in it unpacked to the
   // replica's own component.
@@ -176,6 +192,7 @@ class ReplicaContext {
   }
   void run_all_reduce(detail::CollectiveArgs& args);
   void run_all_gather(detail::CollectiveArgs& args);
+  void run_reduce_scatter(detail::CollectiveArgs& args);
   std::shared_ptr<void> run_merge_call(detail::CollectiveCall& call);
   detail::ThreadMode merge_mode() const;
   // What the collective being made is issued for (null: the user's own call); see
@@ -263,6 +280,19 @@ V ReplicaContext::all_gather(const V& value, int axis, const CommunicationOption
   args.call().purpose = purpose();
   args.prepare_gather(axis);
   run_all_gather(args);
+  return args.rebuild(value);
+}
+
+template <class V>
+V ReplicaContext::reduce_scatter(ReduceOp op, const V& value, const CommunicationOptions& options) {
+  static_assert(nest::Nest<V>, "reduce_scatter takes a Tensor or a nest of Tensors");
+  require_current("reduce_scatter");
+  detail::CollectiveArgs args(value, collective::CollectiveKind::kReduceScatter, device_);
+  args.call().op.op = op;
+  args.call().op.options = options;
+  args.call().purpose = purpose();
+  args.allocate_shard_outputs(replica_id_, num_replicas_);
+  run_reduce_scatter(args);
   return args.rebuild(value);
 }
 

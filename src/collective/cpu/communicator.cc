@@ -239,4 +239,18 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
   if (error) std::rethrow_exception(error);
 }
 
+void CpuCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> ops) {
+  const CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
+  const std::size_t n = ops.size();
+  absl::InlinedVector<const void*, 8> inputs(n);
+  for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+    const BufferRef& in = mine.inputs[leaf];
+    const Shard shard = shard_of(in.num_elements(), static_cast<std::int64_t>(n), rank);
+    const std::size_t offset = static_cast<std::size_t>(shard.begin) * dtype_size(in.dtype);
+    for (std::size_t r = 0; r < n; ++r) inputs[r] = static_cast<const std::byte*>(ops[r]->input_data[leaf]) + offset;
+    reduce_buffers(in.dtype, mine.op, inputs, mine.output_data[leaf], shard.size, static_cast<std::int64_t>(n));
+  }
+  done_.arrive_and_wait_uninterruptible();  // no replica's inputs go while another reads them
+}
+
 }  // namespace distribute::collective::cpu

@@ -38,7 +38,7 @@ void HierarchicalCommunicator::prepare(std::span<CollectiveOp* const> ops) {
     local_->prepare(ops);
     return;
   }
-  if (kind == CollectiveKind::kAllReduce) reduce_across_workers(ops);
+  if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) reduce_across_workers(ops);
   if (kind == CollectiveKind::kAllGather) gather_across_workers(ops);
 }
 
@@ -160,6 +160,25 @@ void HierarchicalCommunicator::all_reduce(int rank, std::span<CollectiveOp* cons
   for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
     const std::size_t bytes = op.inputs[leaf].nbytes();
     if (bytes != 0) std::memcpy(op.output_data[leaf], reduced_.data() + op.leaf_offsets[leaf], bytes);
+  }
+}
+
+void HierarchicalCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> ops) {
+  if (local_->spans_processes()) {
+    local_->reduce_scatter(rank, ops);
+    return;
+  }
+  phase_.claim_shared();
+  const CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
+  const std::int64_t replicas = std::int64_t{size_} * workers_.num_workers();
+  const std::int64_t id = std::int64_t{workers_.worker_id()} * size_ + rank;
+  for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
+    const BufferRef& in = op.inputs[leaf];
+    const Shard shard = shard_of(in.num_elements(), replicas, id);
+    const std::size_t element = dtype_size(in.dtype);
+    if (shard.size == 0) continue;
+    const std::byte* from = reduced_.data() + op.leaf_offsets[leaf] + static_cast<std::size_t>(shard.begin) * element;
+    std::memcpy(op.output_data[leaf], from, static_cast<std::size_t>(shard.size) * element);
   }
 }
 

@@ -2,7 +2,8 @@
 // local Communicator (its replicas, threads of this process) joined to the other workers through
 // their WorkerGroup. In prepare(), which the replica layer's completer of a phase runs while the
 // other replicas wait, an all_reduce is reduced over the local replicas on the host, summed across
-// the workers and kept for the replicas to copy; an all_gather is assembled likewise. Only that one
+// the workers and kept for the replicas to copy (a reduce_scatter likewise, each replica copying
+// its shard); an all_gather is assembled likewise. Only that one
 // thread per process talks to the other processes, so the transport needs no thread support and
 // the messages grow with the workers, not the replicas.
 //
@@ -36,6 +37,7 @@ class HierarchicalCommunicator final : public Communicator {
   void prepare(std::span<CollectiveOp* const> ops) override;
   void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
   void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
+  void reduce_scatter(int rank, std::span<CollectiveOp* const> ops) override;
   void reduce_to(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values, std::int64_t count,
                  std::int64_t mean_denominator, void* out, const Device& destination) override;
   void gather_to(std::span<const DeviceBuffer> values, std::span<const std::int64_t> dims, std::int64_t outer,
@@ -57,7 +59,7 @@ class HierarchicalCommunicator final : public Communicator {
   // replicas after the phase's release until the next phase's prepare(), which runs only once
   // every replica has arrived there.
   detail::Role phase_;
-  std::vector<std::byte> reduced_ ABSL_GUARDED_BY(phase_);  // an all_reduce's result across workers
+  std::vector<std::byte> reduced_ ABSL_GUARDED_BY(phase_);  // an all_reduce's (reduce_scatter's) result
   // The last all_reduce across workers was reduced straight in its one replica's output block.
   bool reduced_in_output_ ABSL_GUARDED_BY(phase_) = false;
   std::vector<std::vector<std::byte>> gathered_ ABSL_GUARDED_BY(phase_);  // an all_gather's leaves across workers

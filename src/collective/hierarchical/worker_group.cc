@@ -29,7 +29,7 @@ void WorkerGroup::check_usable() const {
   if (usable()) return;
   MutexLock lock(broken_mu_);
   throw UnavailableError(absl::StrCat("the workers' collectives are unusable after an earlier failure (",
-                                      broken_reason_, "); create a new strategy in a new job"));
+                                      broken_reason_, "); create a new strategy on every worker"));
 }
 
 void WorkerGroup::make_unusable(std::string reason) {

@@ -235,6 +235,48 @@ void NcclCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) 
        mine);
 }
 
+void NcclCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> ops) {
+  const std::int64_t n = num_ranks();
+  const int my_id = replica_id(rank);
+  const CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
+  ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
+  ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
+  const auto stream = static_cast<cudaStream_t>(me.stream());
+  const ncclRedOp_t op = mine.op == ReduceOp::kMean ? ncclAvg : ncclSum;
+  // A leaf whose shards are equal is one ncclReduceScatter; uneven shards are one ncclReduce
+  // each, to the rank that keeps it (the same traffic). Every rank issues the same list.
+  struct Step {
+    std::size_t leaf;
+    int root;  // -1: the leaf's ncclReduceScatter
+  };
+  absl::InlinedVector<Step, 8> steps;
+  for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+    const std::int64_t count = mine.inputs[leaf].num_elements();
+    if (count == 0) continue;
+    if (count % n == 0) {
+      steps.push_back({leaf, -1});
+      continue;
+    }
+    for (int root = 0; root < n; ++root) {
+      if (shard_of(count, n, root).size != 0) steps.push_back({leaf, root});
+    }
+  }
+  wait(rank, in_group(steps.size(), [&](std::size_t i) {
+         const Step& step = steps[i];
+         const BufferRef& in = mine.inputs[step.leaf];
+         void* out = mine.output_data[step.leaf];
+         if (step.root < 0) {
+           return ncclReduceScatter(in.data, out, static_cast<std::size_t>(in.num_elements() / n),
+                                    nccl_type(in.dtype), op, comm, stream);
+         }
+         const Shard shard = shard_of(in.num_elements(), n, step.root);
+         const char* send = static_cast<const char*>(in.data) + static_cast<std::size_t>(shard.begin) * dtype_size(in.dtype);
+         return ncclReduce(send, step.root == my_id ? out : nullptr, static_cast<std::size_t>(shard.size),
+                           nccl_type(in.dtype), op, step.root, comm, stream);
+       }),
+       mine);
+}
+
 void NcclCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
   const auto n = static_cast<std::size_t>(num_ranks());
   const auto my_id = static_cast<std::size_t>(replica_id(rank));

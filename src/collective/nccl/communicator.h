@@ -60,6 +60,7 @@ class NcclCommunicator final : public Communicator {
   void set_gather_dims(std::vector<std::int64_t> dims) override { gather_dims_ = std::move(dims); }
   void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
   void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
+  void reduce_scatter(int rank, std::span<CollectiveOp* const> ops) override;
   void begin_run() override;
   void abort(int rank) override;
 

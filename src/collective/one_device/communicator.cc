@@ -131,4 +131,50 @@ void OneDeviceCommunicator::all_gather(int rank, std::span<CollectiveOp* const> 
   if (error) std::rethrow_exception(error);
 }
 
+void OneDeviceCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> ops) {
+  const std::size_t n = ops.size();
+  ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
+  const CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
+  // Every replica reduces its own shard on its own device from every input, copying the shards of
+  // inputs in another memory space next to it first; a failure must still reach the barrier.
+  std::exception_ptr error;
+  try {
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r != static_cast<std::size_t>(rank)) me.wait_for(ReplicaDevice::Mark::kReady, *devices_[r]);
+    }
+    std::vector<detail::StorageRef> scratch;
+    absl::InlinedVector<const void*, 8> inputs(n);
+    for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
+      const BufferRef& in = mine.inputs[leaf];
+      const Shard shard = shard_of(in.num_elements(), static_cast<std::int64_t>(n), rank);
+      const std::size_t offset = static_cast<std::size_t>(shard.begin) * dtype_size(in.dtype);
+      const std::size_t bytes = static_cast<std::size_t>(shard.size) * dtype_size(in.dtype);
+      for (std::size_t r = 0; r < n; ++r) {
+        inputs[r] = static_cast<const std::byte*>(ops[r]->input_data[leaf]) + offset;
+        if (devices_[r]->memory_space() != me.memory_space() && bytes != 0) {
+          scratch.push_back(detail::allocate_storage(me.device(), bytes));
+          me.copy(scratch.back()->data(), inputs[r], bytes);
+          inputs[r] = scratch.back()->data();
+        }
+      }
+      me.reduce(in.dtype, mine.op, inputs, mine.output_data[leaf], shard.size, static_cast<std::int64_t>(n));
+    }
+    me.mark(ReplicaDevice::Mark::kDone);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  phase_.arrive_and_wait_uninterruptible();  // every replica's reads are issued
+  if (!error) {
+    // This replica's input may be overwritten only after the peers' reads of it.
+    try {
+      for (std::size_t r = 0; r < n; ++r) {
+        if (r != static_cast<std::size_t>(rank)) me.wait_for(ReplicaDevice::Mark::kDone, *devices_[r]);
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 }  // namespace distribute::collective::one_device

@@ -25,6 +25,7 @@ class OneDeviceCommunicator final : public Communicator {
   void stage(int rank, CollectiveOp& op) override;
   void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
   void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
+  void reduce_scatter(int rank, std::span<CollectiveOp* const> ops) override;
 
  private:
   std::vector<detail::ReplicaDevice*> devices_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "distribute/collective/communication_options.h"
+#include "distribute/collective/shard.h"
 #include "distribute/device/device.h"
 #include "distribute/device/dtype.h"
 #include "distribute/device/reduce_op.h"
@@ -31,11 +32,12 @@ enum class CollectiveKind : std::uint8_t {
   kReturn,
   kReduceTo,
   kGatherTo,
-  kBroadcastTo
+  kBroadcastTo,
+  kReduceScatter
 };
 
 // "all_reduce", "all_gather", "merge_call", "return", "cross-replica reduce", "cross-replica gather",
-// "cross-replica broadcast".
+// "cross-replica broadcast", "reduce_scatter".
 const char* kind_name(CollectiveKind kind);
 
 // One input leaf: `shape` elements of `dtype` at `data`, in the replica device's memory (host
@@ -64,16 +66,17 @@ inline std::size_t align_leaf(std::size_t offset) { return (offset + 63) / 64 * 
 
 struct CollectiveOp {
   CollectiveKind kind = CollectiveKind::kAllReduce;
-  ReduceOp op = ReduceOp::kSum;  // all_reduce
+  ReduceOp op = ReduceOp::kSum;  // all_reduce, reduce_scatter
   int axis = 0;                  // all_gather, as the caller gave it (negative counts from the end)
   std::span<const BufferRef> inputs;
-  // all_reduce: the inputs' data pointers again, end to end (a backend that reads other replicas'
-  // pointers leaf by leaf then touches a cache line per 8 leaves, not per 3), and the outputs'
-  // (output leaf k has input leaf k's dtype and shape, in the replica device's memory; it may be
-  // input leaf k itself, for an in-place all_reduce).
+  // all_reduce, reduce_scatter: the inputs' data pointers again, end to end (a backend that reads
+  // other replicas' pointers leaf by leaf then touches a cache line per 8 leaves, not per 3), and
+  // the outputs' (all_reduce: output leaf k has input leaf k's dtype and shape, in the replica
+  // device's memory; it may be input leaf k itself, for an in-place all_reduce; reduce_scatter:
+  // output leaf k holds the replica's shard of leaf k's elements).
   std::span<const void* const> input_data;
   std::span<void* const> output_data;
-  // all_reduce: where each input leaf starts when the leaves are laid end to end, each from a
+  // all_reduce, reduce_scatter: where each input leaf starts when the leaves are laid end to end, each from a
   // cache-line multiple (align_leaf), then the total. The same on every replica once the replicas'
   // ops have matched.
   std::span<const std::size_t> leaf_offsets;

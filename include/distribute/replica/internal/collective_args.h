@@ -52,7 +52,7 @@ class LeafArraysLease {
 
 class CollectiveArgs {
  public:
-  // kind: kAllReduce or kAllGather.
+  // kind: kAllReduce, kAllGather or kReduceScatter.
   template <class V>
   CollectiveArgs(const V& value, collective::CollectiveKind kind, const Device& device);
   CollectiveArgs(const CollectiveArgs&) = delete;
@@ -70,6 +70,9 @@ class CollectiveArgs {
   bool outputs_are_views() const { return tensor_leaves_ == inputs_.size(); }
   // all_gather: checks every leaf has rank >= 1 and `axis` fits it; outputs are allocated later.
   void prepare_gather(int axis);
+  // reduce_scatter: every leaf must be a tensor; output k is a rank-1 tensor of replica
+  // `replica`'s shard (among `replicas`) of leaf k.
+  void allocate_shard_outputs(int replica, int replicas);
 
   // The value with the same structure as `value` holding the outputs.
   template <class V>
@@ -106,7 +109,7 @@ class CollectiveArgs {
   // all_reduce: every output in device memory is a view of this one block (a gradient list costs
   // one allocation, not one per tensor).
   StorageRef block_;
-  absl::InlinedVector<Tensor, 4> tensors_;  // all_gather: the output tensors
+  absl::InlinedVector<Tensor, 4> tensors_;  // all_gather, reduce_scatter: the output tensors
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;  // all_reduce: host scalar outputs, in order
   std::vector<void*>& data_pointers_ = (*arrays_).data_pointers;
@@ -125,7 +128,7 @@ CollectiveArgs::CollectiveArgs(const V& value, collective::CollectiveKind kind, 
   collective::BufferRef* inputs = inputs_.data();
   void** input_data = data_pointers_.data();
   std::size_t* offsets = leaf_offsets_.data();
-  const bool digest = kind == collective::CollectiveKind::kAllReduce;  // all_gather's: prepare_gather
+  const bool digest = kind != collective::CollectiveKind::kAllGather;  // all_gather's: prepare_gather
   LeafDigest leaves;
   std::size_t index = 0;
   std::size_t bytes = 0;
