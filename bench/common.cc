@@ -280,7 +280,7 @@ void print_preamble(const char* title, const Options& options) {
               options.check ? 1 : 0);
   std::printf("# time: median over repeats of (time of one repeat / operations per repeat)\n");
   std::printf("# GB/s = 1e9 bytes/s; algbw = size / time; busbw = algbw * 2(n-1)/n (all_reduce), "
-              "algbw * (n-1)/n (all_gather)\n");
+              "algbw * (n-1)/n (all_gather, reduce_scatter)\n");
   std::printf("# memcpy: 2 threads each copying size bytes between their own pre-faulted buffers, timed the "
               "same way; ratio = algbw / memcpy\n");
   std::fflush(stdout);

@@ -114,9 +114,10 @@ class MemcpyTable {
   std::map<std::size_t, double> bandwidth_;
 };
 
-enum class Collective { kAllReduce, kAllGather };
+enum class Collective { kAllReduce, kAllGather, kReduceScatter };
 
-// busbw = algbw * 2(n-1)/n for all_reduce, algbw * (n-1)/n for all_gather (nccl-tests).
+// busbw = algbw * 2(n-1)/n for all_reduce, algbw * (n-1)/n for all_gather and reduce_scatter
+// (nccl-tests).
 double bus_factor(Collective collective, int n);
 
 // Prints the benchmark's title, the machine and the meaning of the columns.
