@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -19,6 +18,9 @@
 #include "distribute/errors.h"
 
 namespace distribute::detail {
+
+Mutex mpi_mutex;
+
 namespace {
 
 // A worker whose data phase stalled asks every other worker whether it is alive (kQueryTag, the
@@ -34,12 +36,6 @@ constexpr int kGaveUpTag = 22;
 // How long a stalled worker waits for the answers before it concludes.
 constexpr auto kAnswerGrace = std::chrono::seconds(1);
 
-// Calls into MPI from several threads (several strategies, or the caller and a replica thread)
-// are serialised here, so that MPI_THREAD_SERIALIZED suffices.
-std::mutex& mpi_mutex() {
-  static std::mutex mu;
-  return mu;
-}
 
 void check(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
@@ -51,7 +47,7 @@ void check(int rc, const char* call) {
 
 // Whether every request completed (takes the MPI lock).
 bool completed(std::span<MPI_Request> requests) {
-  std::lock_guard<std::mutex> lock(mpi_mutex());
+  MutexLock lock(mpi_mutex);
   int flag = 0;
   MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
   return flag != 0;
@@ -101,7 +97,7 @@ void finalize_at_exit() {
 }  // namespace
 
 void ensure_mpi_initialized() {
-  std::lock_guard<std::mutex> lock(mpi_mutex());
+  MutexLock lock(mpi_mutex);
   int initialized = 0;
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
@@ -161,7 +157,7 @@ CommunicatorSlots& slots_of(MPI_Comm base) {
 
 MpiWorkerTransport::MpiWorkerTransport(MPI_Comm base, StalledCollectiveAction on_stall) : on_stall_(on_stall) {
   ensure_mpi_initialized();
-  std::lock_guard<std::mutex> lock(mpi_mutex());
+  MutexLock lock(mpi_mutex);
   CommunicatorSlots& slots = slots_of(base);
   // The lowest slot free on every worker, else a new one.
   std::vector<char> free(slots.pairs.size());
@@ -198,7 +194,7 @@ MpiWorkerTransport::MpiWorkerTransport(MPI_Comm base, StalledCollectiveAction on
 }
 
 MpiWorkerTransport::~MpiWorkerTransport() {
-  std::lock_guard<std::mutex> lock(mpi_mutex());
+  MutexLock lock(mpi_mutex);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -290,7 +286,7 @@ std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::b
   PendingSends sends{{}, framed(mine.data(), bytes)};
   std::vector<int> waiting;  // peers whose message has not come
   {
-    std::lock_guard<std::mutex> lock(mpi_mutex());
+    MutexLock lock(mpi_mutex);
     reap_sends();
     for (int w = 0; w < size_; ++w) {
       if (w == rank_) continue;
@@ -302,29 +298,33 @@ std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::b
     }
   }
   const auto receive_arrived = [&] {
-    std::lock_guard<std::mutex> lock(mpi_mutex());
-    std::erase_if(waiting, [&](int w) {
+    MutexLock lock(mpi_mutex);
+    std::vector<int> still;
+    for (int w : waiting) {
       const std::optional<Message> message = take_message(comm_, w, tag);
-      if (!message) return false;
+      if (!message) {
+        still.push_back(w);
+        continue;
+      }
       if (message->payload.size() != bytes) {
         throw InternalError(absl::StrCat("worker ", w, " sent ", message->payload.size(), " bytes where ", bytes,
                                          " were expected"));
       }
       std::memcpy(all.data() + static_cast<std::size_t>(w) * bytes, message->payload.data(), bytes);
-      return true;
-    });
+    }
+    waiting = std::move(still);
     if (!waiting.empty()) return false;
     int sent = 0;
     MPI_Testall(static_cast<int>(sends.requests.size()), sends.requests.data(), &sent, MPI_STATUSES_IGNORE);
     return sent != 0;
   };
   const bool done = poll_until(receive_arrived, deadline, [this] {
-    std::lock_guard<std::mutex> lock(mpi_mutex());
+    MutexLock lock(mpi_mutex);
     answer_queries();
   });
   if (done) return {};
   // Abandoned: the sends keep their buffer until they complete (reap_sends).
-  std::lock_guard<std::mutex> lock(mpi_mutex());
+  MutexLock lock(mpi_mutex);
   pending_sends_.push_back(std::move(sends));
   reusable_ = false;
   return waiting;
@@ -332,7 +332,7 @@ std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::b
 
 void MpiWorkerTransport::send_farewell(std::span<const std::byte> mine) {
   if (size_ == 1) return;
-  std::lock_guard<std::mutex> lock(mpi_mutex());
+  MutexLock lock(mpi_mutex);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -363,7 +363,7 @@ void MpiWorkerTransport::receive_gave_up() {
 
 std::vector<std::pair<int, std::string>> MpiWorkerTransport::take_gave_up() {
   if (size_ == 1) return {};
-  std::lock_guard<std::mutex> lock(mpi_mutex());
+  MutexLock lock(mpi_mutex);
   receive_gave_up();
   if (!gave_up_.empty()) reusable_ = false;
   return std::exchange(gave_up_, {});
@@ -405,7 +405,7 @@ std::byte* MpiWorkerTransport::workspace(void* data, std::size_t bytes) {
 }
 
 void MpiWorkerTransport::abandon(std::span<MPI_Request> requests) {
-  std::lock_guard<std::mutex> lock(mpi_mutex());
+  MutexLock lock(mpi_mutex);
   reusable_ = false;
   for (MPI_Request request : requests) {
     if (request != MPI_REQUEST_NULL) abandoned_.requests.push_back(request);
@@ -419,11 +419,9 @@ void MpiWorkerTransport::abandon(std::span<MPI_Request> requests) {
 void MpiWorkerTransport::wait_for_data(std::span<MPI_Request> requests, Deadline deadline, const StepName& what) {
   try {
     const bool done = poll_until([&] { return completed(requests); }, deadline, [&] {
-      {
-        std::lock_guard<std::mutex> lock(mpi_mutex());
-        answer_queries();
-        receive_gave_up();
-      }
+      MutexLock lock(mpi_mutex);
+      answer_queries();
+      receive_gave_up();
       leave_if_others_gave_up(what);
     });
     if (done) return;
@@ -442,7 +440,10 @@ std::optional<std::string> MpiWorkerTransport::find_stall(std::span<MPI_Request>
   // is stopped, hung or busy elsewhere does not, and is named. The first worker to conclude tells
   // the others its finding before it ends the job or fails its call, since ending the job wakes a
   // stopped worker, which would then answer the others' queries.
-  const std::int64_t query = ++queries_;
+  const std::int64_t query = [this] {
+    MutexLock lock(mpi_mutex);
+    return ++queries_;
+  }();
   std::vector<char> answered(static_cast<std::size_t>(size_), 0);
   answered[static_cast<std::size_t>(rank_)] = 1;
   send_to_others(&query, sizeof query, kQueryTag);
@@ -453,7 +454,7 @@ std::optional<std::string> MpiWorkerTransport::find_stall(std::span<MPI_Request>
   const bool done = poll_until(
       [&] {
         if (completed(requests)) return true;
-        std::lock_guard<std::mutex> lock(mpi_mutex());
+        MutexLock lock(mpi_mutex);
         if (const std::optional<Message> finding = take_message(probe_comm_, MPI_ANY_SOURCE, kFindingTag)) {
           reported = absl::StrCat("worker ", finding->source, " found: ", finding->text());
           return true;
@@ -469,7 +470,7 @@ std::optional<std::string> MpiWorkerTransport::find_stall(std::span<MPI_Request>
       },
       Clock::now() + kAnswerGrace,
       [this] {
-        std::lock_guard<std::mutex> lock(mpi_mutex());
+        MutexLock lock(mpi_mutex);
         answer_queries();
         receive_gave_up();
       });
@@ -502,7 +503,7 @@ void MpiWorkerTransport::send_to_others(const void* data, std::size_t bytes, int
   // The message outlives this call: a worker that never reads it leaves the send pending. It is
   // small, so it goes eagerly.
   PendingSends sends{{}, framed(data, bytes)};
-  std::lock_guard<std::mutex> lock(mpi_mutex());
+  MutexLock lock(mpi_mutex);
   reap_sends();
   for (int w = 0; w < size_; ++w) {
     if (w == rank_) continue;
@@ -541,7 +542,7 @@ class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int posted[2];
     {
-      std::lock_guard<std::mutex> lock(mpi_mutex());
+      MutexLock lock(mpi_mutex);
       posted[0] = MPI_Irecv(from_previous.data(), static_cast<int>(from_previous.size()), MPI_BYTE, previous, kRingTag,
                             engine_.comm_, &requests[0]);
       posted[1] = MPI_Isend(to_next.data(), static_cast<int>(to_next.size()), MPI_BYTE, next, kRingTag, engine_.comm_,
@@ -583,7 +584,7 @@ void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
     } else {
       MPI_Request request;
       {
-        std::lock_guard<std::mutex> lock(mpi_mutex());
+        MutexLock lock(mpi_mutex);
         check(MPI_Iallreduce(MPI_IN_PLACE, work, static_cast<int>(n), type, MPI_SUM, comm_, &request),
               "MPI_Iallreduce");
       }
@@ -621,7 +622,7 @@ void MpiWorkerTransport::all_gather(const void* mine, std::span<const std::size_
   }
   MPI_Request request;
   {
-    std::lock_guard<std::mutex> lock(mpi_mutex());
+    MutexLock lock(mpi_mutex);
     check(MPI_Iallgatherv(from, counts[me], MPI_BYTE, work, counts.data(), displacements.data(), MPI_BYTE, comm_,
                           &request),
           "MPI_Iallgatherv");
@@ -640,7 +641,7 @@ void MpiWorkerTransport::broadcast(void* data, std::size_t bytes, int root, Dead
     if (work != part && rank_ == root) std::memcpy(work, part, n);
     MPI_Request request;
     {
-      std::lock_guard<std::mutex> lock(mpi_mutex());
+      MutexLock lock(mpi_mutex);
       check(MPI_Ibcast(work, static_cast<int>(n), MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
     }
     wait_for_data(std::span(&request, 1), deadline, what);

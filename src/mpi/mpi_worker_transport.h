@@ -23,10 +23,15 @@
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "collective/worker_transport.h"
 #include "distribute/mpi/multi_worker_mirrored_strategy.h"
 
 namespace distribute::detail {
+
+// Calls into MPI from several threads (several strategies, or the caller and a replica thread)
+// are serialised by this lock, so that MPI_THREAD_SERIALIZED suffices.
+extern Mutex mpi_mutex;
 
 // Initialises MPI unless the program has (requesting MPI_THREAD_MULTIPLE, requiring
 // MPI_THREAD_SERIALIZED, else UnavailableError), then finalises it at exit.
@@ -88,12 +93,12 @@ class MpiWorkerTransport final : public WorkerTransport {
   class RingLinks;
   // In a data phase: when other workers gave up on the step (their notes came), throws
   // DeadlineExceededError if every other worker did, else reports it as a stall does.
-  void leave_if_others_gave_up(const StepName& what);
+  void leave_if_others_gave_up(const StepName& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
   // Answers other workers' liveness queries (the caller holds the MPI lock).
-  void answer_queries();
+  void answer_queries() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
   // Moves the other workers' gave-up notes that have come into gave_up_ (the caller holds the
   // MPI lock).
-  void receive_gave_up();
+  void receive_gave_up() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
   // Sends a copy of `bytes` at `data` to every other worker on the liveness communicator.
   void send_to_others(const void* data, std::size_t bytes, int tag);
   // `bytes` at `data` after the nonce: every message of the engine is framed so.
@@ -107,9 +112,9 @@ class MpiWorkerTransport final : public WorkerTransport {
   // The next message of `tag` from `source` (or MPI_ANY_SOURCE) on `comm` that has come, dropping
   // other strategies' on the way; nothing when none has come. Never waits (the caller holds the
   // MPI lock).
-  std::optional<Message> take_message(MPI_Comm comm, int source, int tag);
+  std::optional<Message> take_message(MPI_Comm comm, int source, int tag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
   // Drops the pending sends that have completed (the caller holds the MPI lock).
-  void reap_sends();
+  void reap_sends() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
 
   // Sends of one buffer that may still be in flight.
   struct PendingSends {
@@ -123,7 +128,7 @@ class MpiWorkerTransport final : public WorkerTransport {
     std::vector<std::vector<std::byte>> buffers;
   };
   // Those of transports that went, not yet complete (the caller holds the MPI lock).
-  static std::vector<Abandoned>& orphaned();
+  static std::vector<Abandoned>& orphaned() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
 
   // The communicators are a slot of those kept for the strategies on `base_` (see the .cc).
   MPI_Comm base_ = MPI_COMM_NULL;
@@ -132,17 +137,17 @@ class MpiWorkerTransport final : public WorkerTransport {
   std::atomic<bool> reusable_{true};
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm probe_comm_ = MPI_COMM_NULL;  // liveness queries, apart from the collectives' traffic
-  std::int64_t queries_ = 0;
+  std::int64_t queries_ ABSL_GUARDED_BY(mpi_mutex) = 0;
   const StalledCollectiveAction on_stall_;
   std::vector<std::byte> ring_scratch_;  // the part a ring step receives before adding it (ring_all_reduce)
   // kFailStrategy: a data phase's whole buffer, so that no abandoned request can touch the caller's.
   std::vector<std::byte> data_scratch_;
-  Abandoned abandoned_;
+  Abandoned abandoned_ ABSL_GUARDED_BY(mpi_mutex);
   // A number every worker's engine of this strategy shares (worker 0 draws it): see exchange_on.
   std::uint64_t nonce_ = 0;
   // Sends of exchanges abandoned at a deadline, and of notes to the other workers.
-  std::vector<PendingSends> pending_sends_;
-  std::vector<std::pair<int, std::string>> gave_up_;  // notes received and not yet taken
+  std::vector<PendingSends> pending_sends_ ABSL_GUARDED_BY(mpi_mutex);
+  std::vector<std::pair<int, std::string>> gave_up_ ABSL_GUARDED_BY(mpi_mutex);  // notes received, not yet taken
   int rank_ = 0;
   int size_ = 1;
   int on_host_ = 1;
