@@ -274,54 +274,66 @@ void MpiWorkerTransport::answer_queries() {
   }
 }
 
+MpiWorkerTransport::PendingSends MpiWorkerTransport::send_to_every_worker(int tag, std::span<const std::byte> mine) {
+  PendingSends sends{{}, framed(mine.data(), mine.size())};
+  MutexLock lock(mpi_mutex);
+  reap_sends();
+  for (int w = 0; w < size_; ++w) {
+    if (w == rank_) continue;
+    sends.requests.emplace_back();
+    check(MPI_Isend(sends.buffer.get(), static_cast<int>(sizeof nonce_ + mine.size()), MPI_BYTE, w, tag, comm_,
+                    &sends.requests.back()),
+          "MPI_Isend");
+  }
+  return sends;
+}
+
+void MpiWorkerTransport::receive_arrived(int tag, std::vector<int>& waiting, std::span<std::byte> all,
+                                         std::size_t bytes) {
+  std::vector<int> still;
+  for (int w : waiting) {
+    const std::optional<Message> message = take_message(comm_, w, tag);
+    if (!message) {
+      still.push_back(w);
+      continue;
+    }
+    if (message->payload.size() != bytes) {
+      throw InternalError(absl::StrCat("worker ", w, " sent ", message->payload.size(), " bytes where ", bytes,
+                                       " were expected"));
+    }
+    std::memcpy(all.data() + static_cast<std::size_t>(w) * bytes, message->payload.data(), bytes);
+  }
+  waiting = std::move(still);
+}
+
 std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::byte> mine, std::span<std::byte> all,
-                                             Deadline deadline) {
+                                                 Deadline deadline) {
   const std::size_t bytes = mine.size();
   std::memcpy(all.data() + static_cast<std::size_t>(rank_) * bytes, mine.data(), bytes);
   if (size_ == 1) return {};
-  // Every message starts with the strategy's nonce: one of an earlier strategy, whose freed
-  // communicator's context this one's may reuse, is dropped (a worker's last header to a strategy
-  // that others had left already, say). Messages are probed before they are received, so one of
-  // another size never truncates.
-  PendingSends sends{{}, framed(mine.data(), bytes)};
+  // Every message starts with the strategy's nonce, so that one left for an earlier strategy on
+  // the same communicators (a worker's last header to a strategy that the others had left, say)
+  // is dropped. Messages are probed before they are received, so one of another size never
+  // truncates.
+  PendingSends sends = send_to_every_worker(tag, mine);
   std::vector<int> waiting;  // peers whose message has not come
-  {
-    MutexLock lock(mpi_mutex);
-    reap_sends();
-    for (int w = 0; w < size_; ++w) {
-      if (w == rank_) continue;
-      waiting.push_back(w);
-      sends.requests.emplace_back();
-      check(MPI_Isend(sends.buffer.get(), static_cast<int>(sizeof nonce_ + bytes), MPI_BYTE, w, tag, comm_,
-                      &sends.requests.back()),
-            "MPI_Isend");
-    }
+  for (int w = 0; w < size_; ++w) {
+    if (w != rank_) waiting.push_back(w);
   }
-  const auto receive_arrived = [&] {
-    MutexLock lock(mpi_mutex);
-    std::vector<int> still;
-    for (int w : waiting) {
-      const std::optional<Message> message = take_message(comm_, w, tag);
-      if (!message) {
-        still.push_back(w);
-        continue;
-      }
-      if (message->payload.size() != bytes) {
-        throw InternalError(absl::StrCat("worker ", w, " sent ", message->payload.size(), " bytes where ", bytes,
-                                         " were expected"));
-      }
-      std::memcpy(all.data() + static_cast<std::size_t>(w) * bytes, message->payload.data(), bytes);
-    }
-    waiting = std::move(still);
-    if (!waiting.empty()) return false;
-    int sent = 0;
-    MPI_Testall(static_cast<int>(sends.requests.size()), sends.requests.data(), &sent, MPI_STATUSES_IGNORE);
-    return sent != 0;
-  };
-  const bool done = poll_until(receive_arrived, deadline, [this] {
-    MutexLock lock(mpi_mutex);
-    answer_queries();
-  });
+  const bool done = poll_until(
+      [&] {
+        MutexLock lock(mpi_mutex);
+        receive_arrived(tag, waiting, all, bytes);
+        if (!waiting.empty()) return false;
+        int sent = 0;
+        MPI_Testall(static_cast<int>(sends.requests.size()), sends.requests.data(), &sent, MPI_STATUSES_IGNORE);
+        return sent != 0;
+      },
+      deadline,
+      [this] {
+        MutexLock lock(mpi_mutex);
+        answer_queries();
+      });
   if (done) return {};
   // Abandoned: the sends keep their buffer until they complete (reap_sends).
   MutexLock lock(mpi_mutex);

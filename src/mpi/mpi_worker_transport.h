@@ -73,6 +73,13 @@ class MpiWorkerTransport final : public WorkerTransport {
   static constexpr int kInputTag = 23;
   // Sends `mine` to every worker and receives theirs, with `tag`.
   std::vector<int> exchange_on(int tag, std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline);
+  // Sends `mine` to every other worker with `tag`, without waiting.
+  struct PendingSends;
+  PendingSends send_to_every_worker(int tag, std::span<const std::byte> mine);
+  // Receives the `bytes` of each worker in `waiting` whose message of `tag` has come into its
+  // place in `all`, and leaves in `waiting` those whose has not.
+  void receive_arrived(int tag, std::vector<int>& waiting, std::span<std::byte> all, std::size_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
   // Waits for every request of a data phase; past `deadline`, reports `what` and the workers that
   // do not answer a liveness query (stalled). When it throws, the requests are abandoned.
   void wait_for_data(std::span<MPI_Request> requests, Deadline deadline, const StepName& what);
