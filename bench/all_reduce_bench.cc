@@ -13,13 +13,6 @@
 namespace distribute::bench {
 namespace {
 
-// Small integers, so every sum is exact in float32 and the check can compare exactly.
-float input_value(int replica, std::size_t i) { return static_cast<float>(static_cast<int>(i % 7) + replica); }
-
-float expected_sum(int n, std::size_t i) {
-  return static_cast<float>(n * static_cast<int>(i % 7) + n * (n - 1) / 2);
-}
-
 void bench_replicas(int n, const std::vector<std::size_t>& sizes, MemcpyTable& baseline,
                     const Options& options) {
   MirroredStrategy strategy(cpu_devices(n));
@@ -28,14 +21,7 @@ void bench_replicas(int n, const std::vector<std::size_t>& sizes, MemcpyTable& b
   for (const std::size_t size : sizes) {
     const std::size_t count = std::max<std::size_t>(size / sizeof(float), 1);
     const std::size_t bytes = count * sizeof(float);
-    // Each replica fills its input on its own thread, so the pages belong to its device's pool.
-    PerReplica<Tensor> inputs = strategy.run([count] {
-      ReplicaContext& ctx = *get_replica_context();
-      Tensor t = Tensor::empty(DType::kFloat32, Shape{static_cast<std::int64_t>(count)}, ctx.device());
-      float* data = t.data<float>();
-      for (std::size_t i = 0; i < count; ++i) data[i] = input_value(ctx.replica_id_in_sync_group(), i);
-      return t;
-    });
+    PerReplica<Tensor> inputs = make_inputs(strategy, count);
     std::vector<Tensor> results(static_cast<std::size_t>(n));
     const int ops = ops_per_unit(bytes, options);
     const Timing t = time_all_reduce(strategy, inputs, results, ops, options);

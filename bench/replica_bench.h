@@ -17,6 +17,27 @@ inline std::vector<std::string> cpu_devices(int n) {
   return devices;
 }
 
+// Replica r's element i of a benchmark's input: small integers, so every sum is exact in float32
+// and a check can compare exactly.
+inline float input_value(int replica, std::size_t i) {
+  return static_cast<float>(static_cast<int>(i % 7) + replica);
+}
+// Element i of the SUM of every replica's input, over n replicas.
+inline float expected_sum(int n, std::size_t i) {
+  return static_cast<float>(n * static_cast<int>(i % 7) + n * (n - 1) / 2);
+}
+// Each replica's float32 input of `count` elements, filled on its own thread, so the pages belong
+// to its device's pool.
+inline PerReplica<Tensor> make_inputs(MirroredStrategy& strategy, std::size_t count) {
+  return strategy.run([count] {
+    ReplicaContext& ctx = *get_replica_context();
+    Tensor t = Tensor::empty(DType::kFloat32, Shape{static_cast<std::int64_t>(count)}, ctx.device());
+    float* data = t.data<float>();
+    for (std::size_t i = 0; i < count; ++i) data[i] = input_value(ctx.replica_id_in_sync_group(), i);
+    return t;
+  });
+}
+
 // What a replica does with its previous result when it calls the collective again.
 enum class PreviousResult {
   kHeld,     // held until the new one arrives (so two outputs alternate)

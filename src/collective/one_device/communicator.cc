@@ -90,13 +90,8 @@ void OneDeviceCommunicator::all_gather(int rank, std::span<CollectiveOp* const> 
   const std::size_t n = ops.size();
   ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
   CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
-  // Every replica assembles its own output from every input; a failure must still reach the
-  // barrier, or the others would wait forever.
-  std::exception_ptr error;
-  try {
-    for (std::size_t r = 0; r < n; ++r) {
-      if (r != static_cast<std::size_t>(rank)) me.wait_for(ReplicaDevice::Mark::kReady, *devices_[r]);
-    }
+  // Every replica assembles its own output from every input.
+  read_every_input(rank, [&] {
     for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
       const Shape& shape = *mine.inputs[leaf].shape;
       const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
@@ -113,22 +108,7 @@ void OneDeviceCommunicator::all_gather(int rank, std::span<CollectiveOp* const> 
         column += width;
       }
     }
-    me.mark(ReplicaDevice::Mark::kDone);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  phase_.arrive_and_wait_uninterruptible();  // every replica's reads are issued
-  if (!error) {
-    // This replica's input may be overwritten only after the peers' reads of it.
-    try {
-      for (std::size_t r = 0; r < n; ++r) {
-        if (r != static_cast<std::size_t>(rank)) me.wait_for(ReplicaDevice::Mark::kDone, *devices_[r]);
-      }
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  });
 }
 
 void OneDeviceCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> ops) {
@@ -136,12 +116,8 @@ void OneDeviceCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* con
   ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
   const CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
   // Every replica reduces its own shard on its own device from every input, copying the shards of
-  // inputs in another memory space next to it first; a failure must still reach the barrier.
-  std::exception_ptr error;
-  try {
-    for (std::size_t r = 0; r < n; ++r) {
-      if (r != static_cast<std::size_t>(rank)) me.wait_for(ReplicaDevice::Mark::kReady, *devices_[r]);
-    }
+  // inputs in another memory space next to it first.
+  read_every_input(rank, [&] {
     std::vector<detail::StorageRef> scratch;
     absl::InlinedVector<const void*, 8> inputs(n);
     for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
@@ -159,6 +135,19 @@ void OneDeviceCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* con
       }
       me.reduce(in.dtype, mine.op, inputs, mine.output_data[leaf], shard.size, static_cast<std::int64_t>(n));
     }
+  });
+}
+
+void OneDeviceCommunicator::read_every_input(int rank, absl::FunctionRef<void()> read) {
+  const std::size_t n = devices_.size();
+  ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
+  // A failure must still reach the barrier, or the others would wait forever.
+  std::exception_ptr error;
+  try {
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r != static_cast<std::size_t>(rank)) me.wait_for(ReplicaDevice::Mark::kReady, *devices_[r]);
+    }
+    read();
     me.mark(ReplicaDevice::Mark::kDone);
   } catch (...) {
     error = std::current_exception();

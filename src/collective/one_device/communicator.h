@@ -10,9 +10,10 @@
 #include <exception>
 #include <vector>
 
-#include "device/replica_device.h"
-#include "collective/rendezvous.h"
+#include "absl/functional/function_ref.h"
 #include "collective/communicator.h"
+#include "collective/rendezvous.h"
+#include "device/replica_device.h"
 
 namespace distribute::collective::one_device {
 
@@ -28,6 +29,11 @@ class OneDeviceCommunicator final : public Communicator {
   void reduce_scatter(int rank, std::span<CollectiveOp* const> ops) override;
 
  private:
+  // Runs `read` (this replica's reads of every replica's inputs, issued on its device) once every
+  // input is ready, then waits until every replica's reads are done, so no input is overwritten
+  // while another replica reads it.
+  void read_every_input(int rank, absl::FunctionRef<void()> read);
+
   std::vector<detail::ReplicaDevice*> devices_;
   Rendezvous phase_;
   std::exception_ptr root_error_;  // written by replica 0 before the first barrier of an all_reduce
