@@ -36,14 +36,17 @@ DISTRIBUTE_MULTIVERSION void adam_step(T* __restrict w, const T* __restrict g, T
 
 }  // namespace
 
-Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon)
-    : Optimizer("Adam", learning_rate, {"m", "v"}),
-      beta_1_(checked_beta("beta_1", beta_1)),
-      beta_2_(checked_beta("beta_2", beta_2)),
-      epsilon_(epsilon) {
-  DISTRIBUTE_CHECK(std::isfinite(epsilon) && epsilon >= 0.0, InvalidArgumentError, "Adam: epsilon is ", epsilon,
+Adam::Adam(const AdamOptions& options, const OptimizerOptions& optimizer_options)
+    : Optimizer("Adam", options.learning_rate, {"m", "v"}, optimizer_options),
+      beta_1_(checked_beta("beta_1", options.beta_1)),
+      beta_2_(checked_beta("beta_2", options.beta_2)),
+      epsilon_(options.epsilon) {
+  DISTRIBUTE_CHECK(std::isfinite(epsilon_) && epsilon_ >= 0.0, InvalidArgumentError, "Adam: epsilon is ", epsilon_,
                    "; it must be >= 0 and finite");
 }
+
+Adam::Adam(double learning_rate, double beta_1, double beta_2, double epsilon)
+    : Adam(AdamOptions{.learning_rate = learning_rate, .beta_1 = beta_1, .beta_2 = beta_2, .epsilon = epsilon}) {}
 
 void Adam::update_step(const Tensor& gradient, Tensor& variable, std::span<Tensor> slots, const Step& step) const {
   if (variable.device().is_gpu()) {

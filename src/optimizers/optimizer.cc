@@ -62,11 +62,20 @@ std::vector<Tensor> gradients_at(const GradientPlace& place,
 
 }  // namespace
 
+Tensor Optimizer::shard_view(const Tensor& whole, const Part& part) {
+  const Shard shard = shard_of(whole.num_elements(), part.replicas, part.replica);
+  auto* data = static_cast<std::byte*>(const_cast<void*>(whole.raw_data()));
+  return Tensor::from_blob(data + static_cast<std::size_t>(shard.begin) * dtype_size(whole.dtype()), whole.dtype(),
+                           Shape{shard.size}, whole.device());
+}
+
 // Each variable's slots, in the order they were created.
 struct Optimizer::SlotTable {
   struct Entry {
     Variable variable;
     std::vector<Variable> slots;  // slot_names_ order
+    // Sharded state instead: [slot][component], each component's shard of the slot, on its device.
+    std::vector<std::vector<Tensor>> shards;
   };
   std::vector<Entry> entries;
   absl::flat_hash_map<Variable, std::size_t> index;  // into entries
@@ -77,12 +86,14 @@ struct Optimizer::SlotTable {
   }
 };
 
-Optimizer::Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names)
+Optimizer::Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names,
+                     const OptimizerOptions& options)
     : strategy_(strategy_for_new_optimizer(name)),
       name_(std::move(name)),
       apply_action_(name_ + ".apply_gradients"),
       learning_rate_(checked_learning_rate(learning_rate, name_)),
       slot_names_(std::move(slot_names)),
+      shard_state_(options.shard_state),
       iterations_(std::int64_t{0}, VariableOptions{.name = name_ + "/iterations",
                                                    .trainable = false,
                                                    .aggregation = VariableAggregation::kOnlyFirstReplica}),
@@ -105,7 +116,14 @@ void Optimizer::build(const std::vector<Variable>& variables) {
   create_slots(variables);
 }
 
+void Optimizer::require_unsharded(const char* method) const {
+  DISTRIBUTE_CHECK(!shard_state_, UnimplementedError, name_, ".", method,
+                   ": the slots are kept in shards across the replicas (OptimizerOptions::shard_state), not as "
+                   "variables; checkpointing sharded slots is not supported yet");
+}
+
 Variable Optimizer::get_slot(const Variable& variable, std::string_view slot_name) const {
+  require_unsharded("get_slot");
   DISTRIBUTE_CHECK(variable.defined(), InvalidArgumentError, name_, ".get_slot: the variable is undefined");
   const SlotTable::Entry* entry = slots_->find(variable);
   DISTRIBUTE_CHECK(entry != nullptr, InvalidArgumentError, name_, ".get_slot: variable '", variable.name(),
@@ -119,6 +137,7 @@ Variable Optimizer::get_slot(const Variable& variable, std::string_view slot_nam
 }
 
 std::vector<Variable> Optimizer::variables() const {
+  require_unsharded("variables");
   std::vector<Variable> out{iterations_};
   for (const SlotTable::Entry& e : slots_->entries) out.insert(out.end(), e.slots.begin(), e.slots.end());
   return out;
@@ -177,11 +196,21 @@ void Optimizer::create_slots(const std::vector<Variable>& variables) {
   if (&get_strategy() != &strategy) scope.emplace(strategy.scope());
   for (const Variable& variable : variables) {
     if (slots_->index.contains(variable)) continue;
-    SlotTable::Entry entry{variable, {}};
+    SlotTable::Entry entry{variable, {}, {}};
     for (const std::string& slot : slot_names_) {
+      if (shard_state_) {
+        // Component c is replica (worker, c)'s, whose shard it keeps.
+        const int first = strategy.extended().worker_id() * strategy.extended().num_local_replicas();
+        std::vector<Tensor>& shards = entry.shards.emplace_back();
+        for (int c = 0; c < variable.num_components(); ++c) {
+          const Shard shard = shard_of(variable.shape().num_elements(), strategy.num_replicas_in_sync(), first + c);
+          shards.push_back(Tensor::zeros(variable.dtype(), Shape{shard.size}, variable.component(c).device()));
+        }
+        continue;
+      }
       entry.slots.emplace_back(Tensor::zeros(variable.dtype(), variable.shape(), Device::cpu()),
-                           VariableOptions{.name = absl::StrCat(name_, "/", variable.name(), "/", slot),
-                                           .trainable = false});
+                               VariableOptions{.name = absl::StrCat(name_, "/", variable.name(), "/", slot),
+                                               .trainable = false});
     }
     slots_->index.emplace(variable, slots_->entries.size());
     slots_->entries.push_back(std::move(entry));
@@ -200,9 +229,17 @@ void Optimizer::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& 
 
 void Optimizer::apply_in_cross_replica_context(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
   check(grads_and_vars);
+  if (shard_state_) {
+    // Each replica's shard of the state is its own to update: the given gradients are applied as
+    // the sums they are, by the replicas.
+    strategy_->get(name_).run([&] {
+      apply_in_replica(*get_replica_context(), grads_and_vars, ApplyOptions{.skip_gradients_aggregation = true});
+    });
+    return;
+  }
   if (!has_slots_for(grads_and_vars)) create_slots(variables_of(grads_and_vars));
   const std::vector<Tensor> gradients = gradients_at({Device::cpu(), true}, grads_and_vars);
-  for (int i = 0; i < iterations_.num_components(); ++i) update_component(gradients, grads_and_vars, i);
+  for (int i = 0; i < iterations_.num_components(); ++i) update_component(gradients, grads_and_vars, i, Part{});
 }
 
 void Optimizer::apply_in_replica(ReplicaContext& ctx, const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
@@ -234,15 +271,51 @@ void Optimizer::apply_in_replica(ReplicaContext& ctx, const std::vector<std::pai
         this, &grads_and_vars);
   }
   std::vector<Tensor> gradients = gradients_at({ctx.device()}, grads_and_vars);
+  if (shard_state_) {
+    apply_sharded_in_replica(ctx, grads_and_vars, gradients, purpose, options.skip_gradients_aggregation);
+    return;
+  }
   if (!options.skip_gradients_aggregation) {
     detail::ScopedCallPurpose issued_for(ctx, purpose);
     gradients = ctx.all_reduce(ReduceOp::kSum, gradients);
   }
-  update_component(gradients, grads_and_vars, ctx.local_replica_id());
+  update_component(gradients, grads_and_vars, ctx.local_replica_id(), Part{});
+}
+
+void Optimizer::apply_sharded_in_replica(ReplicaContext& ctx,
+                                         const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
+                                         const std::vector<Tensor>& gradients, const detail::CallPurpose& purpose,
+                                         bool summed) {
+  const Part part{ctx.replica_id_in_sync_group(), ctx.num_replicas_in_sync()};
+  std::vector<Tensor> shards;
+  if (summed) {
+    shards.reserve(gradients.size());
+    for (const Tensor& gradient : gradients) shards.push_back(shard_view(gradient, part));
+  } else {
+    detail::ScopedCallPurpose issued_for(ctx, purpose);
+    shards = ctx.reduce_scatter(ReduceOp::kSum, gradients);
+  }
+  const int component = ctx.local_replica_id();
+  update_component(shards, grads_and_vars, component, part);
+  std::vector<Tensor> updated;
+  updated.reserve(grads_and_vars.size());
+  for (const auto& [gradient, variable] : grads_and_vars) updated.push_back(shard_view(variable.component(component), part));
+  std::vector<Tensor> gathered;
+  {
+    detail::ScopedCallPurpose issued_for(ctx, purpose);
+    gathered = ctx.all_gather(updated, 0);
+  }
+  // Every replica's reads of the shards are over: the collective has returned.
+  for (std::size_t k = 0; k < gathered.size(); ++k) {
+    Tensor target = grads_and_vars[k].second.component(component);
+    detail::copy_bytes(target.raw_data(), target.device(), gathered[k].raw_data(), gathered[k].device(),
+                       target.nbytes());
+  }
 }
 
 void Optimizer::update_component(const std::vector<Tensor>& gradients,
-                                 const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component) const {
+                                 const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component,
+                                 const Part& part) const {
   // The step count lives with the component (iterations_ and the variables, all of one strategy,
   // have their components on the same devices): a GPU's stays on the GPU, where the kernels read
   // it and one more counts the step, all on the replica's stream.
@@ -258,8 +331,10 @@ void Optimizer::update_component(const std::vector<Tensor>& gradients,
   for (std::size_t k = 0; k < grads_and_vars.size(); ++k) {
     const Variable& variable = grads_and_vars[k].second;
     slots.clear();
-    for (const Variable& slot : slots_->find(variable)->slots) slots.push_back(slot.component(component));
-    Tensor target = variable.component(component);
+    const SlotTable::Entry& entry = *slots_->find(variable);
+    for (const Variable& slot : entry.slots) slots.push_back(slot.component(component));
+    for (const std::vector<Tensor>& shards : entry.shards) slots.push_back(shards[static_cast<std::size_t>(component)]);
+    Tensor target = part.replica < 0 ? variable.component(component) : shard_view(variable.component(component), part);
     const Tensor& gradient = gradients[k];
     update_step(gradient.device() == target.device() ? gradient : gradient.to(target.device()), target,
                 std::span<Tensor>(slots.data(), slots.size()), step);

@@ -16,8 +16,8 @@ std::vector<std::string> sgd_slots(double momentum) {
 
 }  // namespace
 
-SGD::SGD(const SGDOptions& options)
-    : Optimizer("SGD", options.learning_rate, sgd_slots(options.momentum)),
+SGD::SGD(const SGDOptions& options, const OptimizerOptions& optimizer_options)
+    : Optimizer("SGD", options.learning_rate, sgd_slots(options.momentum), optimizer_options),
       momentum_(options.momentum),
       nesterov_(options.nesterov) {}
 

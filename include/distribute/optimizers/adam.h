@@ -12,10 +12,19 @@
 
 namespace distribute::optimizers {
 
+// Adam's settings as named fields: Adam(AdamOptions{.learning_rate = 1e-3, .beta_2 = 0.99}).
+struct AdamOptions {
+  double learning_rate = 0.001;  // finite and >= 0
+  double beta_1 = 0.9;           // in [0, 1)
+  double beta_2 = 0.999;         // in [0, 1)
+  double epsilon = 1e-7;         // finite and >= 0
+};
+
 class Adam final : public Optimizer {
  public:
   // InvalidArgumentError unless 0 <= beta_1 < 1, 0 <= beta_2 < 1, epsilon is finite and >= 0,
   // and learning_rate is finite and >= 0.
+  explicit Adam(const AdamOptions& options, const OptimizerOptions& optimizer_options = {});
   explicit Adam(double learning_rate = 0.001, double beta_1 = 0.9, double beta_2 = 0.999, double epsilon = 1e-7);
 
   double beta_1() const { return beta_1_; }

@@ -40,10 +40,24 @@
 #include <utility>
 #include <vector>
 
+#include "distribute/collective/shard.h"
 #include "distribute/device/tensor.h"
 #include "distribute/variables/variable.h"
 
 namespace distribute::optimizers {
+
+// What every optimizer can be asked for, beside its own settings.
+struct OptimizerOptions {
+  // Optimizer state in shards (ZeRO stage 1): each replica keeps only its shard (shard_of, from
+  // <distribute/collective/shard.h>, by its replica id) of every slot, and in replica context
+  // apply_gradients reduce-scatters the gradients (instead of all-reducing them), updates this
+  // replica's shard of every variable and slot, then all-gathers the updated shards into every
+  // replica's component. The results are bit for bit those of the unsharded optimizer; each
+  // replica holds 1/N of the slots and does 1/N of the update, for one all_gather per step. Slots
+  // are then not variables: get_slot and variables() throw UnimplementedError (checkpoints of
+  // sharded slots are not supported yet).
+  bool shard_state = false;
+};
 
 // How apply_gradients treats its gradients.
 struct ApplyOptions {
@@ -86,10 +100,13 @@ class Optimizer {
   Variable get_slot(const Variable& variable, std::string_view slot_name) const;
   // iterations(), then the slots in the order they were created: the state to checkpoint.
   std::vector<Variable> variables() const;
+  // Whether the slots are kept in shards (OptimizerOptions::shard_state).
+  bool shards_state() const { return shard_state_; }
 
  protected:
   // Binds the optimizer to get_strategy() and creates iterations() there.
-  Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names);
+  Optimizer(std::string name, double learning_rate, std::vector<std::string> slot_names,
+            const OptimizerOptions& options = {});
 
   // The step update_step applies. A component on the host is given its number; on a GPU the
   // count stays in device memory (no copy to the host and back per step), and the step's kernels
@@ -119,9 +136,24 @@ class Optimizer {
   // apply_gradients in the replica of `ctx`: the collective step, which updates its component.
   void apply_in_replica(ReplicaContext& ctx, const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
                         const ApplyOptions& options);
-  // Updates component `component` of every variable and its slots, and counts the step there.
+  // apply_in_replica with sharded state, from this replica's gradients (the sums already, if
+  // `summed`).
+  void apply_sharded_in_replica(ReplicaContext& ctx, const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
+                                const std::vector<Tensor>& gradients, const detail::CallPurpose& purpose, bool summed);
+  // Which part of each variable a replica updates: all of it, or with sharded state its shard.
+  struct Part {
+    int replica = -1;  // the global replica id whose shard; -1: the whole variable
+    int replicas = 1;
+  };
+  // Updates component `component` of every variable (its `part`) and its slots, given the
+  // gradients of that part, and counts the step there.
   void update_component(const std::vector<Tensor>& gradients,
-                        const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component) const;
+                        const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component,
+                        const Part& part) const;
+  // `part`'s shard of `whole`, flattened: a view of its memory, which outlives it.
+  static Tensor shard_view(const Tensor& whole, const Part& part);
+  // UnimplementedError naming `method` when the slots are kept in shards.
+  void require_unsharded(const char* method) const;
 
   // The strategy the optimizer was made for, held by identity: it may be destroyed first.
   std::shared_ptr<distribute::detail::StrategyIdentity> strategy_;
@@ -129,6 +161,7 @@ class Optimizer {
   std::string apply_action_;  // "SGD.apply_gradients": what its gradient lists' all_reduce is for
   double learning_rate_;
   std::vector<std::string> slot_names_;
+  bool shard_state_;
   Variable iterations_;
   // Written only in cross-replica context or in the merge_fn, while every replica waits.
   std::unique_ptr<SlotTable> slots_;

@@ -24,7 +24,7 @@ struct SGDOptions {
 class SGD final : public Optimizer {
  public:
   // InvalidArgumentError unless 0 <= momentum <= 1 and learning_rate is finite and >= 0.
-  explicit SGD(const SGDOptions& options);
+  explicit SGD(const SGDOptions& options, const OptimizerOptions& optimizer_options = {});
   explicit SGD(double learning_rate = 0.01, double momentum = 0.0);
 
   double momentum() const { return momentum_; }
