@@ -22,6 +22,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "idx.h"
@@ -165,6 +166,13 @@ int train() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Trains an MLP on Fashion-MNIST with distribute's MirroredStrategy.");
+  // --help and --helpshort list the flags of this file: Abseil's default looks for a file named
+  // after the program. CMakeLists.txt cuts the project's root off __FILE__ (-fmacro-prefix-map),
+  // so it, and --helpfull's "Flags from" line, is the path inside the project.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) { return file == __FILE__; };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   try {
     return train();
