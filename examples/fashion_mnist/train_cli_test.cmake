@@ -1,9 +1,21 @@
 # train_fashion_mnist as a user runs it (cmake -P), one CASE per ctest test:
 #   help      --help lists the program's flags
 #   helpfull  --helpfull names main.cc by its path in the project, never the source tree's
-#   cmake -DPROGRAM=.../train_fashion_mnist -DSOURCE_DIR=<project root> -DCASE=help -P train_cli_test.cmake
-# The output is read through a pipe, as in a log.
+#   progress_auto     --progress=auto prints a line per epoch and no escape sequence into a pipe
+#   progress_modes    bar draws even into a pipe, lines prints the epochs' lines, none neither
+#   progress_invalid  an unknown --progress fails, naming the valid values
+#   progress_mpirun   under mpirun -np 2 (MPIEXEC), whose children write to a pseudo-terminal:
+#                     worker 0 alone prints the epochs' lines, and no escape sequence
+#   cmake -DPROGRAM=.../train_fashion_mnist -DSOURCE_DIR=<project root> -DWORK_DIR=<scratch folder>
+#         [-DMPIEXEC=mpirun] -DCASE=help -P train_cli_test.cmake
+# The output is read through a pipe, as in a log. The cases that train need Debian's
+# dataset-fashion-mnist and say "skipped: Fashion-MNIST is not installed" without it; they train
+# 2 epochs of 256 images, which takes about a second.
 cmake_minimum_required(VERSION 3.25)
+
+set(data_dir /usr/share/datasets/fashion-mnist)
+set(train_args --data_dir=${data_dir} --epochs=2 --train_limit=256 --checkpoint=${WORK_DIR}/checkpoint.safetensors)
+string(ASCII 27 escape)
 
 # Runs PROGRAM with the function's arguments; sets rc and out (stdout and stderr together).
 function(run)
@@ -27,6 +39,34 @@ function(expect_not_in text what)
   endif()
 endfunction()
 
+# Expects `count` lines "epoch k/2: loss ..." in text.
+function(expect_epoch_lines text count)
+  string(REGEX MATCHALL "epoch [12]/2: loss [^\n]*\n" lines "${text}")
+  list(LENGTH lines n)
+  if(NOT n EQUAL count)
+    message(FATAL_ERROR "${n} lines of an epoch's summary where ${count} were expected")
+  endif()
+endfunction()
+
+# A bar redraws its line with a carriage return and an escape sequence; a log has neither.
+function(expect_no_redraw text)
+  string(FIND "${text}" "${escape}" at_escape)
+  string(FIND "${text}" "\r" at_return)
+  if(NOT at_escape EQUAL -1 OR NOT at_return EQUAL -1)
+    message(FATAL_ERROR "the output redraws a line (an escape character at ${at_escape}, a carriage return at "
+                        "${at_return}; -1: none)")
+  endif()
+endfunction()
+
+if(CASE MATCHES "^progress_(auto|modes|mpirun)$")
+  if(NOT EXISTS ${data_dir}/train-images-idx3-ubyte.gz)
+    message("skipped: Fashion-MNIST is not installed in ${data_dir} (apt-get install dataset-fashion-mnist)")
+    return()
+  endif()
+  file(REMOVE_RECURSE ${WORK_DIR})
+  file(MAKE_DIRECTORY ${WORK_DIR})
+endif()
+
 if(CASE STREQUAL "help")
   # Abseil of 2022 exits 1 after any help, so the exit status says nothing here.
   run(--help)
@@ -41,6 +81,40 @@ elseif(CASE STREQUAL "helpfull")
   # Abseil drops a leading slash, so the source tree would show without its first one.
   string(REGEX REPLACE "^/+" "" tree "${SOURCE_DIR}")
   expect_not_in("${out}" "${tree}")
+elseif(CASE STREQUAL "progress_auto")
+  run(${train_args} --replicas=2 --progress=auto)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "training failed")
+  endif()
+  expect_epoch_lines("${out}" 2)
+  expect_no_redraw("${out}")
+elseif(CASE STREQUAL "progress_modes")
+  run(${train_args} --replicas=2 --progress=bar)
+  expect_in("${out}" "\r${escape}[Kepoch 1/2 [")
+  expect_epoch_lines("${out}" 2)
+  run(${train_args} --replicas=2 --progress=lines)
+  expect_epoch_lines("${out}" 2)
+  expect_no_redraw("${out}")
+  run(${train_args} --replicas=2 --progress=none)
+  expect_epoch_lines("${out}" 0)
+  expect_in("${out}" "test accuracy")
+elseif(CASE STREQUAL "progress_invalid")
+  run(--progress=fancy)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "--progress=fancy was accepted")
+  endif()
+  expect_in("${out}" "'fancy'")
+  expect_in("${out}" "auto, bar, lines, none")
+elseif(CASE STREQUAL "progress_mpirun")
+  execute_process(COMMAND ${MPIEXEC} --oversubscribe --bind-to none -np 2 ${PROGRAM} ${train_args} --replicas=1
+                          --multi_worker --progress=auto
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message(STATUS "mpirun -np 2 train_fashion_mnist: exit ${rc}\n${out}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "training failed")
+  endif()
+  expect_epoch_lines("${out}" 2)
+  expect_no_redraw("${out}")
 else()
   message(FATAL_ERROR "unknown CASE '${CASE}'")
 endif()
