@@ -16,6 +16,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "idx.h"
+#include "metrics_csv.h"
 #include "trainer.h"
 #if DISTRIBUTE_EXAMPLE_WITH_MPI
 #include "distribute/mpi/multi_worker_mirrored_strategy.h"
@@ -85,6 +87,9 @@ ABSL_FLAG(Progress, progress, Progress::kAuto,
           "what worker 0 shows while it trains: bar (a bar redrawn after every step, and a line per epoch), "
           "lines (a line per epoch), none (the first and last lines only), or auto: bar on the terminal of a "
           "single process, lines elsewhere (a pipe, a file, mpirun)");
+ABSL_FLAG(std::string, metrics, "",
+          "a CSV file to write a row per epoch to (loss, test accuracy, samples/s, collective and input-wait "
+          "shares, seconds); plot_metrics.py draws it. With --resume, the rows of the checkpoint's epochs stay");
 
 namespace {
 
@@ -195,6 +200,10 @@ int train() {
   options.seed = absl::GetFlag(FLAGS_seed);
   fashion_mnist::Trainer trainer(*strategy, data, options);
   if (absl::GetFlag(FLAGS_resume)) trainer.restore(checkpoint);
+  // Before the first epoch, so that a path that cannot be written ends the run at once.
+  std::optional<fashion_mnist::MetricsCsv> metrics;
+  const std::string metrics_path = absl::GetFlag(FLAGS_metrics);
+  if (chief && !metrics_path.empty()) metrics.emplace(metrics_path, trainer.epochs_done());
 
   if (chief) {
     std::printf("MLP 784-256-128-10 on Fashion-MNIST (%lld training, %lld test images) with %s: %d replicas, "
@@ -211,6 +220,7 @@ int train() {
     });
     trainer.save(checkpoint);
     accuracy = stats.test_accuracy;
+    if (metrics) metrics->write(stats);
     if (progress == Progress::kBar || progress == Progress::kLines) {
       print_epoch(stats, epochs, progress == Progress::kBar);
     }
