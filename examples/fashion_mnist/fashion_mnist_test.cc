@@ -1,8 +1,8 @@
-// The Fashion-MNIST example's tests: its reader turns bad files into errors that name them, and its
-// training loop learns, is exactly data-parallel (1, 3 and 4 replicas reach the same weights), and
-// resumes from a checkpoint as if it had never stopped; on GPUs it reaches the host's weights. The
-// training tests need Debian's dataset-fashion-mnist and skip, saying so, without it (and the GPU
-// ones without a GPU).
+// The Fashion-MNIST example's tests: its reader turns bad files into errors that name them, its
+// metrics file keeps a resumed run's earlier epochs, and its training loop learns, is exactly
+// data-parallel (1, 3 and 4 replicas reach the same weights), and resumes from a checkpoint as if it
+// had never stopped; on GPUs it reaches the host's weights. The training tests need Debian's
+// dataset-fashion-mnist and skip, saying so, without it (and the GPU ones without a GPU).
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "distribute/distribute.h"
 #include "idx.h"
+#include "metrics_csv.h"
 #include "trainer.h"
 
 namespace fashion_mnist {
@@ -156,6 +158,71 @@ TEST_F(Files, ALabelOutsideTheTenClassesIsRejected) {
   const std::filesystem::path label_path = gzip("l.gz", labels({1, 12}));
   expect_error<InvalidArgumentError>([&] { load_split(gzip("i.gz", images(2)), label_path); },
                                      {label_path.string(), "label 12 of example 1"});
+}
+
+// The lines of a text file.
+std::vector<std::string> lines_of(const std::filesystem::path& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+void write_lines(const std::filesystem::path& path, const std::vector<std::string>& lines) {
+  std::ofstream out(path);
+  for (const std::string& line : lines) out << line << "\n";
+}
+
+// Epoch k's stats: loss 1/k, accuracy 0.8, 1000 samples/s, collectives a quarter, input an eighth.
+EpochStats epoch_stats(int k) {
+  return {.epoch = k, .samples = 2000, .seconds = 2, .train_loss = 1.0 / k, .test_accuracy = 0.8,
+          .collective_share = 0.25, .input_share = 0.125};
+}
+
+TEST_F(Files, MetricsOfANewRunAreTheHeaderAndARowPerEpoch) {
+  const std::filesystem::path path = dir_ / "metrics.csv";
+  write_lines(path, {MetricsCsv::kHeader, "1,9,9,9,9,9,9"});  // an earlier run's, replaced
+  MetricsCsv metrics(path, 0);
+  EXPECT_EQ(lines_of(path), std::vector<std::string>{MetricsCsv::kHeader});
+  metrics.write(epoch_stats(1));
+  metrics.write(epoch_stats(2));
+  const std::vector<std::string> expected = {
+      "epoch,train_loss,test_accuracy,samples_per_second,collective_share,input_share,seconds",
+      "1,1,0.8,1000,0.25,0.125,2", "2,0.5,0.8,1000,0.25,0.125,2"};
+  EXPECT_EQ(lines_of(path), expected);
+}
+
+TEST_F(Files, AResumedRunKeepsTheCheckpointsEpochsAndDropsLaterOnes) {
+  const std::filesystem::path path = dir_ / "metrics.csv";
+  write_lines(path, {MetricsCsv::kHeader, "1,9,9,9,9,9,9", "2,8,8,8,8,8,8", "3,7,7,7,7,7,7"});
+  MetricsCsv metrics(path, 2);
+  metrics.write(epoch_stats(3));
+  EXPECT_EQ(lines_of(path), (std::vector<std::string>{MetricsCsv::kHeader, "1,9,9,9,9,9,9", "2,8,8,8,8,8,8",
+                                                      "3,0.333333,0.8,1000,0.25,0.125,2"}));
+}
+
+TEST_F(Files, AResumedRunWithoutMetricsStartsTheFile) {
+  const std::filesystem::path path = dir_ / "metrics.csv";
+  MetricsCsv metrics(path, 2);
+  metrics.write(epoch_stats(3));
+  EXPECT_EQ(lines_of(path), (std::vector<std::string>{MetricsCsv::kHeader, "3,0.333333,0.8,1000,0.25,0.125,2"}));
+}
+
+TEST_F(Files, AResumedRunLeavesAFileOfAnotherKindAlone) {
+  const std::filesystem::path path = dir_ / "notes.csv";
+  write_lines(path, {"name,value", "a,1"});
+  expect_error<InvalidArgumentError>([&] { MetricsCsv(path, 1); },
+                                     {path.string(), "\"name,value\" is not the header"});
+  EXPECT_EQ(lines_of(path), (std::vector<std::string>{"name,value", "a,1"}));
+  write_lines(path, {MetricsCsv::kHeader, "one,1,1,1,1,1,1"});
+  expect_error<InvalidArgumentError>([&] { MetricsCsv(path, 1); },
+                                     {path.string(), "line 2", "does not start with an epoch"});
+}
+
+TEST_F(Files, AMetricsFileThatCannotBeWrittenNamesItself) {
+  const std::filesystem::path path = dir_ / "no_such_folder" / "metrics.csv";
+  expect_error<InvalidArgumentError>([&] { MetricsCsv(path, 0); },
+                                     {path.string(), "cannot open it for writing", "No such file or directory"});
 }
 
 TEST(Dataset, TheInstalledFilesHoldSixtyAndTenThousandBalancedImages) {

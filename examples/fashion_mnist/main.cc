@@ -6,29 +6,67 @@
 //
 //   ./build/default/examples/fashion_mnist/train_fashion_mnist --epochs=10
 //   ./build/default/examples/fashion_mnist/train_fashion_mnist --device=gpu
+//   ./build/default/examples/fashion_mnist/train_fashion_mnist --metrics=metrics.csv   # plot_metrics.py draws it
 //   epoch 1/10: loss 0.5012, test accuracy 0.8401, 41235 samples/s, collectives 2.1%, input wait 0.3%
 //   ...
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "idx.h"
+#include "metrics_csv.h"
 #include "trainer.h"
 #if DISTRIBUTE_EXAMPLE_WITH_MPI
 #include "distribute/mpi/multi_worker_mirrored_strategy.h"
 #endif
+
+namespace {
+
+// What worker 0 shows while it trains (--progress); the other workers show nothing.
+enum class Progress {
+  kAuto,   // kBar where a person watches, on the terminal of a single process; kLines elsewhere
+  kBar,    // a bar redrawn after every step, and a line per epoch
+  kLines,  // a line per epoch
+  kNone,   // the first and the last line only
+};
+
+constexpr std::pair<const char*, Progress> kProgressNames[] = {
+    {"auto", Progress::kAuto}, {"bar", Progress::kBar}, {"lines", Progress::kLines}, {"none", Progress::kNone}};
+
+bool AbslParseFlag(absl::string_view text, Progress* progress, std::string* error) {
+  for (const auto& [name, value] : kProgressNames) {
+    if (text == name) {
+      *progress = value;
+      return true;
+    }
+  }
+  *error = "valid values: auto, bar, lines, none";
+  return false;
+}
+
+std::string AbslUnparseFlag(Progress progress) {
+  return std::find_if(std::begin(kProgressNames), std::end(kProgressNames),
+                      [progress](const auto& name) { return name.second == progress; })
+      ->first;
+}
+
+}  // namespace
 
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "the folder of the four gzipped IDX files (Debian package dataset-fashion-mnist)");
@@ -46,6 +84,13 @@ ABSL_FLAG(uint64_t, seed, 1, "the initial weights and the shuffling");
 ABSL_FLAG(int64_t, train_limit, 0, "train on the first N training images only; 0: all 60000");
 ABSL_FLAG(bool, multi_worker, false,
           "one worker per MPI process (MultiWorkerMirroredStrategy; start with mpirun -np K)");
+ABSL_FLAG(Progress, progress, Progress::kAuto,
+          "what worker 0 shows while it trains: bar (a bar redrawn after every step, and a line per epoch), "
+          "lines (a line per epoch), none (the first and last lines only), or auto: bar on the terminal of a "
+          "single process, lines elsewhere (a pipe, a file, mpirun)");
+ABSL_FLAG(std::string, metrics, "",
+          "a CSV file to write a row per epoch to (loss, test accuracy, samples/s, collective and input-wait "
+          "shares, seconds); plot_metrics.py draws it. With --resume, the rows of the checkpoint's epochs stay");
 
 namespace {
 
@@ -88,6 +133,26 @@ std::unique_ptr<distribute::Strategy> make_strategy(const std::vector<std::strin
   return std::make_unique<distribute::MirroredStrategy>(devices);
 }
 
+// Whether a launcher (mpirun, srun) started this process as one of a job's: mpirun gives its
+// children a pseudo-terminal even when its own output goes to a file, where a bar would leave a
+// line of escape sequences after every step.
+bool started_by_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+// --progress as this worker shows it: nothing on workers other than 0, and kAuto resolved.
+Progress shown_progress(const distribute::Strategy& strategy) {
+  if (!strategy.extended().should_save_summary()) return Progress::kNone;
+  const Progress asked = absl::GetFlag(FLAGS_progress);
+  if (asked != Progress::kAuto) return asked;
+  const bool watched =
+      ::isatty(STDOUT_FILENO) != 0 && strategy.extended().num_workers() == 1 && !started_by_launcher();
+  return watched ? Progress::kBar : Progress::kLines;
+}
+
 // Redraws one line: "epoch 3/10 [#######.......]  120/469  40213 samples/s  loss 0.4121  ETA 3s".
 void draw_progress(const StepProgress& p, int epochs) {
   constexpr int kWidth = 30;
@@ -101,9 +166,10 @@ void draw_progress(const StepProgress& p, int epochs) {
   std::fflush(stdout);
 }
 
-void print_epoch(const EpochStats& s, int epochs, bool terminal) {
+// after_bar: the line replaces the bar.
+void print_epoch(const EpochStats& s, int epochs, bool after_bar) {
   std::printf("%sepoch %d/%d: loss %.4f, test accuracy %.4f, %.0f samples/s, collectives %.1f%%, input wait %.1f%%\n",
-              terminal ? "\r\033[K" : "", s.epoch, epochs, s.train_loss, s.test_accuracy, s.samples_per_second(),
+              after_bar ? "\r\033[K" : "", s.epoch, epochs, s.train_loss, s.test_accuracy, s.samples_per_second(),
               100 * s.collective_share, 100 * s.input_share);
   std::fflush(stdout);
 }
@@ -124,7 +190,7 @@ int train() {
 
   std::unique_ptr<distribute::Strategy> strategy = make_strategy(replica_devices(replicas, on_gpus));
   const bool chief = strategy->extended().should_save_summary();
-  const bool terminal = chief && ::isatty(STDOUT_FILENO) != 0;
+  const Progress progress = shown_progress(*strategy);
   const fashion_mnist::FashionMnist data =
       fashion_mnist::load(absl::GetFlag(FLAGS_data_dir), absl::GetFlag(FLAGS_train_limit));
 
@@ -135,6 +201,10 @@ int train() {
   options.seed = absl::GetFlag(FLAGS_seed);
   fashion_mnist::Trainer trainer(*strategy, data, options);
   if (absl::GetFlag(FLAGS_resume)) trainer.restore(checkpoint);
+  // Before the first epoch, so that a path that cannot be written ends the run at once.
+  std::optional<fashion_mnist::MetricsCsv> metrics;
+  const std::string metrics_path = absl::GetFlag(FLAGS_metrics);
+  if (chief && !metrics_path.empty()) metrics.emplace(metrics_path, trainer.epochs_done());
 
   if (chief) {
     std::printf("MLP 784-256-128-10 on Fashion-MNIST (%lld training, %lld test images) with %s: %d replicas, "
@@ -147,11 +217,14 @@ int train() {
   double accuracy = 0;
   while (trainer.epochs_done() < epochs) {
     const EpochStats stats = trainer.train_epoch([&](const StepProgress& p) {
-      if (terminal) draw_progress(p, epochs);
+      if (progress == Progress::kBar) draw_progress(p, epochs);
     });
     trainer.save(checkpoint);
     accuracy = stats.test_accuracy;
-    if (chief) print_epoch(stats, epochs, terminal);
+    if (metrics) metrics->write(stats);
+    if (progress == Progress::kBar || progress == Progress::kLines) {
+      print_epoch(stats, epochs, progress == Progress::kBar);
+    }
   }
   if (accuracy == 0) accuracy = trainer.evaluate();  // resumed after the last epoch: nothing trained
   if (chief) {
@@ -165,6 +238,13 @@ int train() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Trains an MLP on Fashion-MNIST with distribute's MirroredStrategy.");
+  // --help and --helpshort list the flags of this file: Abseil's default looks for a file named
+  // after the program. CMakeLists.txt cuts the project's root off __FILE__ (-fmacro-prefix-map),
+  // so it, and --helpfull's "Flags from" line, is the path inside the project.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) { return file == __FILE__; };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   try {
     return train();

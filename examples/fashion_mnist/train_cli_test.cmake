@@ -1,0 +1,177 @@
+# train_fashion_mnist as a user runs it (cmake -P), one CASE per ctest test:
+#   help      --help lists the program's flags
+#   helpfull  --helpfull names main.cc by its path in the project, never the source tree's
+#   progress_auto     --progress=auto prints a line per epoch and no escape sequence into a pipe
+#   progress_bar      --progress=bar draws its bar even into a pipe, and prints the epochs' lines
+#   progress_lines    --progress=lines prints the epochs' lines, nothing else
+#   progress_none     --progress=none prints neither, only the first and last lines
+#   progress_invalid  an unknown --progress fails, naming the valid values
+#   progress_mpirun   under mpirun -np 2 (MPIEXEC), whose children write to a pseudo-terminal:
+#                     worker 0 alone prints the epochs' lines, and no escape sequence
+#   metrics           --metrics writes the header and a row per epoch; --resume adds the next
+#   metrics_unwritable a --metrics path that cannot be written ends the run before it trains
+#   cmake -DPROGRAM=.../train_fashion_mnist -DSOURCE_DIR=<project root> -DWORK_DIR=<scratch folder>
+#         [-DMPIEXEC=mpirun] -DCASE=help -P train_cli_test.cmake
+# The output is read through a pipe, as in a log. The cases that train need Debian's
+# dataset-fashion-mnist and say "skipped: Fashion-MNIST is not installed" without it; they train
+# 2 epochs of 256 images: about a second, 10-20 s under ThreadSanitizer (the evaluations on the
+# 10,000 test images take most of it).
+cmake_minimum_required(VERSION 3.25)
+
+set(data_dir /usr/share/datasets/fashion-mnist)
+set(train_args --data_dir=${data_dir} --epochs=2 --train_limit=256 --checkpoint=${WORK_DIR}/checkpoint.safetensors)
+string(ASCII 27 escape)
+
+# Runs PROGRAM with the function's arguments; sets rc and out (stdout and stderr together).
+function(run)
+  execute_process(COMMAND ${PROGRAM} ${ARGN} RESULT_VARIABLE run_rc OUTPUT_VARIABLE run_out ERROR_VARIABLE run_out)
+  message(STATUS "train_fashion_mnist ${ARGN}: exit ${run_rc}\n${run_out}")
+  set(rc "${run_rc}" PARENT_SCOPE)
+  set(out "${run_out}" PARENT_SCOPE)
+endfunction()
+
+function(expect_in text what)
+  string(FIND "${text}" "${what}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the output does not hold '${what}'")
+  endif()
+endfunction()
+
+function(expect_not_in text what)
+  string(FIND "${text}" "${what}" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "the output holds '${what}'")
+  endif()
+endfunction()
+
+# Expects `count` lines "epoch k/2: loss ..." in text.
+function(expect_epoch_lines text count)
+  string(REGEX MATCHALL "epoch [12]/2: loss [^\n]*\n" lines "${text}")
+  list(LENGTH lines n)
+  if(NOT n EQUAL count)
+    message(FATAL_ERROR "${n} lines of an epoch's summary where ${count} were expected")
+  endif()
+endfunction()
+
+# A bar redraws its line with a carriage return and an escape sequence; a log has neither.
+function(expect_no_redraw text)
+  string(FIND "${text}" "${escape}" at_escape)
+  string(FIND "${text}" "\r" at_return)
+  if(NOT at_escape EQUAL -1 OR NOT at_return EQUAL -1)
+    message(FATAL_ERROR "the output redraws a line (an escape character at ${at_escape}, a carriage return at "
+                        "${at_return}; -1: none)")
+  endif()
+endfunction()
+
+# Expects the CSV file at `path` to be the header and a row of 7 numbers for each epoch 1..count.
+function(expect_metrics path count)
+  file(STRINGS ${path} lines)
+  list(POP_FRONT lines header)
+  if(NOT header STREQUAL "epoch,train_loss,test_accuracy,samples_per_second,collective_share,input_share,seconds")
+    message(FATAL_ERROR "the metrics' header is '${header}'")
+  endif()
+  list(LENGTH lines n)
+  if(NOT n EQUAL count)
+    message(FATAL_ERROR "${n} rows of metrics where ${count} were expected")
+  endif()
+  set(number "[0-9]+(\\.[0-9]+)?(e[-+][0-9]+)?")
+  set(epoch 0)
+  foreach(row IN LISTS lines)
+    math(EXPR epoch "${epoch} + 1")
+    string(REPLACE "," ";" fields "${row}")
+    list(LENGTH fields n)
+    list(GET fields 0 first)
+    if(NOT n EQUAL 7 OR NOT first STREQUAL epoch)
+      message(FATAL_ERROR "row '${row}' is not epoch ${epoch}'s 7 numbers")
+    endif()
+    foreach(field IN LISTS fields)
+      if(NOT field MATCHES "^${number}$")
+        message(FATAL_ERROR "row '${row}': '${field}' is not a number")
+      endif()
+    endforeach()
+  endforeach()
+endfunction()
+
+if(CASE MATCHES "^(progress_(auto|bar|lines|none|mpirun)|metrics.*)$")
+  if(NOT EXISTS ${data_dir}/train-images-idx3-ubyte.gz)
+    message("skipped: Fashion-MNIST is not installed in ${data_dir} (apt-get install dataset-fashion-mnist)")
+    return()
+  endif()
+  file(REMOVE_RECURSE ${WORK_DIR})
+  file(MAKE_DIRECTORY ${WORK_DIR})
+endif()
+
+if(CASE STREQUAL "help")
+  # Abseil of 2022 exits 1 after any help, so the exit status says nothing here.
+  run(--help)
+  expect_in("${out}" "Flags from examples/fashion_mnist/main.cc:")
+  foreach(flag epochs replicas batch_size checkpoint resume)
+    expect_in("${out}" "--${flag} (")
+  endforeach()
+  expect_not_in("${out}" "No flags matched")
+elseif(CASE STREQUAL "helpfull")
+  run(--helpfull)
+  expect_in("${out}" "Flags from examples/fashion_mnist/main.cc:")
+  # Abseil drops a leading slash, so the source tree would show without its first one.
+  string(REGEX REPLACE "^/+" "" tree "${SOURCE_DIR}")
+  expect_not_in("${out}" "${tree}")
+elseif(CASE STREQUAL "progress_auto")
+  run(${train_args} --replicas=2 --progress=auto)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "training failed")
+  endif()
+  expect_epoch_lines("${out}" 2)
+  expect_no_redraw("${out}")
+elseif(CASE STREQUAL "progress_bar")
+  run(${train_args} --replicas=2 --progress=bar)
+  expect_in("${out}" "\r${escape}[Kepoch 1/2 [")
+  expect_epoch_lines("${out}" 2)
+elseif(CASE STREQUAL "progress_lines")
+  run(${train_args} --replicas=2 --progress=lines)
+  expect_epoch_lines("${out}" 2)
+  expect_no_redraw("${out}")
+elseif(CASE STREQUAL "progress_none")
+  run(${train_args} --replicas=2 --progress=none)
+  expect_epoch_lines("${out}" 0)
+  expect_in("${out}" "test accuracy 0.")
+elseif(CASE STREQUAL "progress_invalid")
+  run(--progress=fancy)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "--progress=fancy was accepted")
+  endif()
+  expect_in("${out}" "'fancy'")
+  expect_in("${out}" "auto, bar, lines, none")
+elseif(CASE STREQUAL "metrics")
+  run(${train_args} --replicas=2 --metrics=${WORK_DIR}/metrics.csv)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "training failed")
+  endif()
+  expect_metrics(${WORK_DIR}/metrics.csv 2)
+  file(STRINGS ${WORK_DIR}/metrics.csv before)
+  run(${train_args} --replicas=2 --metrics=${WORK_DIR}/metrics.csv --resume --epochs=3)
+  expect_metrics(${WORK_DIR}/metrics.csv 3)
+  file(STRINGS ${WORK_DIR}/metrics.csv after)
+  list(SUBLIST after 0 3 kept)
+  if(NOT kept STREQUAL before)
+    message(FATAL_ERROR "the resumed run changed the first two epochs' rows")
+  endif()
+elseif(CASE STREQUAL "metrics_unwritable")
+  run(${train_args} --replicas=2 --metrics=${WORK_DIR}/no_such_folder/metrics.csv)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "the run succeeded without its metrics file")
+  endif()
+  expect_in("${out}" "${WORK_DIR}/no_such_folder/metrics.csv: cannot open it for writing (No such file or directory)")
+  expect_epoch_lines("${out}" 0)
+elseif(CASE STREQUAL "progress_mpirun")
+  execute_process(COMMAND ${MPIEXEC} --oversubscribe --bind-to none -np 2 ${PROGRAM} ${train_args} --replicas=1
+                          --multi_worker --progress=auto
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message(STATUS "mpirun -np 2 train_fashion_mnist: exit ${rc}\n${out}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "training failed")
+  endif()
+  expect_epoch_lines("${out}" 2)
+  expect_no_redraw("${out}")
+else()
+  message(FATAL_ERROR "unknown CASE '${CASE}'")
+endif()
