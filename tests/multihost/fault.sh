@@ -96,7 +96,8 @@ grep -Eq "$expect" "$log" || fail "the job's output does not match '$expect'"
 
 if [ "$case" = relaunch ]; then
   hosts_link 1 up
-  hosts_mpirun "$program" ok --timeout="$timeout" >"$log" 2>&1 || fail "the relaunch failed"
+  # A timeout that a busy machine never reaches: what counts here is that the job works.
+  hosts_mpirun "$program" ok --timeout=60 >"$log" 2>&1 || fail "the relaunch failed"
   [ "$(grep -c ": ok" "$log")" -eq 4 ] || fail "the relaunch did not say ok from every worker"
   # host1's daemon of the first job learns that mpirun is gone once its link is back up.
   start=$(now_ms)
