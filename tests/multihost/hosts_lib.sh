@@ -2,8 +2,8 @@
 # machine and runs MPI jobs across them.
 #
 # Each host is a network namespace (hostK) whose processes, started by Open MPI through
-# rsh_agent.sh, also get a UTS namespace with hostname hostK and a /tmp and /dev/shm of their
-# own. A head namespace holds the bridge the hosts' veth pairs join and runs mpirun, so nothing
+# rsh_agent.sh, also get a UTS namespace with hostname hostK, a /dev/shm of their own and a
+# TMPDIR of their own (the file system stays the machine's, as a cluster's shared one). A head namespace holds the bridge the hosts' veth pairs join and runs mpirun, so nothing
 # is added to the machine's own network. Addresses come from the documentation range only: the
 # bridge 192.0.2.1, host k 192.0.2.(10+k). Each link is rate-limited both ways by a tbf qdisc.
 # Within a host ranks talk through shared memory (vader), between hosts through TCP only.
@@ -14,8 +14,8 @@
 #                                    ended after HOSTS_TIMEOUT seconds where set (exit code 124)
 #   hosts_link K up|down             sets hostK's link up or down
 #   hosts_kill K                     kills every process of hostK (SIGKILL)
-#   hosts_leftovers                  lists what jobs left on the hosts (shared memory, session
-#                                    directories, processes, TCP sockets); empty when nothing
+#   hosts_leftovers                  lists what jobs left on the hosts (shared memory, TMPDIR
+#                                    files, processes, TCP sockets); empty when nothing
 #   hosts_down                       removes everything; also run on exit, and by a watcher process
 #                                    when the script is killed outright (SIGKILL)
 
@@ -32,7 +32,7 @@ hosts_namespaces() {
   ip netns list | awk -v prefix="$1-" 'index($1, prefix) == 1 { print $1 }' | sort
 }
 
-# Kills every process in the namespaces of run ID, then removes them and the run's directory.
+# Kills every process in the namespaces of run ID, then removes them and the run's directories.
 # Idempotent; safe to run from the watcher and the exit trap alike.
 hosts_teardown() {
   local id=$1 ns pids spaces
@@ -45,13 +45,13 @@ hosts_teardown() {
     sleep 0.1
   done
   for ns in $spaces; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "/dev/shm/$id"
+  rm -rf "/dev/shm/$id" "/tmp/$id"
 }
 
 hosts_down() {
   [ -n "${HOSTS_ID:-}" ] || return 0
   hosts_teardown "$HOSTS_ID"
-  if [ -n "$(hosts_namespaces "$HOSTS_ID")" ] || [ -e "/dev/shm/$HOSTS_ID" ]; then
+  if [ -n "$(hosts_namespaces "$HOSTS_ID")" ] || [ -e "/dev/shm/$HOSTS_ID" ] || [ -e "/tmp/$HOSTS_ID" ]; then
     echo "hosts_lib: could not remove everything of $HOSTS_ID: $(hosts_namespaces "$HOSTS_ID")" >&2
     return 1
   fi
@@ -67,10 +67,10 @@ hosts_up() {
   HOSTS_ID=distribute-hosts-$$
   HOSTS_COUNT=$count
   export DISTRIBUTE_HOSTS_NETNS_PREFIX=$HOSTS_ID-
-  export DISTRIBUTE_HOSTS_DIR=/dev/shm/$HOSTS_ID
+  export DISTRIBUTE_HOSTS_DIR=/dev/shm/$HOSTS_ID DISTRIBUTE_HOSTS_TMP=/tmp/$HOSTS_ID
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   head=${HOSTS_ID}-head
-  trap hosts_down EXIT
+  trap 'hosts_down || exit 1' EXIT
   trap 'exit 129' HUP
   trap 'exit 130' INT
   trap 'exit 143' TERM
@@ -82,7 +82,7 @@ hosts_up() {
   # timeout); in a session of its own, with no terminal or pipe of the test's held open.
   setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; source "$2"; hosts_teardown "$3"' \
     hosts_watcher $$ "$hosts_lib_dir/hosts_lib.sh" "$HOSTS_ID" </dev/null >/dev/null 2>&1 &
-  mkdir -p "$DISTRIBUTE_HOSTS_DIR"
+  mkdir -p "$DISTRIBUTE_HOSTS_DIR" "$DISTRIBUTE_HOSTS_TMP/head"
   ip -n "$head" link set lo up
   ip -n "$head" link add br0 type bridge
   ip -n "$head" addr add 192.0.2.1/24 dev br0
@@ -101,7 +101,7 @@ hosts_up() {
       hosts_limit "$ns" eth0 "$rate"
       hosts_limit "$head" "port$k" "$rate"
     fi
-    mkdir -p "$DISTRIBUTE_HOSTS_DIR/host$k/shm" "$DISTRIBUTE_HOSTS_DIR/host$k/tmp"
+    mkdir -p "$DISTRIBUTE_HOSTS_DIR/host$k/shm" "$DISTRIBUTE_HOSTS_TMP/host$k"
     echo "host$k slots=$slots" >>"$DISTRIBUTE_HOSTS_DIR/hostfile"
   done
 }
@@ -120,8 +120,8 @@ hosts_mpirun() {
   for var in TSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS; do
     [ -z "${!var:-}" ] || forward+=(-x "$var")
   done
-  timeout -k 5 "${HOSTS_TIMEOUT:-0}" ip netns exec "${HOSTS_ID}-head" unshare --uts sh -c 'hostname head && exec "$@"' hosts_mpirun \
-    mpirun --hostfile "$DISTRIBUTE_HOSTS_DIR/hostfile" --bind-to none \
+  TMPDIR=$DISTRIBUTE_HOSTS_TMP/head timeout -k 5 "${HOSTS_TIMEOUT:-0}" \
+    ip netns exec "${HOSTS_ID}-head" unshare --uts sh -c 'hostname head && exec "$@"' hosts_mpirun mpirun --hostfile "$DISTRIBUTE_HOSTS_DIR/hostfile" --bind-to none \
     --mca plm_rsh_agent "$hosts_lib_dir/rsh_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca pml ob1 --mca btl tcp,self,vader --mca btl_tcp_if_include 192.0.2.0/24 \
     --mca oob_tcp_if_include 192.0.2.0/24 "${forward[@]}" "$@"
@@ -142,7 +142,7 @@ hosts_leftovers() {
   local k ns pids
   for ((k = 0; k < HOSTS_COUNT; ++k)); do
     ns=${HOSTS_ID}-host$k
-    find "$DISTRIBUTE_HOSTS_DIR/host$k/shm" "$DISTRIBUTE_HOSTS_DIR/host$k/tmp" -mindepth 1 -maxdepth 1 \
+    find "$DISTRIBUTE_HOSTS_DIR/host$k/shm" "$DISTRIBUTE_HOSTS_TMP/host$k" -mindepth 1 -maxdepth 1 \
       -printf "host$k: %p\n"
     pids=$(ip netns pids "$ns")
     [ -z "$pids" ] || echo "host$k: processes $(echo "$pids" | tr '\n' ' ')"

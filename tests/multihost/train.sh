@@ -8,7 +8,7 @@
 #   tests/multihost/train.sh PROGRAM WORK_DIR [ARGS...]
 #
 # WORK_DIR holds the checkpoints: a directory both hosts see, as a cluster's shared file system
-# (each host's /tmp is its own).
+# (each host's TMPDIR is its own).
 set -euo pipefail
 here=$(dirname "$0")
 program=$1 work=$2
