@@ -64,7 +64,7 @@ hosts_up() {
   for tool in ip tc unshare mount setsid timeout; do
     command -v "$tool" >/dev/null || hosts_skip "$tool is not installed (Debian: iproute2, util-linux, coreutils)"
   done
-  HOSTS_ID=distribute-hosts-$$
+  HOSTS_ID=distribute-hosts-$$-$RANDOM
   HOSTS_COUNT=$count
   export DISTRIBUTE_HOSTS_NETNS_PREFIX=$HOSTS_ID-
   export DISTRIBUTE_HOSTS_DIR=/dev/shm/$HOSTS_ID DISTRIBUTE_HOSTS_TMP=/tmp/$HOSTS_ID
