@@ -1,0 +1,151 @@
+# The multi-host harness, sourced by hosts.sh and the fault tests (bash): makes K hosts on this
+# machine and runs MPI jobs across them.
+#
+# Each host is a network namespace (hostK) whose processes, started by Open MPI through
+# rsh_agent.sh, also get a UTS namespace with hostname hostK, a /dev/shm of their own and a
+# TMPDIR of their own (the file system stays the machine's, as a cluster's shared one). A head namespace holds the bridge the hosts' veth pairs join and runs mpirun, so nothing
+# is added to the machine's own network. Addresses come from the documentation range only: the
+# bridge 192.0.2.1, host k 192.0.2.(10+k). Each link is rate-limited both ways by a tbf qdisc.
+# Within a host ranks talk through shared memory (vader), between hosts through TCP only.
+#
+#   hosts_up COUNT SLOTS RATE_GBIT   makes the hosts (RATE_GBIT 0: no limit); exits 77 with the
+#                                    reason when this machine cannot make namespaces
+#   hosts_mpirun ARGS...             mpirun ARGS over the hosts, SLOTS ranks per host by default;
+#                                    ended after HOSTS_TIMEOUT seconds where set (exit code 124)
+#   hosts_link K up|down             sets hostK's link up or down
+#   hosts_kill K                     kills every process of hostK (SIGKILL)
+#   hosts_leftovers                  lists what jobs left on the hosts (shared memory, TMPDIR
+#                                    files, processes, TCP sockets); empty when nothing
+#   hosts_down                       removes everything; also run on exit, and by a watcher process
+#                                    when the script is killed outright (SIGKILL)
+
+hosts_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# Prints the reason and exits 77, which ctest reads as a skip (SKIP_RETURN_CODE).
+hosts_skip() {
+  echo "SKIP: $*" >&2
+  exit 77
+}
+
+# The namespaces of the harness run ID, head first.
+hosts_namespaces() {
+  ip netns list | awk -v prefix="$1-" 'index($1, prefix) == 1 { print $1 }' | sort
+}
+
+# Kills every process in the namespaces of run ID, then removes them and the run's directories.
+# Idempotent; safe to run from the watcher and the exit trap alike.
+hosts_teardown() {
+  local id=$1 ns pids spaces
+  spaces=$(hosts_namespaces "$id")
+  for _ in $(seq 50); do
+    pids=$(for ns in $spaces; do ip netns pids "$ns" 2>/dev/null; done)
+    [ -n "$pids" ] || break
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null
+    sleep 0.1
+  done
+  for ns in $spaces; do ip netns del "$ns" 2>/dev/null; done
+  rm -rf "/dev/shm/$id" "/tmp/$id"
+}
+
+hosts_down() {
+  [ -n "${HOSTS_ID:-}" ] || return 0
+  hosts_teardown "$HOSTS_ID"
+  if [ -n "$(hosts_namespaces "$HOSTS_ID")" ] || [ -e "/dev/shm/$HOSTS_ID" ] || [ -e "/tmp/$HOSTS_ID" ]; then
+    echo "hosts_lib: could not remove everything of $HOSTS_ID: $(hosts_namespaces "$HOSTS_ID")" >&2
+    return 1
+  fi
+  HOSTS_ID=
+}
+
+hosts_up() {
+  local count=$1 slots=$2 rate=$3 tool err k head ns
+  [ "$(id -u)" -eq 0 ] || hosts_skip "making network namespaces needs root (this is uid $(id -u))"
+  for tool in ip tc unshare mount setsid timeout; do
+    command -v "$tool" >/dev/null || hosts_skip "$tool is not installed (Debian: iproute2, util-linux, coreutils)"
+  done
+  HOSTS_ID=distribute-hosts-$$-$RANDOM
+  HOSTS_COUNT=$count
+  export DISTRIBUTE_HOSTS_NETNS_PREFIX=$HOSTS_ID-
+  export DISTRIBUTE_HOSTS_DIR=/dev/shm/$HOSTS_ID DISTRIBUTE_HOSTS_TMP=/tmp/$HOSTS_ID
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  head=${HOSTS_ID}-head
+  trap 'hosts_down || exit 1' EXIT
+  trap 'exit 129' HUP
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  if ! err=$(ip netns add "$head" 2>&1); then
+    HOSTS_ID=
+    hosts_skip "cannot make a network namespace (needs CAP_SYS_ADMIN and CAP_NET_ADMIN): $err"
+  fi
+  # Removes everything once this shell is gone, even when it was killed with SIGKILL (ctest's
+  # timeout); in a session of its own, with no terminal or pipe of the test's held open.
+  setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; source "$2"; hosts_teardown "$3"' \
+    hosts_watcher $$ "$hosts_lib_dir/hosts_lib.sh" "$HOSTS_ID" </dev/null >/dev/null 2>&1 &
+  mkdir -p "$DISTRIBUTE_HOSTS_DIR" "$DISTRIBUTE_HOSTS_TMP/head"
+  ip -n "$head" link set lo up
+  ip -n "$head" link add br0 type bridge
+  ip -n "$head" addr add 192.0.2.1/24 dev br0
+  ip -n "$head" link set br0 up
+  : >"$DISTRIBUTE_HOSTS_DIR/hostfile"
+  for ((k = 0; k < count; ++k)); do
+    ns=${HOSTS_ID}-host$k
+    ip netns add "$ns"
+    ip -n "$head" link add "port$k" type veth peer name eth0 netns "$ns"
+    ip -n "$head" link set "port$k" master br0
+    ip -n "$head" link set "port$k" up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "192.0.2.$((10 + k))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    if ((rate > 0)); then
+      hosts_limit "$ns" eth0 "$rate"
+      hosts_limit "$head" "port$k" "$rate"
+    fi
+    mkdir -p "$DISTRIBUTE_HOSTS_DIR/host$k/shm" "$DISTRIBUTE_HOSTS_TMP/host$k"
+    echo "host$k slots=$slots" >>"$DISTRIBUTE_HOSTS_DIR/hostfile"
+  done
+}
+
+# A token bucket of RATE Gbit/s on the egress of DEV in namespace NS. Its bucket holds 1 ms of
+# traffic, and at least 128 KiB: veth hands over segments of up to 64 KiB at once.
+hosts_limit() {
+  local ns=$1 dev=$2 rate=$3 burst
+  burst=$((rate * 1000000000 / 8 / 1000))
+  ((burst >= 131072)) || burst=131072
+  tc -n "$ns" qdisc add dev "$dev" root tbf rate "${rate}gbit" burst "$burst" latency 20ms
+}
+
+hosts_mpirun() {
+  local forward=() var
+  for var in TSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS; do
+    [ -z "${!var:-}" ] || forward+=(-x "$var")
+  done
+  TMPDIR=$DISTRIBUTE_HOSTS_TMP/head timeout -k 5 "${HOSTS_TIMEOUT:-0}" \
+    ip netns exec "${HOSTS_ID}-head" unshare --uts sh -c 'hostname head && exec "$@"' hosts_mpirun mpirun --hostfile "$DISTRIBUTE_HOSTS_DIR/hostfile" --bind-to none \
+    --mca plm_rsh_agent "$hosts_lib_dir/rsh_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+    --mca pml ob1 --mca btl tcp,self,vader --mca btl_tcp_if_include 192.0.2.0/24 \
+    --mca oob_tcp_if_include 192.0.2.0/24 "${forward[@]}" "$@"
+}
+
+hosts_link() {
+  ip -n "${HOSTS_ID}-host$1" link set eth0 "$2"
+}
+
+hosts_kill() {
+  local pids
+  pids=$(ip netns pids "${HOSTS_ID}-host$1")
+  # shellcheck disable=SC2086
+  [ -z "$pids" ] || kill -KILL $pids
+}
+
+hosts_leftovers() {
+  local k ns pids
+  for ((k = 0; k < HOSTS_COUNT; ++k)); do
+    ns=${HOSTS_ID}-host$k
+    find "$DISTRIBUTE_HOSTS_DIR/host$k/shm" "$DISTRIBUTE_HOSTS_TMP/host$k" -mindepth 1 -maxdepth 1 \
+      -printf "host$k: %p\n"
+    pids=$(ip netns pids "$ns")
+    [ -z "$pids" ] || echo "host$k: processes $(echo "$pids" | tr '\n' ' ')"
+    ip netns exec "$ns" ss -Htan exclude time-wait | sed "s/^/host$k: socket /"
+  done
+}
