@@ -153,6 +153,81 @@ void bench(int n, const Options& options) {
   std::fflush(stdout);
 }
 
+// Adam over the same 2M parameters with its state kept whole on every replica and in shards
+// (OptimizerOptions::shard_state), alternating round by round: the time of apply_gradients
+// in replica context (the gradient collective, the update, and for sharded state the all_gather),
+// and the slot bytes each replica holds.
+void bench_sharded_adam(int n, const Options& options) {
+  MirroredStrategy strategy(cpu_devices(n));
+  StrategyScope scope = strategy.scope();
+  std::vector<Variable> whole_vars;
+  std::vector<Variable> sharded_vars;
+  for (int k = 0; k < kVariables; ++k) {
+    whole_vars.emplace_back(filled(kElementsPerVariable, initial_value, Device::cpu()),
+                            VariableOptions{.name = absl::StrCat("whole", k)});
+    sharded_vars.emplace_back(filled(kElementsPerVariable, initial_value, Device::cpu()),
+                              VariableOptions{.name = absl::StrCat("sharded", k)});
+  }
+  optimizers::Adam whole(optimizers::AdamOptions{.learning_rate = 1e-4});
+  optimizers::Adam sharded(optimizers::AdamOptions{.learning_rate = 1e-4},
+                           optimizers::OptimizerOptions{.shard_state = true});
+  whole.build(whole_vars);
+  sharded.build(sharded_vars);
+  std::vector<std::vector<std::pair<Tensor, Variable>>> whole_pairs(static_cast<std::size_t>(n));
+  std::vector<std::vector<std::pair<Tensor, Variable>>> sharded_pairs(static_cast<std::size_t>(n));
+  strategy.run([&] {
+    const ReplicaContext& ctx = *get_replica_context();
+    const auto r = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
+    for (int k = 0; k < kVariables; ++k) {
+      Tensor g = filled(kElementsPerVariable, initial_value, ctx.device());
+      g.flat<float>() *= 1e-3f * static_cast<float>(r + 1);
+      whole_pairs[r].emplace_back(g, whole_vars[static_cast<std::size_t>(k)]);
+      sharded_pairs[r].emplace_back(g, sharded_vars[static_cast<std::size_t>(k)]);
+    }
+  });
+  const std::size_t bytes = static_cast<std::size_t>(kVariables * kElementsPerVariable) * sizeof(float);
+  const int ops = options.ops > 0 ? options.ops : ops_per_unit(bytes, options);
+  const auto unit = [&](optimizers::Adam& adam, std::vector<std::vector<std::pair<Tensor, Variable>>>& pairs) {
+    return [&] {
+      strategy.run([&] {
+        auto& mine = pairs[static_cast<std::size_t>(get_replica_context()->replica_id_in_sync_group())];
+        for (int k = 0; k < ops; ++k) adam.apply_gradients(mine);
+      });
+    };
+  };
+  // Adam's two slots per parameter: whole on every replica, or the replica's shard of each.
+  std::int64_t shard_elements = 0;
+  for (int k = 0; k < kVariables; ++k) shard_elements += shard_of(kElementsPerVariable, n, 0).size;
+  std::printf("# Adam, %d replicas, %lld parameters, K = %d steps per run; slot bytes per replica: whole %s, "
+              "sharded %s (replica 0's shards)\n",
+              n, static_cast<long long>(kVariables * kElementsPerVariable), ops, format_bytes(2 * bytes).c_str(),
+              format_bytes(static_cast<std::size_t>(2 * shard_elements) * sizeof(float)).c_str());
+  std::printf("# %6s %14s %14s %8s\n", "round", "whole(us)", "sharded(us)", "ratio");
+  Options one = options;
+  one.iters = 1;
+  std::vector<double> whole_s;
+  std::vector<double> sharded_s;
+  const int rounds = std::max(options.iters, 5);
+  for (int round = 0; round < rounds; ++round) {
+    whole_s.push_back(time_unit(unit(whole, whole_pairs), ops, one).median_s);
+    sharded_s.push_back(time_unit(unit(sharded, sharded_pairs), ops, one).median_s);
+    std::printf("  %6d %14.1f %14.1f %8.3f\n", round, whole_s.back() * 1e6, sharded_s.back() * 1e6,
+                sharded_s.back() / whole_s.back());
+    std::fflush(stdout);
+  }
+  long long differ = 0;
+  for (int r = 0; r < n; ++r) {
+    for (int k = 0; k < kVariables; ++k) {
+      differ += (whole_vars[static_cast<std::size_t>(k)].component(r).flat<float>() !=
+                 sharded_vars[static_cast<std::size_t>(k)].component(r).flat<float>())
+                    .count();
+    }
+  }
+  std::printf("# median: whole %.1f us, sharded %.1f us, ratio %.3f; elements that differ after equal steps: %lld\n",
+              median(whole_s) * 1e6, median(sharded_s) * 1e6, median(sharded_s) / median(whole_s), differ);
+  std::fflush(stdout);
+}
+
 }  // namespace
 }  // namespace distribute::bench
 
@@ -167,5 +242,6 @@ int main(int argc, char** argv) {
   std::printf("# hardware threads: %u; time per step = median over rounds of (run time / K)\n",
               std::thread::hardware_concurrency());
   for (int n : options.replicas) bench(n, options);
+  for (int n : options.replicas) bench_sharded_adam(n, options);
   return 0;
 }
