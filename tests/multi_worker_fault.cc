@@ -7,6 +7,10 @@
 //           middle of its data phase: once the timeout passes, the other workers report the
 //           stalled data phase, naming worker 1 as the one that does not answer, and end the
 //           job, since a collective left half done cannot be taken back. Any number of workers.
+//   unreachable_at_exit: worker 1 freezes (SIGSTOP) between steps; worker 0's next all_reduce
+//           times out, it catches the error and returns from main. MPI_Finalize at exit would
+//           wait for worker 1 for ever: the library bounds it, and worker 0 exits, which ends
+//           the job.
 // The last must live, and exits 0 only when every process saw what it expects:
 //   stall_fail_strategy: three processes, of which ranks 0 and 1 are the workers of a strategy on
 //           a sub-communicator with StalledCollectiveAction::kFailStrategy, and rank 2 stands for
@@ -196,8 +200,8 @@ int main(int argc, char** argv) {
   using namespace distribute;
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "stall_fail_strategy") return distribute::stall_fail_strategy();
-  if (mode != "exit" && mode != "signal" && mode != "stall") {
-    std::cerr << "usage: multi_worker_fault exit|signal|stall|stall_fail_strategy\n";
+  if (mode != "exit" && mode != "signal" && mode != "stall" && mode != "unreachable_at_exit") {
+    std::cerr << "usage: multi_worker_fault exit|signal|stall|unreachable_at_exit|stall_fail_strategy\n";
     return 2;
   }
   MultiWorkerMirroredStrategyOptions options;
@@ -208,6 +212,18 @@ int main(int argc, char** argv) {
   if (mode == "stall") {
     if (const std::exception_ptr error = freeze_worker_1_in_a_data_phase(strategy)) std::rethrow_exception(error);
     std::cout << "worker 0 was not stopped" << std::endl;
+    return 0;
+  }
+  if (mode == "unreachable_at_exit") {
+    if (strategy.extended().worker_id() == 1) {
+      std::cout << "worker 1 freezes" << std::endl;
+      std::raise(SIGSTOP);
+    }
+    try {
+      strategy.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, {.timeout = std::chrono::seconds(1)}); });
+    } catch (const DeadlineExceededError& e) {
+      std::cout << "worker 0 caught: " << e.what() << std::endl;
+    }
     return 0;
   }
   if (strategy.extended().worker_id() == 1) {

@@ -88,13 +88,37 @@ std::vector<std::unique_ptr<std::byte[]>>& unreceived_buffers() {
   return *buffers;
 }
 
+// Set when a worker stopped following a strategy's steps (a step abandoned at its deadline).
+std::atomic<bool> lost_contact{false};
+// How long MPI_Finalize at exit may wait once a worker was lost.
+constexpr auto kFinalizeLimit = std::chrono::seconds(5);
+
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (lost_contact.load(std::memory_order_acquire)) {
+    // MPI_Finalize waits for every process of the job, and a worker that stopped answering may
+    // never come: a program that caught the error and returned must still end.
+    std::thread([] {
+      std::this_thread::sleep_for(kFinalizeLimit);
+      std::fprintf(stderr,
+                   "distribute: MPI_Finalize did not return within %lld s (a worker stopped answering earlier); "
+                   "exiting without it\n",
+                   static_cast<long long>(kFinalizeLimit.count()));
+      std::fflush(stderr);
+      std::_Exit(EXIT_FAILURE);
+    }).detach();
+  }
+  MPI_Finalize();
 }
 
 }  // namespace
+
+void MpiWorkerTransport::give_up_slot() {
+  reusable_ = false;
+  lost_contact.store(true, std::memory_order_release);
+}
 
 void ensure_mpi_initialized() {
   MutexLock lock(mpi_mutex);
@@ -338,7 +362,7 @@ std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::b
   // Abandoned: the sends keep their buffer until they complete (reap_sends).
   MutexLock lock(mpi_mutex);
   pending_sends_.push_back(std::move(sends));
-  reusable_ = false;
+  give_up_slot();
   return waiting;
 }
 
@@ -360,7 +384,7 @@ void MpiWorkerTransport::send_farewell(std::span<const std::byte> mine) {
 }
 
 void MpiWorkerTransport::send_gave_up(const StepName& what) {
-  reusable_ = false;
+  give_up_slot();
   if (size_ > 1) {
     const std::string step = what.str();
     send_to_others(step.data(), step.size(), kGaveUpTag);
@@ -377,7 +401,7 @@ std::vector<std::pair<int, std::string>> MpiWorkerTransport::take_gave_up() {
   if (size_ == 1) return {};
   MutexLock lock(mpi_mutex);
   receive_gave_up();
-  if (!gave_up_.empty()) reusable_ = false;
+  if (!gave_up_.empty()) give_up_slot();
   return std::exchange(gave_up_, {});
 }
 
@@ -390,7 +414,7 @@ void MpiWorkerTransport::leave_if_others_gave_up(const StepName& what) {
   std::vector<char> gone(static_cast<std::size_t>(size_), 0);
   for (const auto& note : gave_up_) gone[static_cast<std::size_t>(note.first)] = 1;
   if (std::count(gone.begin(), gone.end(), 1) == size_ - 1) {
-    reusable_ = false;
+    give_up_slot();
     throw DeadlineExceededError(absl::StrCat("every other worker gave up on ", what.str()));
   }
   std::vector<std::string> notes;
@@ -418,7 +442,7 @@ std::byte* MpiWorkerTransport::workspace(void* data, std::size_t bytes) {
 
 void MpiWorkerTransport::abandon(std::span<MPI_Request> requests) {
   MutexLock lock(mpi_mutex);
-  reusable_ = false;
+  give_up_slot();
   for (MPI_Request request : requests) {
     if (request != MPI_REQUEST_NULL) abandoned_.requests.push_back(request);
   }

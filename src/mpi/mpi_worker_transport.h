@@ -137,6 +137,10 @@ class MpiWorkerTransport final : public WorkerTransport {
   // Those of transports that went, not yet complete (the caller holds the MPI lock).
   static std::vector<Abandoned>& orphaned() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
 
+  // A step was abandoned (a worker did not follow): the slot serves no other strategy, and
+  // MPI_Finalize at exit is bounded, as that worker may never come.
+  void give_up_slot();
+
   // The communicators are a slot of those kept for the strategies on `base_` (see the .cc).
   MPI_Comm base_ = MPI_COMM_NULL;
   int slot_ = 0;
