@@ -19,11 +19,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -60,6 +62,9 @@ std::vector<std::string> local_devices() {
 
 // One strategy for the whole binary: constructing one is collective across the workers, and the
 // error tests check that it stays usable.
+// Each worker's host name (MPI_Get_processor_name), filled by main.
+std::vector<std::string> g_hosts;
+
 MultiWorkerMirroredStrategy& strategy() {
   static MultiWorkerMirroredStrategy* s = [] {
     MultiWorkerMirroredStrategyOptions options;
@@ -72,16 +77,28 @@ MultiWorkerMirroredStrategy& strategy() {
 
 class MultiWorker : public ::testing::Test {
  protected:
-  // "worker 1 (replicas 2, 3)", "workers 1, 2 (replicas 1, 2)": workers [first, last] as errors name them.
+  // "worker 1 (replicas 2, 3)", "workers 1, 2 (replicas 1, 2)": workers [first, last] as errors name them;
+  // on several hosts with theirs: "worker 1 on host1 (replicas 2, 3)".
   std::string workers_text(int first, int last) const {
+    std::vector<int> ws;
+    for (int w = first; w <= last; ++w) ws.push_back(w);
+    return workers_text(ws);
+  }
+  std::string workers_text(const std::vector<int>& workers) const {
     std::string ws;
     std::string rs;
-    for (int w = first; w <= last; ++w) {
-      ws += (w == first ? "" : ", ") + std::to_string(w);
+    std::vector<std::string> hosts;
+    for (int w : workers) {
+      ws += (ws.empty() ? "" : ", ") + std::to_string(w);
       for (int l = 0; l < local(); ++l) rs += (rs.empty() ? "" : ", ") + std::to_string(w * local() + l);
+      const std::string& host = g_hosts[static_cast<std::size_t>(w)];
+      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
     }
-    return (first == last ? "worker " : "workers ") + ws + (local() == 1 && first == last ? " (replica " : " (replicas ") +
-           rs + ")";
+    const bool one_host = std::adjacent_find(g_hosts.begin(), g_hosts.end(), std::not_equal_to<>()) == g_hosts.end();
+    std::string on;
+    for (const std::string& host : hosts) on += (on.empty() ? " on " : ", ") + host;
+    return (workers.size() == 1 ? "worker " : "workers ") + ws + (one_host ? "" : on) +
+           (local() == 1 && workers.size() == 1 ? " (replica " : " (replicas ") + rs + ")";
   }
   MultiWorkerMirroredStrategy& s = strategy();
   int workers() const { return s.extended().num_workers(); }
@@ -892,13 +909,12 @@ TEST_F(MultiWorker, ShapeMismatchOnOneWorkerNamesItOnEveryWorker) {
     });
     ADD_FAILURE() << "no error";
   } catch (const InvalidArgumentError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("all_reduce #1: worker 1 ("));
+    EXPECT_THAT(e.what(), HasSubstr("all_reduce #1: " + workers_text(1, 1)));
     EXPECT_THAT(e.what(), HasSubstr(") passed float32[12], worker"));
     EXPECT_THAT(e.what(), HasSubstr(") passed float32[10]"));
     if (workers() == 2 && local() == 2) {
-      EXPECT_STREQ(e.what(),
-                   "all_reduce #1: worker 1 (replicas 2, 3) passed float32[12], worker 0 (replicas 0, 1) passed "
-                   "float32[10]; every worker's replicas must pass the same kind of value");
+      EXPECT_EQ(e.what(), "all_reduce #1: " + workers_text(1, 1) + " passed float32[12], " + workers_text(0, 0) +
+                              " passed float32[10]; every worker's replicas must pass the same kind of value");
     }
   }
   // The strategy stays usable.
@@ -920,7 +936,7 @@ TEST_F(MultiWorker, DifferentCollectivesOnOneWorkerAreAFailedPrecondition) {
     });
     ADD_FAILURE() << "no error";
   } catch (const FailedPreconditionError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("worker 1 ("));
+    EXPECT_THAT(e.what(), HasSubstr(workers_text(1, 1)));
     EXPECT_THAT(e.what(), HasSubstr(") called all_gather where worker"));
     EXPECT_THAT(e.what(), HasSubstr(") called all_reduce (collective #1). Every worker must make the same collective "
                                     "calls in the same order."));
@@ -1019,10 +1035,9 @@ TEST_F(MultiWorker, AWorkerArrivingAfterTheOthersGaveUpIsToldSo) {
   MultiWorkerMirroredStrategy job(options);
   job.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
   const bool late = worker() == 1;
-  std::string others;
+  std::vector<int> others;
   for (int w = 0; w < workers(); ++w) {
-    if (w == 1) continue;
-    others += (others.empty() ? "" : ", ") + std::to_string(w);
+    if (w != 1) others.push_back(w);
   }
   try {
     job.run([late] {
@@ -1032,7 +1047,7 @@ TEST_F(MultiWorker, AWorkerArrivingAfterTheOthersGaveUpIsToldSo) {
     ADD_FAILURE() << "no error";
   } catch (const DeadlineExceededError& e) {
     if (late) {
-      EXPECT_THAT(e.what(), HasSubstr((workers() == 2 ? "worker " : "workers ") + others + " ("));
+      EXPECT_THAT(e.what(), HasSubstr(workers_text(others)));
       EXPECT_THAT(e.what(), HasSubstr(") gave up waiting in all_reduce #1 when "));
       EXPECT_THAT(e.what(), HasSubstr(" timeout passed, before " + workers_text(1, 1) +
                                       " arrived in all_reduce #1; the collective was abandoned"));
@@ -1059,7 +1074,7 @@ TEST_F(MultiWorker, EarlyReturnOnOneWorkerNamesIt) {
     });
     ADD_FAILURE() << "no error";
   } catch (const FailedPreconditionError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("worker 0 ("));
+    EXPECT_THAT(e.what(), HasSubstr(workers_text(0, 0)));
     EXPECT_THAT(e.what(), HasSubstr(") returned from the replica function while worker"));
     EXPECT_THAT(e.what(), HasSubstr(" in all_reduce (collective #1)"));
   }
@@ -1472,6 +1487,17 @@ int main(int argc, char** argv) {
   if (gpu && !place_on_gpus(why_not)) {
     std::printf("skipped: %s\n", why_not.c_str());
     return 77;
+  }
+  distribute::strategy();  // initialises MPI
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(host, &length);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < size; ++r) {
+    distribute::g_hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
   }
   return RUN_ALL_TESTS();
 }

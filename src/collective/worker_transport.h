@@ -41,6 +41,8 @@ class WorkerTransport {
   // How many workers (this one included) share this worker's machine: their replica threads
   // compete for the same cores, which decides whether waiting threads may spin.
   virtual int workers_on_this_host() const = 0;
+  // Each worker's host name, in worker order.
+  virtual const std::vector<std::string>& hosts() const = 0;
   // Sends `mine` to every worker and receives worker w's bytes (of mine.size()) into
   // all[w * mine.size(), ...). Returns the workers whose bytes had not come when `deadline`
   // passed (then the exchange is abandoned), else nothing.

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collective/hierarchical/worker_group.h"
 #include "collective/ring/ring_all_reduce.h"
 #include "device/kernels.h"
 #include "distribute/errors.h"
@@ -152,7 +153,26 @@ struct CommunicatorSlots {
   std::vector<std::array<MPI_Comm, 2>> pairs;
   std::vector<char> in_use;
   int on_host = 1;  // the workers on this worker's host
+  std::vector<std::string> hosts;  // each worker's host name
 };
+
+// Every rank's MPI_Get_processor_name on `base`, in rank order (the caller holds the MPI lock).
+std::vector<std::string> processor_names(MPI_Comm base) {
+  char mine[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(mine, &length);
+  int size = 1;
+  MPI_Comm_size(base, &size);
+  std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, base),
+        "MPI_Allgather");
+  std::vector<std::string> names;
+  for (int r = 0; r < size; ++r) {
+    const char* name = all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    names.emplace_back(name, strnlen(name, MPI_MAX_PROCESSOR_NAME));
+  }
+  return names;
+}
 
 std::vector<CommunicatorSlots>& communicator_slots() {
   static auto* slots = new std::vector<CommunicatorSlots>();
@@ -205,6 +225,7 @@ MpiWorkerTransport::MpiWorkerTransport(MPI_Comm base, StalledCollectiveAction on
     slots.pairs.push_back(pair);
     slots.in_use.push_back(0);
     slots.on_host = on_host;
+    slots.hosts = processor_names(base);
   }
   slots.in_use[static_cast<std::size_t>(slot_)] = 1;
   base_ = base;
@@ -213,6 +234,7 @@ MpiWorkerTransport::MpiWorkerTransport(MPI_Comm base, StalledCollectiveAction on
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   on_host_ = slots.on_host;
+  hosts_ = slots.hosts;
   if (rank_ == 0) nonce_ = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   check(MPI_Bcast(&nonce_, 1, MPI_UINT64_T, 0, comm_), "MPI_Bcast");
 }
@@ -517,9 +539,7 @@ std::optional<std::string> MpiWorkerTransport::find_stall(std::span<MPI_Request>
   for (int w = 0; w < size_; ++w) {
     if (w != rank_) (answered[static_cast<std::size_t>(w)] ? waiting : silent).push_back(w);
   }
-  const auto workers = [](const std::vector<int>& ids) {
-    return absl::StrCat(ids.size() == 1 ? "worker " : "workers ", absl::StrJoin(ids, ", "));
-  };
+  const auto workers = [this](const std::vector<int>& ids) { return workers_on_hosts(ids, hosts_); };
   std::string finding;
   if (silent.empty()) {
     finding = "every worker answered and waits in it too (the transport is stuck, not a worker)";

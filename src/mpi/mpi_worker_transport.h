@@ -52,6 +52,7 @@ class MpiWorkerTransport final : public WorkerTransport {
   int num_workers() const override { return size_; }
   int worker_id() const override { return rank_; }
   int workers_on_this_host() const override { return on_host_; }
+  const std::vector<std::string>& hosts() const override { return hosts_; }
   std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) override {
     return exchange_on(kHeaderTag, mine, all, deadline);
   }
@@ -162,6 +163,7 @@ class MpiWorkerTransport final : public WorkerTransport {
   int rank_ = 0;
   int size_ = 1;
   int on_host_ = 1;
+  std::vector<std::string> hosts_;  // each worker's host name
 };
 
 }  // namespace distribute::detail

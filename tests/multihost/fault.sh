@@ -24,10 +24,10 @@ source "$(dirname "$0")/hosts_lib.sh"
 case=$1 program=$2 timeout=${3:-3}
 case $case in
   link_mid | relaunch)
-    mode=stream marker=streaming ends=$((timeout + 5)) expect="stalled past its timeout .*workers 2, 3 did not answer" ;;
+    mode=stream marker=streaming ends=$((timeout + 5)) expect="stalled past its timeout .*workers 2, 3 on host1 did not answer" ;;
   link_between)
     mode=pause marker="paused between steps" ends=$((2 + timeout + 5))
-    expect="timed out after $timeout s: workers 2, 3 .*did not arrive" ;;
+    expect="timed out after $timeout s: workers 2, 3 on host1 \\(replicas 2, 3\\) did not arrive" ;;
   kill_host) mode=stream marker=streaming ends=5 expect="Remote daemon: .* on node host1" ;;
   *) echo "fault.sh: unknown case '$case' (see the comment at the top of $0)" >&2; exit 2 ;;
 esac

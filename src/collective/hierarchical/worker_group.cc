@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,13 +17,23 @@ namespace distribute::detail {
 WorkerGroup::WorkerGroup(std::unique_ptr<WorkerTransport> transport, int num_local_replicas)
     : transport_(std::move(transport)), num_local_(num_local_replicas) {}
 
+std::string workers_on_hosts(const std::vector<int>& workers, const std::vector<std::string>& hosts) {
+  std::string text = absl::StrCat(workers.size() == 1 ? "worker " : "workers ", absl::StrJoin(workers, ", "));
+  if (std::adjacent_find(hosts.begin(), hosts.end(), std::not_equal_to<>()) == hosts.end()) return text;
+  std::vector<std::string> named;
+  for (int w : workers) {
+    const std::string& host = hosts[static_cast<std::size_t>(w)];
+    if (std::find(named.begin(), named.end(), host) == named.end()) named.push_back(host);
+  }
+  return absl::StrCat(text, " on ", absl::StrJoin(named, ", "));
+}
+
 std::string WorkerGroup::workers_text(const std::vector<int>& workers) const {
   std::vector<int> replicas;
   for (int w : workers) {
     for (int l = 0; l < num_local_; ++l) replicas.push_back(w * num_local_ + l);
   }
-  return absl::StrCat(workers.size() == 1 ? "worker " : "workers ", absl::StrJoin(workers, ", "), " (",
-                      collective::replicas_text(replicas), ")");
+  return absl::StrCat(workers_on_hosts(workers, transport_->hosts()), " (", collective::replicas_text(replicas), ")");
 }
 
 void WorkerGroup::check_usable() const {

@@ -24,6 +24,11 @@
 
 namespace distribute::detail {
 
+// "worker 1" or "workers 0, 2", and when the workers of the job are on more than one host the
+// hosts of those named: "workers 2, 3 on host1", "workers 1, 2 on host0, host1". hosts[w] is
+// worker w's.
+std::string workers_on_hosts(const std::vector<int>& workers, const std::vector<std::string>& hosts);
+
 class WorkerGroup {
  public:
   WorkerGroup(std::unique_ptr<WorkerTransport> transport, int num_local_replicas);
@@ -36,7 +41,8 @@ class WorkerGroup {
   int workers_on_this_host() const { return transport_->workers_on_this_host(); }
   WorkerTransport& transport() { return *transport_; }
 
-  // "worker 1 (replicas 2, 3)" or "workers 0, 2 (replicas 0, 1, 4, 5)".
+  // "worker 1 (replicas 2, 3)" or "workers 0, 2 (replicas 0, 1, 4, 5)", with the hosts as
+  // workers_on_hosts names them.
   std::string workers_text(const std::vector<int>& workers) const;
 
   // UnavailableError, citing the first failure, once the group is unusable.
