@@ -27,6 +27,7 @@ ABSL_FLAG(std::string, replicas, "1,2,4", "the replica counts to compare");
 ABSL_FLAG(int64_t, steps, 300, "timed steps per replica count and round");
 ABSL_FLAG(int, rounds, 5, "rounds; the table shows the medians");
 ABSL_FLAG(int64_t, batch_size, 128, "the global batch");
+ABSL_FLAG(bool, shard_optimizer_state, false, "Adam's slots in shards across the replicas (ZeRO-1)");
 
 namespace {
 
@@ -57,9 +58,11 @@ int main(int argc, char** argv) {
   const fashion_mnist::FashionMnist data = fashion_mnist::load(absl::GetFlag(FLAGS_data_dir));
   fashion_mnist::TrainerOptions options;
   options.global_batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.shard_optimizer_state = absl::GetFlag(FLAGS_shard_optimizer_state);
   const std::int64_t steps = absl::GetFlag(FLAGS_steps);
 
-  std::printf("# train_bench: MLP 784-256-128-10, Adam, global batch %lld, %lld steps x %d rounds, %u cores\n",
+  std::printf("# train_bench: MLP 784-256-128-10, Adam%s, global batch %lld, %lld steps x %d rounds, %u cores\n",
+              options.shard_optimizer_state ? " (state in shards)" : "",
               static_cast<long long>(options.global_batch_size), static_cast<long long>(steps),
               absl::GetFlag(FLAGS_rounds), std::thread::hardware_concurrency());
   std::map<int, std::vector<double>> rate;

@@ -27,9 +27,14 @@ double seconds_since(Clock::time_point start) {
 }
 
 std::unique_ptr<distribute::optimizers::Optimizer> make_optimizer(const TrainerOptions& options) {
-  if (options.optimizer == "adam") return std::make_unique<distribute::optimizers::Adam>(options.learning_rate);
+  namespace optimizers = distribute::optimizers;
+  const optimizers::OptimizerOptions state{.shard_state = options.shard_optimizer_state};
+  if (options.optimizer == "adam") {
+    return std::make_unique<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = options.learning_rate}, state);
+  }
   if (options.optimizer == "sgd") {
-    return std::make_unique<distribute::optimizers::SGD>(options.learning_rate, options.momentum);
+    return std::make_unique<optimizers::SGD>(
+        optimizers::SGDOptions{.learning_rate = options.learning_rate, .momentum = options.momentum}, state);
   }
   throw distribute::InvalidArgumentError(
       absl::StrCat("optimizer \"", options.optimizer, "\" is not one of \"adam\" and \"sgd\""));
@@ -69,13 +74,20 @@ Tensor Trainer::train_step(const Batch& batch) {
 
   Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace);
 
-  start = Clock::now();
-  ctx.all_reduce_in_place(ReduceOp::kSum, workspace.gradients);
-  collective_seconds += seconds_since(start);
-
   std::vector<std::pair<Tensor, Variable>> grads_and_vars;
   grads_and_vars.reserve(variables_.size());
   for (std::size_t i = 0; i < variables_.size(); ++i) grads_and_vars.emplace_back(workspace.gradients[i], variables_[i]);
+  if (options_.shard_optimizer_state) {
+    // The optimizer's reduce_scatter and all_gather surround its update of this replica's shard:
+    // the whole step counts as collective time.
+    start = Clock::now();
+    optimizer_->apply_gradients(grads_and_vars);
+    collective_seconds += seconds_since(start);
+    return loss;
+  }
+  start = Clock::now();
+  ctx.all_reduce_in_place(ReduceOp::kSum, workspace.gradients);
+  collective_seconds += seconds_since(start);
   optimizer_->apply_gradients(grads_and_vars, {.skip_gradients_aggregation = true});
   return loss;
 }

@@ -24,6 +24,10 @@ struct TrainerOptions {
   std::string optimizer = "adam";        // "adam", or "sgd" (with momentum)
   double learning_rate = 0.001;
   double momentum = 0.9;  // sgd only
+  // The optimizer's slots in shards across the replicas (OptimizerOptions::shard_state): each
+  // step reduce-scatters the gradients, updates this replica's shard and all-gathers the weights.
+  // Its state cannot be checkpointed yet (save and restore throw UnimplementedError).
+  bool shard_optimizer_state = false;
   std::uint64_t seed = 1;  // the initial weights and each epoch's shuffle
   std::int64_t eval_batch_size = 1000;
 };
