@@ -202,44 +202,41 @@ timeline::Args ReplicaGroup::timeline_args(int rank, const CollectiveCall& call)
                         .backend = communicator_->name()};
 }
 
-// On the timeline each collective is a span of its kind holding a "wait" span (the rendezvous,
-// from this replica's arrival until the phase completes) and a "data" span (the backend). A small
-// all_reduce done in the meeting itself has no "data" span.
+// On the timeline each collective is a span of its kind, with the call's args, holding a "wait"
+// span (the rendezvous, from this replica's arrival until the phase completes) and a "data" span
+// (the backend). A small all_reduce done in the meeting itself has no "data" span.
 void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllReduce;
-  const auto args = [&] { return timeline_args(rank, call); };
-  timeline::Span span(first_id_ + rank, "all_reduce", args);
+  timeline::Span span(first_id_ + rank, "all_reduce", [&] { return timeline_args(rank, call); });
   {
-    timeline::Span wait(first_id_ + rank, "wait", args);
+    timeline::Span wait(first_id_ + rank, "wait");
     if (!synchronise(rank, call)) return;
   }
-  timeline::Span data(first_id_ + rank, "data", args);
+  timeline::Span data(first_id_ + rank, "data");
   phase_.claim_shared();
   communicator_->all_reduce(rank, ops_);
 }
 
 void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllGather;
-  const auto args = [&] { return timeline_args(rank, call); };
-  timeline::Span span(first_id_ + rank, "all_gather", args);
+  timeline::Span span(first_id_ + rank, "all_gather", [&] { return timeline_args(rank, call); });
   {
-    timeline::Span wait(first_id_ + rank, "wait", args);
+    timeline::Span wait(first_id_ + rank, "wait");
     synchronise(rank, call);
   }
-  timeline::Span data(first_id_ + rank, "data", args);
+  timeline::Span data(first_id_ + rank, "data");
   phase_.claim_shared();
   communicator_->all_gather(rank, ops_);
 }
 
 void ReplicaGroup::reduce_scatter(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kReduceScatter;
-  const auto args = [&] { return timeline_args(rank, call); };
-  timeline::Span span(first_id_ + rank, "reduce_scatter", args);
+  timeline::Span span(first_id_ + rank, "reduce_scatter", [&] { return timeline_args(rank, call); });
   {
-    timeline::Span wait(first_id_ + rank, "wait", args);
+    timeline::Span wait(first_id_ + rank, "wait");
     synchronise(rank, call);
   }
-  timeline::Span data(first_id_ + rank, "data", args);
+  timeline::Span data(first_id_ + rank, "data");
   phase_.claim_shared();
   communicator_->reduce_scatter(rank, ops_);
 }
@@ -247,10 +244,9 @@ void ReplicaGroup::reduce_scatter(int rank, CollectiveCall& call) {
 // merge_fn runs inside the wait, on the replica that completes the phase.
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kMergeCall;
-  const auto args = [&] { return timeline_args(rank, call); };
-  timeline::Span span(first_id_ + rank, "merge_call", args);
+  timeline::Span span(first_id_ + rank, "merge_call", [&] { return timeline_args(rank, call); });
   {
-    timeline::Span wait(first_id_ + rank, "wait", args);
+    timeline::Span wait(first_id_ + rank, "wait");
     synchronise(rank, call);
   }
   phase_.claim_shared();
