@@ -2,8 +2,8 @@
 // ends paired on every track), every replica's track holds the run's collectives with the same
 // sequence numbers, a failing run still writes a balanced file with an error event, the ring
 // buffer's drop count is exact, DISTRIBUTE_TIMELINE starts one that is written at exit, and the
-// misuses (an unwritable path, starting twice, stopping without a start, an empty ring, a write
-// that fails) are errors or no-ops as documented.
+// misuses (an unwritable path, given to start or in DISTRIBUTE_TIMELINE, starting twice, stopping
+// without a start, an empty ring, a write that fails) are errors or no-ops as documented.
 #include "distribute/timeline.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -293,6 +294,24 @@ TEST(TimelineEnvironment, DistributeTimelineStartsAtTheFirstStrategyAndWritesAtE
     EXPECT_EQ(collectives_of(events, tid), (std::vector<std::pair<std::string, std::int64_t>>{{"all_reduce", 1}}));
   }
   std::filesystem::remove(path);
+}
+
+TEST(TimelineEnvironment, AnUnwritablePathIsAnInvalidArgumentFromTheFirstStrategy) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("DISTRIBUTE_TIMELINE", "/nonexistent-directory/timeline.json", 1);
+        try {
+          MirroredStrategy strategy({"CPU:0", "CPU:1"});
+        } catch (const InvalidArgumentError& e) {
+          std::cerr << e.what() << "\n";
+          std::exit(Timeline::active() ? 2 : 0);
+        }
+        std::exit(1);
+      },
+      ::testing::ExitedWithCode(0),
+      "Timeline::start: cannot write the timeline to \"/nonexistent-directory/timeline.json\": No such file or "
+      "directory");
 }
 
 }  // namespace
