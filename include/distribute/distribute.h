@@ -34,6 +34,7 @@
 #include "distribute/strategy/one_device_strategy.h"
 #include "distribute/strategy/strategy.h"
 #include "distribute/strategy/strategy_extended.h"
+#include "distribute/timeline.h"
 #include "distribute/values/distributed_values.h"
 #include "distribute/values/value_context.h"
 #include "distribute/variables/variable.h"

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "base/timeline.h"
 #include "device/gpu_runtime.h"
 #include "distribute/errors.h"
 #include "replica/call_signature.h"
@@ -191,30 +192,63 @@ void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<in
   std::rethrow_exception(error);
 }
 
+timeline::Args ReplicaGroup::timeline_args(int rank, const CollectiveCall& call) const {
+  std::int64_t bytes = 0;
+  for (const collective::BufferRef& input : call.op.inputs) bytes += static_cast<std::int64_t>(input.nbytes());
+  // publish() numbers the call as the wait begins: this is the number it is about to get.
+  return timeline::Args{.kind = collective::kind_name(call.op.kind),
+                        .sequence = slots_[static_cast<std::size_t>(rank)].sequence + 1,
+                        .bytes = bytes,
+                        .backend = communicator_->name()};
+}
+
+// On the timeline each collective is a span of its kind, with the call's args, holding a "wait"
+// span (the rendezvous, from this replica's arrival until the phase completes) and a "data" span
+// (the backend). A small all_reduce done in the meeting itself has no "data" span.
 void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllReduce;
-  if (!synchronise(rank, call)) return;
+  timeline::Span span(first_id_ + rank, "all_reduce", [&] { return timeline_args(rank, call); });
+  {
+    timeline::Span wait(first_id_ + rank, "wait");
+    if (!synchronise(rank, call)) return;
+  }
+  timeline::Span data(first_id_ + rank, "data");
   phase_.claim_shared();
   communicator_->all_reduce(rank, ops_);
 }
 
 void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kAllGather;
-  synchronise(rank, call);
+  timeline::Span span(first_id_ + rank, "all_gather", [&] { return timeline_args(rank, call); });
+  {
+    timeline::Span wait(first_id_ + rank, "wait");
+    synchronise(rank, call);
+  }
+  timeline::Span data(first_id_ + rank, "data");
   phase_.claim_shared();
   communicator_->all_gather(rank, ops_);
 }
 
 void ReplicaGroup::reduce_scatter(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kReduceScatter;
-  synchronise(rank, call);
+  timeline::Span span(first_id_ + rank, "reduce_scatter", [&] { return timeline_args(rank, call); });
+  {
+    timeline::Span wait(first_id_ + rank, "wait");
+    synchronise(rank, call);
+  }
+  timeline::Span data(first_id_ + rank, "data");
   phase_.claim_shared();
   communicator_->reduce_scatter(rank, ops_);
 }
 
+// merge_fn runs inside the wait, on the replica that completes the phase.
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kMergeCall;
-  synchronise(rank, call);
+  timeline::Span span(first_id_ + rank, "merge_call", [&] { return timeline_args(rank, call); });
+  {
+    timeline::Span wait(first_id_ + rank, "wait");
+    synchronise(rank, call);
+  }
   phase_.claim_shared();
   return merge_result_;
 }

@@ -21,6 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "base/mutex.h"
 #include "base/role.h"
+#include "base/timeline.h"
 #include "collective/communicator.h"
 #include "collective/rendezvous.h"
 #include "distribute/replica/internal/collective_call.h"
@@ -79,6 +80,8 @@ class ReplicaGroup {
   // Publishes `call` as rank's part of the next phase; `small` says whether it went on the small
   // path.
   void publish(int rank, CollectiveCall& call, bool& small);
+  // What replica `rank`'s timeline events of `call` carry; only while a timeline records.
+  timeline::Args timeline_args(int rank, const CollectiveCall& call) const;
   [[noreturn]] void time_out(int rank, const CollectiveCall& call, std::vector<int> behind);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
   void complete_phase() ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/mutex.h"
+#include "base/timeline.h"
 #include "collective/hierarchical/communicator.h"
 #include "collective/one_device/communicator.h"
 #include "device/gpu_runtime.h"
@@ -215,6 +216,7 @@ class MirroredExtended final : public StrategyExtended {
                      "NCCL communicator, which needs ", DISTRIBUTE_HAS_NCCL ? "one physical GPU per replica; "
                      "list GPUs that are not logical GPUs of one physical GPU" : "NCCL, and this build of distribute "
                      "has none (reconfigure with -DDISTRIBUTE_WITH_NCCL=ON)");
+    if (workers_ != nullptr) detail::timeline::set_worker(workers_->worker_id());
     detail::MutexLock lock(levels_mu_);
     levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_, agreement_.get());
     level0_ = levels_[0].get();
@@ -244,6 +246,8 @@ class MirroredExtended final : public StrategyExtended {
       // threads are bound once, for good.
       const bool borrowed_thread = r == 0;
       level.group.begin_replica(r);  // first: every replica begins every run, whatever fails after
+      // Ends as this replica's part does, also when it failed.
+      detail::timeline::Span run_span(context.replica_id_in_sync_group(), "run");
       try {
         if (borrowed_thread || !level.bound[static_cast<std::size_t>(r)]) {
           device.bind_thread();
@@ -252,6 +256,10 @@ class MirroredExtended final : public StrategyExtended {
         fn(context);
         level.group.replica_returned(r);
       } catch (...) {
+        if (detail::timeline::on()) {
+          detail::timeline::instant(context.replica_id_in_sync_group(), "error",
+                                    detail::describe_exception(std::current_exception()));
+        }
         level.group.fail(r, std::current_exception());
       }
       level.finish_device_work(r, options_.communication.timeout);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/timeline.h"
 #include "distribute/strategy/default_strategy.h"
 
 namespace distribute {
@@ -39,6 +40,7 @@ Strategy::~Strategy() {
 }
 
 void Strategy::set_extended(std::unique_ptr<StrategyExtended> extended) {
+  detail::timeline::start_from_environment_once();
   extended_ = std::move(extended);
   identity_.reset(new detail::StrategyIdentity(*this));
 }

@@ -1,0 +1,64 @@
+// distribute::detail::timeline: the event sites' side of distribute::Timeline. The layers above
+// record spans (a begin and an end event, on the track of one replica) and instant events; each
+// thread writes into its own ring buffer, and Timeline::stop() writes them all out. While no
+// timeline records, a site costs one relaxed load of `recording` and computes nothing else.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace distribute::detail::timeline {
+
+// True while a timeline records. Relaxed: a site that misses the very start or end of a recording
+// only records one event more or less, and stop() closes what it left open.
+extern std::atomic<bool> recording;
+inline bool on() { return recording.load(std::memory_order_relaxed); }
+
+// What a collective's events carry. `kind` and `backend` must have static storage (kind_name()
+// and Communicator::name() return literals).
+struct Args {
+  const char* kind = nullptr;
+  std::int64_t sequence = -1;
+  std::int64_t bytes = -1;
+  std::string_view backend;
+};
+
+// On the recording thread; `name` has static storage. `track` is the replica's global id.
+void begin(int track, const char* name, const Args& args);
+void end(int track, const char* name);
+void instant(int track, const char* name, std::string message);
+
+// This process's worker id, for the process name ("worker k on <host>") and the pid of its events.
+void set_worker(int worker_id);
+// Starts a timeline into $DISTRIBUTE_TIMELINE, if set, the first time it is called (the making of
+// the program's first strategy), and stops it at exit. Throws what Timeline::start throws.
+void start_from_environment_once();
+
+// A begin event now and its end when the span goes out of scope, also when an exception leaves
+// it. make_args is called only while recording.
+class Span {
+ public:
+  Span(int track, const char* name) : Span(track, name, [] { return Args{}; }) {}
+  template <typename MakeArgs>
+  Span(int track, const char* name, MakeArgs&& make_args) {
+    if (on()) [[unlikely]] {
+      begin(track, name, std::forward<MakeArgs>(make_args)());
+      track_ = track;
+      name_ = name;
+    }
+  }
+  ~Span() {
+    if (name_ != nullptr) [[unlikely]] end(track_, name_);
+  }
+  Span(const Span&) = delete;
+  Span& operator=(const Span&) = delete;
+
+ private:
+  const char* name_ = nullptr;  // null: not recorded, so no end either
+  int track_ = 0;
+};
+
+}  // namespace distribute::detail::timeline

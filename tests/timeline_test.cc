@@ -1,0 +1,318 @@
+// distribute::Timeline: the file is Chrome trace-event JSON (name, ph, ts, pid, tid; begins and
+// ends paired on every track), every replica's track holds the run's collectives with the same
+// sequence numbers, a failing run still writes a balanced file with an error event, the ring
+// buffer's drop count is exact, DISTRIBUTE_TIMELINE starts one that is written at exit, and the
+// misuses (an unwritable path, given to start or in DISTRIBUTE_TIMELINE, starting twice, stopping
+// without a start, an empty ring, a write that fails) are errors or no-ops as documented.
+#include "distribute/timeline.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/timeline.h"
+#include "distribute/distribute.h"
+#include "nlohmann/json.hpp"
+
+namespace distribute {
+namespace {
+
+using nlohmann::json;
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(getpid()) + ".json")).string();
+}
+
+json read_trace(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return json::parse(in);  // throws on anything that is not JSON
+}
+
+// Checks the schema of every event and that begins and ends pair up, by name, on every track in
+// the order of their timestamps; returns the events that are not metadata.
+std::vector<json> check_schema(const json& trace) {
+  EXPECT_TRUE(trace.is_object());
+  EXPECT_TRUE(trace.at("traceEvents").is_array());
+  std::vector<json> events;
+  std::map<std::pair<int, int>, std::vector<std::string>> open;
+  std::map<std::pair<int, int>, double> last_ts;
+  for (const json& event : trace.at("traceEvents")) {
+    for (const char* key : {"name", "ph", "ts", "pid", "tid"}) EXPECT_TRUE(event.contains(key)) << key << " in " << event;
+    EXPECT_TRUE(event.at("name").is_string());
+    EXPECT_TRUE(event.at("ts").is_number());
+    EXPECT_TRUE(event.at("pid").is_number_integer());
+    EXPECT_TRUE(event.at("tid").is_number_integer());
+    const std::string ph = event.at("ph");
+    if (ph == "M") continue;
+    events.push_back(event);
+    const std::pair<int, int> track{event.at("pid"), event.at("tid")};
+    const double ts = event.at("ts");
+    EXPECT_GE(ts, last_ts[track]) << event;
+    last_ts[track] = ts;
+    if (ph == "B") {
+      open[track].push_back(event.at("name"));
+    } else if (ph == "E") {
+      EXPECT_FALSE(open[track].empty()) << "an end without a begin: " << event;
+      if (open[track].empty()) continue;
+      EXPECT_EQ(open[track].back(), event.at("name").get<std::string>());
+      open[track].pop_back();
+    } else {
+      EXPECT_EQ(ph, "i") << event;
+    }
+  }
+  for (const auto& [track, names] : open) EXPECT_TRUE(names.empty()) << "unclosed on tid " << track.second;
+  return events;
+}
+
+std::string host() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// Every collective's begin on replica `tid`, as (name, sequence), in order.
+std::vector<std::pair<std::string, std::int64_t>> collectives_of(const std::vector<json>& events, int tid) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const json& e : events) {
+    if (e.at("tid") == tid && e.at("ph") == "B" && e.contains("args") && e.at("name") != "wait" &&
+        e.at("name") != "data") {
+      out.emplace_back(e.at("name"), e.at("args").at("sequence"));
+    }
+  }
+  return out;
+}
+
+int count(const std::vector<json>& events, int tid, const std::string& name, const std::string& ph) {
+  int n = 0;
+  for (const json& e : events) n += e.at("tid") == tid && e.at("name") == name && e.at("ph") == ph;
+  return n;
+}
+
+TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
+  const std::string path = temp_path("timeline_two_replicas");
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  Timeline::start(path);
+  EXPECT_TRUE(Timeline::active());
+  constexpr std::int64_t kElements = 1 << 16;  // large enough for the backend's data phase
+  strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    Tensor grad = Tensor::zeros(DType::kFloat32, Shape{kElements});
+    ctx->all_reduce(ReduceOp::kSum, grad);
+    ctx->all_reduce(ReduceOp::kMean, grad);
+    ctx->merge_call([](Strategy&) {});
+  });
+  EXPECT_TRUE(Timeline::stop());
+  EXPECT_FALSE(Timeline::active());
+
+  const json trace = read_trace(path);
+  const std::vector<json> events = check_schema(trace);
+  EXPECT_EQ(trace.at("otherData").at("dropped_events"), 0);
+  std::map<std::pair<int, int>, std::string> names;
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M") names[{e.at("tid"), e.at("name") == "process_name"}] = e.at("args").at("name");
+  }
+  EXPECT_EQ(names[std::make_pair(0, 1)], "worker 0 on " + host());
+  EXPECT_EQ(names[std::make_pair(0, 0)], "replica 0");
+  EXPECT_EQ(names[std::make_pair(1, 0)], "replica 1");
+
+  const std::vector<std::pair<std::string, std::int64_t>> expected = {
+      {"all_reduce", 1}, {"all_reduce", 2}, {"merge_call", 3}};
+  for (int tid : {0, 1}) {
+    SCOPED_TRACE(tid);
+    EXPECT_EQ(collectives_of(events, tid), expected);
+    EXPECT_EQ(count(events, tid, "run", "B"), 1);
+    EXPECT_EQ(count(events, tid, "wait", "B"), 3);
+    EXPECT_EQ(count(events, tid, "data", "B"), 2);
+    for (const json& e : events) {
+      if (e.at("tid") != tid || e.at("ph") != "B" || e.at("name") != "all_reduce") continue;
+      EXPECT_EQ(e.at("args").at("kind"), "all_reduce");
+      EXPECT_EQ(e.at("args").at("bytes"), kElements * 4);
+      EXPECT_EQ(e.at("args").at("backend"), "SharedMemoryAllReduce");
+    }
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(Timeline, AFailingRunWritesABalancedFileWithAnErrorEvent) {
+  const std::string path = temp_path("timeline_failing_run");
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  Timeline::start(path);
+  EXPECT_THROW(strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    Tensor grad = Tensor::zeros(DType::kFloat32, Shape{4});
+    ctx->all_reduce(ReduceOp::kSum, grad);
+    if (ctx->replica_id_in_sync_group() == 1) throw InvalidArgumentError("replica 1 gave up");
+    ctx->all_reduce(ReduceOp::kSum, grad);  // replica 0 is released from this one
+  }),
+               InvalidArgumentError);
+  Timeline::stop();
+
+  const std::vector<json> events = check_schema(read_trace(path));
+  std::vector<std::string> errors_of_1;
+  for (const json& e : events) {
+    if (e.at("ph") == "i" && e.at("tid") == 1) errors_of_1.push_back(e.at("args").at("message"));
+  }
+  ASSERT_EQ(errors_of_1.size(), 1u);
+  EXPECT_EQ(errors_of_1[0], "replica 1 gave up");
+  EXPECT_EQ(count(events, 0, "error", "i"), 1);  // replica 0's release
+  EXPECT_EQ(count(events, 0, "run", "E"), 1);
+  EXPECT_EQ(count(events, 1, "run", "E"), 1);
+  std::filesystem::remove(path);
+}
+
+TEST(Timeline, TheRingBufferDropsTheOldestAndCountsThemExactly) {
+  const std::string path = temp_path("timeline_ring");
+  Timeline::start(path, {.events_per_thread = 4});
+  for (int i = 0; i < 10; ++i) detail::timeline::instant(7, "tick", std::to_string(i));
+  Timeline::stop();
+  const json trace = read_trace(path);
+  const std::vector<json> events = check_schema(trace);
+  EXPECT_EQ(trace.at("otherData").at("dropped_events"), 6);
+  EXPECT_EQ(trace.at("otherData").at("events_per_thread"), 4);
+  std::vector<std::string> kept;
+  for (const json& e : events) kept.push_back(e.at("args").at("message"));
+  EXPECT_EQ(kept, (std::vector<std::string>{"6", "7", "8", "9"}));
+  std::filesystem::remove(path);
+}
+
+TEST(Timeline, AnEndWhoseBeginWasDroppedIsLeftOutAndAnOpenSpanIsClosedAtStop) {
+  const std::string path = temp_path("timeline_ring_spans");
+  Timeline::start(path, {.events_per_thread = 3});
+  { detail::timeline::Span first(0, "first"); }
+  { detail::timeline::Span second(0, "second"); }
+  detail::timeline::Span open(0, "open");  // ends after stop(): stop closes it
+  Timeline::stop();
+  const json trace = read_trace(path);
+  const std::vector<json> events = check_schema(trace);
+  // B first, E first, B second, E second, B open: the ring kept the last 3.
+  EXPECT_EQ(trace.at("otherData").at("dropped_events"), 2);
+  std::vector<std::string> seen;
+  for (const json& e : events) seen.push_back(e.at("ph").get<std::string>() + " " + e.at("name").get<std::string>());
+  EXPECT_EQ(seen, (std::vector<std::string>{"B second", "E second", "B open", "E open"}));
+  std::filesystem::remove(path);
+}
+
+TEST(Timeline, NothingIsRecordedWhileOff) {
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  EXPECT_FALSE(Timeline::active());
+  strategy.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::scalar(1.0f)); });
+  const std::string path = temp_path("timeline_off");
+  Timeline::start(path);
+  Timeline::stop();
+  EXPECT_TRUE(check_schema(read_trace(path)).empty());
+  std::filesystem::remove(path);
+}
+
+TEST(Timeline, AnUnwritablePathIsAnInvalidArgumentAtStart) {
+  const std::string path = "/nonexistent-directory/timeline.json";
+  try {
+    Timeline::start(path);
+    FAIL() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(std::string(e.what()), "Timeline::start: cannot write the timeline to \"" + path +
+                                         "\": No such file or directory");
+  }
+  EXPECT_FALSE(Timeline::active());
+}
+
+TEST(Timeline, StartingTwiceIsAFailedPreconditionNamingBothPaths) {
+  const std::string path = temp_path("timeline_twice");
+  Timeline::start(path);
+  try {
+    Timeline::start("/tmp/other.json");
+    FAIL() << "no error";
+  } catch (const FailedPreconditionError& e) {
+    EXPECT_EQ(std::string(e.what()), "Timeline::start(\"/tmp/other.json\"): a timeline is recording into \"" + path +
+                                         "\" already; call Timeline::stop() first");
+  }
+  EXPECT_TRUE(Timeline::stop());
+  std::filesystem::remove(path);
+}
+
+TEST(Timeline, StopWithoutStartDoesNothing) {
+  EXPECT_FALSE(Timeline::stop());
+  const std::string path = temp_path("timeline_stop_twice");
+  Timeline::start(path);
+  EXPECT_TRUE(Timeline::stop());
+  EXPECT_FALSE(Timeline::stop());
+  std::filesystem::remove(path);
+}
+
+TEST(Timeline, AnEmptyRingIsAnInvalidArgument) {
+  try {
+    Timeline::start(temp_path("timeline_empty_ring"), {.events_per_thread = 0});
+    FAIL() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(std::string(e.what()), "Timeline::start: TimelineOptions::events_per_thread is 0; each thread needs "
+                                     "room for one event at least");
+  }
+  EXPECT_FALSE(Timeline::active());
+}
+
+TEST(Timeline, AWriteThatFailsAtStopIsAnInternalError) {
+  Timeline::start("/dev/full");  // opens, and refuses every write: no space left
+  detail::timeline::instant(0, "tick", "x");
+  try {
+    Timeline::stop();
+    FAIL() << "no error";
+  } catch (const InternalError& e) {
+    EXPECT_EQ(std::string(e.what()), "Timeline::stop: writing the timeline to \"/dev/full\" failed: No space left on device");
+  }
+  EXPECT_FALSE(Timeline::active());
+}
+
+TEST(TimelineEnvironment, DistributeTimelineStartsAtTheFirstStrategyAndWritesAtExit) {
+  // A fresh process (the threadsafe style runs the test again in one), since the variable is read
+  // once, at the program's first strategy.
+  // The child runs this body again as another process, so the path is named after the binary (one
+  // per build), not the process.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string binary = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("timeline_environment." + std::to_string(std::hash<std::string>{}(binary)) + ".json"))
+                               .string();
+  std::filesystem::remove(path);
+  EXPECT_EXIT(
+      {
+        setenv("DISTRIBUTE_TIMELINE", path.c_str(), 1);
+        MirroredStrategy strategy({"CPU:0", "CPU:1"});
+        if (!Timeline::active()) std::exit(2);
+        strategy.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::scalar(1.0f)); });
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  const std::vector<json> events = check_schema(read_trace(path));
+  for (int tid : {0, 1}) {
+    EXPECT_EQ(collectives_of(events, tid), (std::vector<std::pair<std::string, std::int64_t>>{{"all_reduce", 1}}));
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(TimelineEnvironment, AnUnwritablePathIsAnInvalidArgumentFromTheFirstStrategy) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("DISTRIBUTE_TIMELINE", "/nonexistent-directory/timeline.json", 1);
+        try {
+          MirroredStrategy strategy({"CPU:0", "CPU:1"});
+        } catch (const InvalidArgumentError& e) {
+          std::cerr << e.what() << "\n";
+          std::exit(Timeline::active() ? 2 : 0);
+        }
+        std::exit(1);
+      },
+      ::testing::ExitedWithCode(0),
+      "Timeline::start: cannot write the timeline to \"/nonexistent-directory/timeline.json\": No such file or "
+      "directory");
+}
+
+}  // namespace
+}  // namespace distribute
