@@ -108,8 +108,8 @@ void CheckpointManager::read_index() {
   DISTRIBUTE_CHECK(std::filesystem::is_regular_file(path, error), DataLossError, corrupt(),
                    "is not a regular file");
   std::ifstream in(path);
+  DISTRIBUTE_CHECK(in.is_open(), DataLossError, corrupt(), "cannot be opened: ", std::strerror(errno));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  DISTRIBUTE_CHECK(in.good() || in.eof(), DataLossError, corrupt(), "cannot be read");
   nlohmann::json index;
   try {
     index = nlohmann::json::parse(text);

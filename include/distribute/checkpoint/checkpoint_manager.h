@@ -57,7 +57,8 @@ class CheckpointManager {
   // (the first save always writes). Saving a number again replaces its file, which becomes the
   // latest. InvalidArgumentError for a negative number, or for check_interval with an interval
   // and no number (the step the interval counts). Checkpoint::save's errors otherwise; after any
-  // error the index, the files it names and this manager are as they were.
+  // error the index and this manager are as they were, and so are the files the index names but
+  // that of a number saved again, which may hold the new values.
   std::optional<std::filesystem::path> save(std::optional<std::int64_t> checkpoint_number = {},
                                             bool check_interval = true);
 
