@@ -1,12 +1,9 @@
 // Checkpoint: safetensors files written atomically and read back with every rule checked.
 #include "distribute/checkpoint/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -23,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/atomic_file.h"
 #include "distribute/strategy/context.h"
 
 namespace distribute {
@@ -86,63 +84,6 @@ std::string hex32(std::uint32_t value) {
 
 // ---- save
 
-// An open file descriptor closed (and its file removed unless kept) when it goes.
-class TempFile {
- public:
-  explicit TempFile(std::filesystem::path path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!kept_) ::unlink(path_.c_str());
-  }
-
-  bool is_open() const { return fd_ >= 0; }
-  const std::filesystem::path& path() const { return path_; }
-  bool write(const void* data, std::size_t size) {
-    const char* p = static_cast<const char*>(data);
-    while (size > 0) {
-      const ssize_t n = ::write(fd_, p, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      p += n;
-      size -= static_cast<std::size_t>(n);
-    }
-    return true;
-  }
-  // Flushes to disk and closes.
-  bool finish() {
-    const bool ok = ::fsync(fd_) == 0;
-    const bool closed = ::close(fd_) == 0;
-    fd_ = -1;
-    return ok && closed;
-  }
-  void keep() { kept_ = true; }
-
- private:
-  std::filesystem::path path_;
-  int fd_ = -1;
-  bool kept_ = false;
-};
-
-std::filesystem::path temp_path_for(const std::filesystem::path& path) {
-  static std::atomic<unsigned> counter{0};
-  std::filesystem::path temp = path;
-  temp += absl::StrCat(".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  return temp;
-}
-
-// So that the rename itself survives a crash. Best effort: the file is complete either way.
-void sync_directory(const std::filesystem::path& file) {
-  const std::filesystem::path dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 // A checkpoint's file before it is written: the padded JSON header and the tensors, on the host.
 struct Encoded {
   std::string header;
@@ -174,22 +115,12 @@ Encoded encode(const NamedVariables& variables) {
   return encoded;
 }
 
-// A temporary file beside `path`, flushed to disk, then renamed over `path`.
-void write_atomically(const std::filesystem::path& path, const Encoded& encoded) {
+// The header's length, the header, then each tensor's bytes, replacing `path` atomically.
+void write(const std::filesystem::path& path, const Encoded& encoded) {
   const std::uint64_t header_size = encoded.header.size();
-  TempFile file(temp_path_for(path));
-  DISTRIBUTE_CHECK(file.is_open(), InvalidArgumentError, "Checkpoint::save: cannot create \"", file.path().string(),
-                   "\": ", std::strerror(errno));
-  bool ok = file.write(&header_size, 8) && file.write(encoded.header.data(), encoded.header.size());
-  for (const Tensor& t : encoded.values) ok = ok && file.write(t.raw_data(), t.nbytes());
-  ok = ok && file.finish();
-  DISTRIBUTE_CHECK(ok, InternalError, "Checkpoint::save: writing \"", file.path().string(),
-                   "\" failed: ", std::strerror(errno));
-  const bool renamed = ::rename(file.path().c_str(), path.c_str()) == 0;
-  DISTRIBUTE_CHECK(renamed, InternalError, "Checkpoint::save: cannot rename \"", file.path().string(), "\" to \"",
-                   path.string(), "\": ", std::strerror(errno));
-  file.keep();
-  sync_directory(path);
+  std::vector<detail::ByteRange> pieces = {{&header_size, 8}, {encoded.header.data(), encoded.header.size()}};
+  for (const Tensor& t : encoded.values) pieces.push_back({t.raw_data(), t.nbytes()});
+  detail::write_atomically(path, pieces, "Checkpoint::save");
 }
 
 // ---- restore
@@ -398,7 +329,7 @@ Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables) 
 
 void Checkpoint::save(const std::filesystem::path& path) const {
   require_cross_replica("Checkpoint::save");
-  write_atomically(path, encode(variables_));
+  write(path, encode(variables_));
 }
 
 void Checkpoint::restore(const std::filesystem::path& path) {
