@@ -763,6 +763,14 @@ TEST_F(MultiWorker, ShardedAdamStepsAreBitIdenticalToUnshardedAdam) {
     const std::vector<float> y = b[c].to_vector<float>();
     EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << "component " << c;
   }
+  // The sharded slots, read whole for a checkpoint (gathered across the workers), are the plain
+  // optimizer's slots.
+  for (const auto& [name, state] : sharded->checkpoint_state()) {
+    if (name == "Adam/iterations") continue;
+    const std::string slot = name.substr(name.rfind('/') + 1);
+    EXPECT_EQ(name, "Adam/sharded/" + slot);
+    EXPECT_EQ(state.read().to_vector<float>(), plain->get_slot(plain_w, slot).value().to_vector<float>()) << name;
+  }
 }
 
 TEST_F(MultiWorker, OnlyFirstReplicaAndNoneUpdatesTakeGlobalReplicaZerosValue) {

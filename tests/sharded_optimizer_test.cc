@@ -4,6 +4,7 @@
 // replica's slots only its shard; and what sharded state does not offer yet (slots as variables).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -172,7 +173,7 @@ TEST_P(ShardedState, StepsWithSkippedAggregationAreBitIdentical) { expect_bit_id
 
 TEST_P(ShardedState, CrossReplicaStepsAreBitIdentical) { expect_bit_identical(2); }
 
-TEST(ShardedStateRules, SlotsAreNotVariablesYet) {
+TEST(ShardedStateRules, SlotsAreNotVariables) {
   MirroredStrategy strategy(cpu_devices(2));
   StrategyScope scope = strategy.scope();
   Variable w(Tensor::from_vector<float>({1, 2, 3}), VariableOptions{.name = "w"});
@@ -181,9 +182,58 @@ TEST(ShardedStateRules, SlotsAreNotVariablesYet) {
   adam.build({w});
   expect_error<UnimplementedError>([&] { adam.variables(); },
                                    {"Adam.variables: the slots are kept in shards across the replicas "
-                                    "(OptimizerOptions::shard_state), not as variables"});
+                                    "(OptimizerOptions::shard_state), not as variables; checkpoint them through "
+                                    "checkpoint_state()"});
   expect_error<UnimplementedError>([&] { adam.get_slot(w, "m"); }, {"Adam.get_slot: the slots are kept in shards"});
   EXPECT_FALSE(Adam().shards_state());
+}
+
+// Trains `w` (7 elements) on `replicas` replicas for `steps` steps with a fresh Adam (sharded or
+// not), first restoring `from` if it is not empty; saves to `to`. Returns w and the whole slots
+// m, v as read through the checkpoint state.
+std::vector<std::vector<float>> train_and_save(int replicas, bool shard_state, int steps, const std::string& from,
+                                               const std::string& to) {
+  MirroredStrategy strategy(cpu_devices(replicas));
+  StrategyScope scope = strategy.scope();
+  Variable w(Tensor::from_vector<float>({0.5f, -1, 2, 0.25f, 3, -0.75f, 1}), VariableOptions{.name = "w"});
+  Adam adam(AdamOptions{.learning_rate = 0.1}, OptimizerOptions{.shard_state = shard_state});
+  adam.build({w});
+  Checkpoint checkpoint({{"w", w}}, adam.checkpoint_state());
+  if (!from.empty()) checkpoint.restore(from);
+  for (int step = 0; step < steps; ++step) {
+    // The same summed gradient whatever the replica count: replica 0 carries it all.
+    strategy.run([&] {
+      const int r = get_replica_context()->replica_id_in_sync_group();
+      std::vector<float> g(7, 0.0f);
+      if (r == 0) {
+        for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::sin(static_cast<float>(i + 10 * step));
+      }
+      adam.apply_gradients({{Tensor::from_vector<float>(g), w}});
+    });
+  }
+  checkpoint.save(to);
+  std::vector<std::vector<float>> out{w.value().to_vector<float>()};
+  for (const auto& [name, state] : adam.checkpoint_state()) {
+    if (name != "Adam/iterations") out.push_back(state.read().to_vector<float>());
+  }
+  return out;
+}
+
+TEST(ShardedStateRules, CheckpointsMoveBetweenShardedAndWholeStateAndReplicaCounts) {
+  const std::string dir = ::testing::TempDir();
+  // Reference: whole state on 2 replicas, 2 steps then 2 more after a save and restore.
+  train_and_save(2, false, 2, "", dir + "/whole_a.safetensors");
+  const auto whole = train_and_save(2, false, 2, dir + "/whole_a.safetensors", dir + "/whole_b.safetensors");
+  // Sharded on 2 replicas, then restored into whole state on 3, and the other way round.
+  train_and_save(2, true, 2, "", dir + "/sharded_a.safetensors");
+  const auto into_whole = train_and_save(3, false, 2, dir + "/sharded_a.safetensors", dir + "/into_whole.safetensors");
+  const auto into_sharded = train_and_save(3, true, 2, dir + "/whole_a.safetensors", dir + "/into_sharded.safetensors");
+  ASSERT_EQ(whole.size(), 3u);  // w, m, v
+  for (std::size_t k = 0; k < whole.size(); ++k) {
+    EXPECT_EQ(into_whole[k], whole[k]) << "tensor " << k;
+    EXPECT_EQ(into_sharded[k], whole[k]) << "tensor " << k;
+  }
+  EXPECT_NE(whole[1], std::vector<float>(7, 0.0f));
 }
 
 TEST(ShardedStateRules, AVariableListThatDiffersBetweenReplicasIsStillNamed) {

@@ -10,6 +10,9 @@
 #                     worker 0 alone prints the epochs' lines, and no escape sequence
 #   metrics           --metrics writes the header and a row per epoch; --resume adds the next
 #   metrics_unwritable a --metrics path that cannot be written ends the run before it trains
+#   shard_optimizer_state  --shard_optimizer_state ends with the same accuracy and the same
+#                     checkpoint, byte for byte, as the whole optimizer state; so does a resume in
+#                     sharded state from the whole state's checkpoint; with --multi_worker it fails
 #   cmake -DPROGRAM=.../train_fashion_mnist -DSOURCE_DIR=<project root> -DWORK_DIR=<scratch folder>
 #         [-DMPIEXEC=mpirun] -DCASE=help -P train_cli_test.cmake
 # The output is read through a pipe, as in a log. The cases that train need Debian's
@@ -162,6 +165,33 @@ elseif(CASE STREQUAL "metrics_unwritable")
   endif()
   expect_in("${out}" "${WORK_DIR}/no_such_folder/metrics.csv: cannot open it for writing (No such file or directory)")
   expect_epoch_lines("${out}" 0)
+elseif(CASE STREQUAL "shard_optimizer_state")
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  set(args --data_dir=${data_dir} --train_limit=256 --progress=none)
+  run(${args} --epochs=2 --replicas=2 --checkpoint=${WORK_DIR}/whole.safetensors)
+  string(REGEX MATCH "test accuracy [0-9.]+" whole "${out}")
+  run(${args} --epochs=2 --replicas=2 --shard_optimizer_state --checkpoint=${WORK_DIR}/sharded.safetensors)
+  string(REGEX MATCH "test accuracy [0-9.]+" sharded "${out}")
+  if(whole STREQUAL "" OR NOT sharded STREQUAL whole)
+    message(FATAL_ERROR "sharded state gave '${sharded}' where whole state gave '${whole}'")
+  endif()
+  file(SHA256 ${WORK_DIR}/whole.safetensors whole_sum)
+  file(SHA256 ${WORK_DIR}/sharded.safetensors sharded_sum)
+  if(NOT whole_sum STREQUAL sharded_sum)
+    message(FATAL_ERROR "the checkpoints of whole and sharded state differ")
+  endif()
+  # Epoch 1 with whole state, then epoch 2 resumed with sharded state: the same end.
+  run(${args} --epochs=1 --replicas=2 --checkpoint=${WORK_DIR}/mixed.safetensors)
+  run(${args} --epochs=2 --replicas=2 --shard_optimizer_state --resume --checkpoint=${WORK_DIR}/mixed.safetensors)
+  file(SHA256 ${WORK_DIR}/mixed.safetensors mixed_sum)
+  if(NOT mixed_sum STREQUAL whole_sum)
+    message(FATAL_ERROR "resuming whole state as sharded state changed the result")
+  endif()
+  run(${args} --epochs=1 --replicas=2 --shard_optimizer_state --multi_worker)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "--shard_optimizer_state with --multi_worker did not fail")
+  endif()
+  expect_in("${out}" "--shard_optimizer_state with --multi_worker: saving sharded optimizer state needs every worker")
 elseif(CASE STREQUAL "progress_mpirun")
   execute_process(COMMAND ${MPIEXEC} --oversubscribe --bind-to none -np 2 ${PROGRAM} ${train_args} --replicas=1
                           --multi_worker --progress=auto

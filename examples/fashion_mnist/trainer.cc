@@ -161,9 +161,8 @@ int Trainer::epochs_done() const { return static_cast<int>(epoch_.value().item<s
 distribute::Checkpoint Trainer::checkpoint() {
   std::vector<std::pair<std::string, Variable>> named;
   for (const Variable& v : variables_) named.emplace_back(v.name(), v);
-  for (const Variable& v : optimizer_->variables()) named.emplace_back(v.name(), v);
   named.emplace_back(epoch_.name(), epoch_);
-  return distribute::Checkpoint(std::move(named));
+  return distribute::Checkpoint(std::move(named), optimizer_->checkpoint_state());
 }
 
 void Trainer::save(const std::filesystem::path& path) {

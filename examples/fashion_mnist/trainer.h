@@ -26,7 +26,7 @@ struct TrainerOptions {
   double momentum = 0.9;  // sgd only
   // The optimizer's slots in shards across the replicas (OptimizerOptions::shard_state): each
   // step reduce-scatters the gradients, updates this replica's shard and all-gathers the weights.
-  // Its state cannot be checkpointed yet (save and restore throw UnimplementedError).
+  // Checkpoints hold the whole slots either way.
   bool shard_optimizer_state = false;
   std::uint64_t seed = 1;  // the initial weights and each epoch's shuffle
   std::int64_t eval_batch_size = 1000;

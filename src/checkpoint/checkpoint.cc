@@ -32,7 +32,7 @@ static_assert(std::endian::native == std::endian::little, "checkpoints assume a 
 constexpr const char* kMetadataKey = "__metadata__";
 constexpr const char* kCrcKey = "distribute.crc32";
 
-using NamedVariables = std::vector<std::pair<std::string, Variable>>;
+using NamedEntries = std::vector<std::pair<std::string, Saveable>>;
 
 struct SafetensorsType {
   const char* name;
@@ -90,11 +90,11 @@ struct Encoded {
   std::vector<Tensor> values;
 };
 
-Encoded encode(const NamedVariables& variables) {
+Encoded encode(const NamedEntries& variables) {
   Encoded encoded;
   encoded.values.reserve(variables.size());
   for (const auto& [name, variable] : variables) {
-    const Tensor value = variable.value();
+    const Tensor value = variable.read();
     encoded.values.push_back(value.device().is_cpu() ? value : value.to(Device::cpu()));
   }
   nlohmann::ordered_json header;
@@ -268,7 +268,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 // Every name, dtype and shape in which the file and the checkpoint's variables differ.
-std::vector<std::string> find_mismatches(const NamedVariables& variables, const std::map<std::string, Entry>& entries) {
+std::vector<std::string> find_mismatches(const NamedEntries& variables, const std::map<std::string, Entry>& entries) {
   std::vector<std::string> mismatches;
   std::set<std::string_view> named;
   for (const auto& [name, variable] : variables) {
@@ -296,7 +296,7 @@ std::vector<std::string> find_mismatches(const NamedVariables& variables, const 
 }
 
 // Every value is made before the first assignment, so nothing changes unless all can.
-void assign_from(const NamedVariables& variables, const Reader& reader, const std::map<std::string, Entry>& entries) {
+void assign_from(const NamedEntries& variables, const Reader& reader, const std::map<std::string, Entry>& entries) {
   std::vector<Tensor> values;
   values.reserve(variables.size());
   for (const auto& [name, variable] : variables) {
@@ -305,42 +305,49 @@ void assign_from(const NamedVariables& variables, const Reader& reader, const st
     if (t.nbytes() != 0) std::memcpy(t.raw_data(), reader.data(e), t.nbytes());
     values.push_back(std::move(t));
   }
-  for (std::size_t k = 0; k < variables.size(); ++k) {
-    Variable variable = variables[k].second;
-    variable.assign(values[k]);
-  }
+  for (std::size_t k = 0; k < variables.size(); ++k) variables[k].second.write(values[k]);
 }
 
 }  // namespace
 
-Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables) : variables_(std::move(variables)) {
-  std::set<std::string_view> names;
-  for (std::size_t k = 0; k < variables_.size(); ++k) {
-    const auto& [name, variable] = variables_[k];
+Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables,
+                       std::vector<std::pair<std::string, Saveable>> state)
+    : variables_(std::move(variables)) {
+  std::set<std::string> names;
+  const auto check_name = [&](const std::string& name, std::size_t k) {
     DISTRIBUTE_CHECK(!name.empty(), InvalidArgumentError, "Checkpoint: entry ", k, " has an empty name");
     DISTRIBUTE_CHECK(name != kMetadataKey, InvalidArgumentError, "Checkpoint: entry ", k, " is named '",
                      kMetadataKey, "', the key safetensors keeps for the header's metadata");
     DISTRIBUTE_CHECK(names.insert(name).second, InvalidArgumentError, "Checkpoint: the name '", name,
                      "' is given twice");
+  };
+  for (std::size_t k = 0; k < variables_.size(); ++k) {
+    const auto& [name, variable] = variables_[k];
+    check_name(name, k);
     DISTRIBUTE_CHECK(variable.defined(), InvalidArgumentError, "Checkpoint: the variable named '", name,
                      "' is undefined (default-constructed)");
+    entries_.emplace_back(name, Saveable(variable));
+  }
+  for (auto& [name, saveable] : state) {
+    check_name(name, entries_.size());
+    entries_.emplace_back(std::move(name), std::move(saveable));
   }
 }
 
 void Checkpoint::save(const std::filesystem::path& path) const {
   require_cross_replica("Checkpoint::save");
-  write(path, encode(variables_));
+  write(path, encode(entries_));
 }
 
 void Checkpoint::restore(const std::filesystem::path& path) {
   require_cross_replica("Checkpoint::restore");
   Reader reader(path, read_file(path));
   const std::map<std::string, Entry> entries = reader.parse();
-  const std::vector<std::string> mismatches = find_mismatches(variables_, entries);
+  const std::vector<std::string> mismatches = find_mismatches(entries_, entries);
   DISTRIBUTE_CHECK(mismatches.empty(), InvalidArgumentError, "Checkpoint::restore: \"", path.string(),
                    "\" does not match the checkpoint's variables (", mismatches.size(), " mismatches):\n  ",
                    absl::StrJoin(mismatches, "\n  "));
-  assign_from(variables_, reader, entries);
+  assign_from(entries_, reader, entries);
 }
 
 }  // namespace distribute

@@ -119,7 +119,43 @@ void Optimizer::build(const std::vector<Variable>& variables) {
 void Optimizer::require_unsharded(const char* method) const {
   DISTRIBUTE_CHECK(!shard_state_, UnimplementedError, name_, ".", method,
                    ": the slots are kept in shards across the replicas (OptimizerOptions::shard_state), not as "
-                   "variables; checkpointing sharded slots is not supported yet");
+                   "variables; checkpoint them through checkpoint_state()");
+}
+
+std::vector<std::pair<std::string, Saveable>> Optimizer::checkpoint_state() const {
+  std::vector<std::pair<std::string, Saveable>> out;
+  out.emplace_back(iterations_.name(), iterations_);
+  for (const SlotTable::Entry& entry : slots_->entries) {
+    for (std::size_t s = 0; s < slot_names_.size(); ++s) {
+      if (!shard_state_) {
+        out.emplace_back(entry.slots[s].name(), entry.slots[s]);
+        continue;
+      }
+      const Variable& variable = entry.variable;
+      const std::vector<Tensor>& shards = entry.shards[s];
+      const std::shared_ptr<detail::StrategyIdentity> strategy = strategy_;
+      const std::string name = name_;
+      // Read: every replica's shard, in replica order, is the flattened slot.
+      auto read = [strategy, name, shards, shape = variable.shape()] {
+        Strategy& owner = strategy->get(name);
+        return owner.gather(PerReplica<Tensor>(shards), 0).reshape(shape);
+      };
+      // Write: each of this worker's components takes its shard of the value.
+      auto write = [strategy, name, shards](const Tensor& value) {
+        Strategy& owner = strategy->get(name);
+        const int first = owner.extended().worker_id() * owner.extended().num_local_replicas();
+        for (std::size_t c = 0; c < shards.size(); ++c) {
+          const Part part{first + static_cast<int>(c), owner.num_replicas_in_sync()};
+          const Tensor from = shard_view(value, part);
+          Tensor to = shards[c];
+          detail::copy_bytes(to.raw_data(), to.device(), from.raw_data(), from.device(), to.nbytes());
+        }
+      };
+      out.emplace_back(absl::StrCat(name_, "/", variable.name(), "/", slot_names_[s]),
+                       Saveable(variable.dtype(), variable.shape(), std::move(read), std::move(write)));
+    }
+  }
+  return out;
 }
 
 Variable Optimizer::get_slot(const Variable& variable, std::string_view slot_name) const {

@@ -31,15 +31,19 @@
 #include <utility>
 #include <vector>
 
+#include "distribute/variables/saveable.h"
 #include "distribute/variables/variable.h"
 
 namespace distribute {
 
 class Checkpoint {
  public:
-  // InvalidArgumentError for an undefined variable, or a name that is empty, repeated or
-  // "__metadata__" (the safetensors header's own key).
-  explicit Checkpoint(std::vector<std::pair<std::string, Variable>> variables);
+  // The variables, then `state` kept otherwise (Saveable: e.g. Optimizer::checkpoint_state() of
+  // an optimizer whose slots are in shards), each under its name. InvalidArgumentError for an
+  // undefined variable, or a name that is empty, repeated or "__metadata__" (the safetensors
+  // header's own key).
+  explicit Checkpoint(std::vector<std::pair<std::string, Variable>> variables,
+                      std::vector<std::pair<std::string, Saveable>> state = {});
 
   void save(const std::filesystem::path& path) const;
   void restore(const std::filesystem::path& path);
@@ -48,6 +52,7 @@ class Checkpoint {
 
  private:
   std::vector<std::pair<std::string, Variable>> variables_;
+  std::vector<std::pair<std::string, Saveable>> entries_;  // the variables', then the state's
 };
 
 }  // namespace distribute

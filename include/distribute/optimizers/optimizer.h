@@ -42,6 +42,7 @@
 
 #include "distribute/collective/shard.h"
 #include "distribute/device/tensor.h"
+#include "distribute/variables/saveable.h"
 #include "distribute/variables/variable.h"
 
 namespace distribute::optimizers {
@@ -54,8 +55,8 @@ struct OptimizerOptions {
   // replica's shard of every variable and slot, then all-gathers the updated shards into every
   // replica's component. The results are bit for bit those of the unsharded optimizer; each
   // replica holds 1/N of the slots and does 1/N of the update, for one all_gather per step. Slots
-  // are then not variables: get_slot and variables() throw UnimplementedError (checkpoints of
-  // sharded slots are not supported yet).
+  // are then not variables: get_slot and variables() throw UnimplementedError, and
+  // checkpoint_state() is what a checkpoint holds.
   bool shard_state = false;
 };
 
@@ -98,8 +99,14 @@ class Optimizer {
   // The slot `slot_name` of `variable`, named "<name>/<variable name>/<slot_name>".
   // InvalidArgumentError when the optimizer has no such slot for it (yet).
   Variable get_slot(const Variable& variable, std::string_view slot_name) const;
-  // iterations(), then the slots in the order they were created: the state to checkpoint.
+  // iterations(), then the slots in the order they were created.
   std::vector<Variable> variables() const;
+  // The state to checkpoint, for Checkpoint's `state`: iterations() and every slot, each under its
+  // variable's name ("Adam/w/m"). Slots kept in shards are read whole (gathered from every
+  // replica, across workers too: every worker must save) and written back into the shards, so a
+  // checkpoint of an optimizer with sharded state restores into one without, and the other way
+  // round, with any number of replicas.
+  std::vector<std::pair<std::string, Saveable>> checkpoint_state() const;
   // Whether the slots are kept in shards (OptimizerOptions::shard_state).
   bool shards_state() const { return shard_state_; }
 
