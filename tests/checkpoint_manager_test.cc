@@ -9,13 +9,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "distribute/distribute.h"
 #include "testing/error_expect.h"
+#include "testing/files.h"
 #include "testing/replica_harness.h"
 
 namespace distribute {
@@ -24,16 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::cpu_devices;
 using testing::expect_error;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
+using testing::read_bytes;
+using testing::write_bytes;
 
 class CheckpointManagerTest : public ::testing::Test {
  protected:
@@ -81,7 +73,7 @@ TEST_F(CheckpointManagerTest, SavesNumberedFilesAndAnIndexAndKeepsTheNewest) {
   EXPECT_EQ(manager.checkpoints(), paths({"ckpt-2.safetensors", "ckpt-3.safetensors"})) << "oldest first";
   EXPECT_EQ(files(), (std::vector<std::string>{"ckpt-2.safetensors", "ckpt-3.safetensors", "ckpt.index.json"}))
       << "the oldest is deleted, no temporary file is left";
-  EXPECT_EQ(read_text(file("ckpt.index.json")),
+  EXPECT_EQ(read_bytes(file("ckpt.index.json")),
             "{\n"
             "  \"latest_checkpoint\": \"ckpt-3.safetensors\",\n"
             "  \"all_checkpoints\": [\n"
@@ -189,9 +181,9 @@ TEST_F(CheckpointManagerTest, ACorruptNewestCheckpointFallsBackWithAWarningThatN
   manager.save();
   w.assign(2.0f);
   manager.save();
-  std::string bytes = read_text(file("ckpt-2.safetensors"));
+  std::string bytes = read_bytes(file("ckpt-2.safetensors"));
   bytes.back() ^= 0x40;  // the data no longer matches its CRC-32
-  write_text(file("ckpt-2.safetensors"), bytes);
+  write_bytes(file("ckpt-2.safetensors"), bytes);
 
   w.assign(0.0f);
   CheckpointManager restarted(Checkpoint({{"w", w}}), dir());
@@ -235,7 +227,7 @@ TEST_F(CheckpointManagerTest, NoReadableCheckpointIsDataLossListingEach) {
   manager.save();
   manager.save();
   fs::remove(file("ckpt-2.safetensors"));
-  write_text(file("ckpt-1.safetensors"), "short");
+  write_bytes(file("ckpt-1.safetensors"), "short");
   ::testing::internal::CaptureStderr();
   expect_error<DataLossError>(
       [&] { manager.restore_or_initialize(); },
@@ -290,16 +282,16 @@ TEST_F(CheckpointManagerTest, ASaveThatFailsBeforeItsRenameLeavesTheLastCheckpoi
   Variable w(1.0f);
   CheckpointManager manager(Checkpoint({{"w", w}}), dir(), {.max_to_keep = 1});
   manager.save();
-  const std::string index = read_text(file("ckpt.index.json"));
-  const std::string first = read_text(file("ckpt-1.safetensors"));
+  const std::string index = read_bytes(file("ckpt.index.json"));
+  const std::string first = read_bytes(file("ckpt-1.safetensors"));
 
   // A directory where the new checkpoint's file goes: its rename fails after the write.
   fs::create_directories(file("ckpt-2.safetensors") / "blocker");
   w.assign(2.0f);
   expect_error<InternalError>([&] { manager.save(); },
                               {"Checkpoint::save: cannot rename", "to \"" + file("ckpt-2.safetensors").string()});
-  EXPECT_EQ(read_text(file("ckpt.index.json")), index);
-  EXPECT_EQ(read_text(file("ckpt-1.safetensors")), first);
+  EXPECT_EQ(read_bytes(file("ckpt.index.json")), index);
+  EXPECT_EQ(read_bytes(file("ckpt-1.safetensors")), first);
   EXPECT_EQ(manager.checkpoints(), paths({"ckpt-1.safetensors"}));
   EXPECT_EQ(files(), (std::vector<std::string>{"ckpt-1.safetensors", "ckpt-2.safetensors", "ckpt.index.json"}))
       << "no temporary file is left";
@@ -311,7 +303,7 @@ TEST_F(CheckpointManagerTest, ASaveThatFailsBeforeItsRenameLeavesTheLastCheckpoi
   expect_error<InternalError>([&] { manager.save(); },
                               {"CheckpointManager::save: cannot rename",
                                "to \"" + file("ckpt.index.json").string() + "\""});
-  EXPECT_EQ(read_text(file("ckpt-1.safetensors")), first) << "max_to_keep deletes nothing before the index is written";
+  EXPECT_EQ(read_bytes(file("ckpt-1.safetensors")), first) << "max_to_keep deletes nothing before the index is written";
   EXPECT_EQ(manager.checkpoints(), paths({"ckpt-1.safetensors"}));
   fs::remove_all(file("ckpt.index.json"));
 
@@ -325,7 +317,7 @@ TEST_F(CheckpointManagerTest, ASaveThatFailsBeforeItsRenameLeavesTheLastCheckpoi
 TEST_F(CheckpointManagerTest, DirectoriesThatCannotBeUsed) {
   const Checkpoint checkpoint({{"w", Variable(1.0f)}});
   fs::create_directories(dir());
-  write_text(file("file"), "x");
+  write_bytes(file("file"), "x");
   expect_error<InvalidArgumentError>([&] { CheckpointManager m(checkpoint, file("file") / "sub"); },
                                      {"CheckpointManager: cannot create the directory \"" +
                                           (file("file") / "sub").string() + "\": Not a directory"});
@@ -381,7 +373,7 @@ TEST_F(CheckpointManagerTest, ACorruptIndexIsDataLossAtConstruction) {
        "lists \"ckpt-1.safetensors\" twice"},
   };
   for (const auto& [text, message] : cases) {
-    write_text(index, text);
+    write_bytes(index, text);
     expect_error<DataLossError>([&] { CheckpointManager m(checkpoint, dir()); },
                                 {"CheckpointManager: the index \"" + index + "\" " + message});
   }

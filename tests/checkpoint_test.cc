@@ -10,13 +10,13 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "distribute/distribute.h"
 #include "testing/error_expect.h"
+#include "testing/files.h"
 #include "testing/replica_harness.h"
 
 namespace distribute {
@@ -25,16 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::cpu_devices;
 using testing::expect_error;
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::read_bytes;
+using testing::write_bytes;
 
 template <class T>
 std::string raw(const std::vector<T>& values) {
