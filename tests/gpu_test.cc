@@ -540,6 +540,38 @@ TEST_F(OnGpu, OptimizersOnLogicalGpusStepAsOnTwoCpuReplicas) {
   expect_optimizers_step_as_on_the_host(gpu, cpu);
 }
 
+// Optimizer state in shards on GPU replicas: the same weights, bit for bit, as whole state on
+// the same replicas (the kernels are elementwise), through one device's reduction (logical GPUs)
+// and through NCCL (every physical GPU).
+void expect_sharded_state_as_whole(MirroredStrategy& strategy) {
+  using optimizers::Adam;
+  using optimizers::AdamOptions;
+  using optimizers::OptimizerOptions;
+  using optimizers::SGD;
+  using optimizers::SGDOptions;
+  for (const bool adam : {false, true}) {
+    const auto make = [adam](bool shard) -> std::unique_ptr<optimizers::Optimizer> {
+      if (adam) return std::make_unique<Adam>(AdamOptions{.learning_rate = 0.01}, OptimizerOptions{shard});
+      return std::make_unique<SGD>(SGDOptions{.learning_rate = 0.1, .momentum = 0.9}, OptimizerOptions{shard});
+    };
+    const std::vector<double> whole = train<float>(strategy, [&] { return make(false); }, 5);
+    const std::vector<double> sharded = train<float>(strategy, [&] { return make(true); }, 5);
+    EXPECT_EQ(sharded, whole) << (adam ? "Adam" : "SGD momentum") << " on " << strategy.name();
+  }
+}
+
+TEST_F(OnGpu, ShardedOptimizerStateOnLogicalGpusIsBitIdentical) {
+  split_gpu0(2);
+  MirroredStrategy strategy({"GPU:0", "GPU:1"});
+  expect_sharded_state_as_whole(strategy);
+}
+
+TEST_F(OnGpu, ShardedOptimizerStateThroughNcclIsBitIdentical) {
+  if (!DISTRIBUTE_HAS_NCCL) GTEST_SKIP() << "this build has no NCCL";
+  MirroredStrategy strategy;  // every GPU
+  expect_sharded_state_as_whole(strategy);
+}
+
 // An optimizer step on GPU variables is only enqueued on the replica's stream: the step count
 // stays on the GPU (Adam's bias correction is worked out there), so apply_gradients returns while
 // the stream is held back by a host function, where copying the count to the host would wait for
