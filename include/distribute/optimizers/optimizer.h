@@ -17,7 +17,8 @@
 // already divided by the global batch: nn::compute_average_loss) in ONE all_reduce of the whole
 // gradient list, then each replica updates its own component of every variable and slot in place,
 // with the same arithmetic on the same inputs, so the components stay equal without a second
-// collective. Slot variables missing on that call are first created in one merge_call (the first
+// collective (with OptimizerOptions::shard_state: a reduce_scatter and an all_gather instead, see
+// there). Slot variables missing on that call are first created in one merge_call (the first
 // step only; build() creates them up front instead). In cross-replica context (in scope, in a
 // merge_fn, or with no strategy in scope) it applies the given gradients to every component.
 //
