@@ -27,33 +27,13 @@ using testing::expect_error;
 using testing::read_bytes;
 using testing::write_bytes;
 
-class CheckpointManagerTest : public ::testing::Test {
+class CheckpointManagerTest : public testing::ScratchDirectoryTest {
  protected:
-  void SetUp() override {
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("distribute_checkpoint_manager_test_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  const fs::path& dir() const { return dir_; }
-  fs::path file(const std::string& name) const { return dir_ / name; }
   std::vector<fs::path> paths(const std::vector<std::string>& names) const {
     std::vector<fs::path> out;
     for (const std::string& name : names) out.push_back(file(name));
     return out;
   }
-  // The names of the files in the test's directory, sorted.
-  std::vector<std::string> files() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path dir_;
 };
 
 TEST_F(CheckpointManagerTest, SavesNumberedFilesAndAnIndexAndKeepsTheNewest) {

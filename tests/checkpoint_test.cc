@@ -48,28 +48,12 @@ std::string hex_crc32(const std::string& data) {
   return text;
 }
 
-class CheckpointTest : public ::testing::Test {
+class CheckpointTest : public testing::ScratchDirectoryTest {
  protected:
   void SetUp() override {
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("distribute_checkpoint_test_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    ScratchDirectoryTest::SetUp();
+    fs::create_directories(dir());
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path file(const std::string& name) const { return dir_ / name; }
-  // The names of the files in the test's directory.
-  std::vector<std::string> files() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path dir_;
 };
 
 TEST_F(CheckpointTest, RoundTripOfEveryDType) {
