@@ -29,7 +29,7 @@
 namespace distribute {
 namespace detail::timeline {
 
-std::atomic<bool> recording{false};
+std::atomic<std::uint64_t> session_id{0};
 
 namespace {
 
@@ -89,9 +89,6 @@ struct Session {
 
 Mutex session_mu;
 Session session ABSL_GUARDED_BY(session_mu);
-// The recording session's number, 0 when none; a thread whose buffer belongs to another number
-// makes a new one.
-std::atomic<std::uint64_t> session_id{0};
 std::uint64_t last_session_id ABSL_GUARDED_BY(session_mu) = 0;
 std::atomic<int> worker{0};
 
@@ -246,7 +243,6 @@ void Timeline::start(const std::string& path, TimelineOptions options) {
                    "\": ", std::strerror(open_error));
   session = Session{.path = path, .file = file, .capacity = options.events_per_thread};
   session_id.store(++last_session_id, std::memory_order_release);
-  recording.store(true, std::memory_order_relaxed);
 }
 
 bool Timeline::stop() {
@@ -255,7 +251,6 @@ bool Timeline::stop() {
   {
     detail::MutexLock lock(session_mu);
     if (session_id.load(std::memory_order_relaxed) == 0) return false;
-    recording.store(false, std::memory_order_relaxed);
     session_id.store(0, std::memory_order_release);
     stopped = std::move(session);
     session = Session{};

@@ -1,7 +1,7 @@
 // distribute::detail::timeline: the event sites' side of distribute::Timeline. The layers above
 // record spans (a begin and an end event, on the track of one replica) and instant events; each
 // thread writes into its own ring buffer, and Timeline::stop() writes them all out. While no
-// timeline records, a site costs one relaxed load of `recording` and computes nothing else.
+// timeline records, a site costs one relaxed load of `session_id` and computes nothing else.
 #pragma once
 
 #include <atomic>
@@ -12,10 +12,12 @@
 
 namespace distribute::detail::timeline {
 
-// True while a timeline records. Relaxed: a site that misses the very start or end of a recording
+// The recording session's number, 0 while none records (a thread whose buffer belongs to another
+// number makes a new one).
+extern std::atomic<std::uint64_t> session_id;
+// Whether a timeline records. Relaxed: a site that misses the very start or end of a recording
 // only records one event more or less, and stop() closes what it left open.
-extern std::atomic<bool> recording;
-inline bool on() { return recording.load(std::memory_order_relaxed); }
+inline bool on() { return session_id.load(std::memory_order_relaxed) != 0; }
 
 // What a collective's events carry. `kind` and `backend` must have static storage (kind_name()
 // and Communicator::name() return literals).

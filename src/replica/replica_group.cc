@@ -205,40 +205,30 @@ timeline::Args ReplicaGroup::timeline_args(int rank, const CollectiveCall& call)
 // On the timeline each collective is a span of its kind, with the call's args, holding a "wait"
 // span (the rendezvous, from this replica's arrival until the phase completes) and a "data" span
 // (the backend). A small all_reduce done in the meeting itself has no "data" span.
-void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
-  call.op.kind = CollectiveKind::kAllReduce;
-  timeline::Span span(first_id_ + rank, "all_reduce", [&] { return timeline_args(rank, call); });
+void ReplicaGroup::run_collective(int rank, CollectiveCall& call, CollectiveKind kind, DataPhase data_phase) {
+  call.op.kind = kind;
+  timeline::Span span(first_id_ + rank, collective::kind_name(kind), [&] { return timeline_args(rank, call); });
+  bool data_to_do = false;
   {
     timeline::Span wait(first_id_ + rank, "wait");
-    if (!synchronise(rank, call)) return;
+    data_to_do = synchronise(rank, call);
   }
+  if (!data_to_do) return;
   timeline::Span data(first_id_ + rank, "data");
   phase_.claim_shared();
-  communicator_->all_reduce(rank, ops_);
+  (communicator_.get()->*data_phase)(rank, ops_);
+}
+
+void ReplicaGroup::all_reduce(int rank, CollectiveCall& call) {
+  run_collective(rank, call, CollectiveKind::kAllReduce, &collective::Communicator::all_reduce);
 }
 
 void ReplicaGroup::all_gather(int rank, CollectiveCall& call) {
-  call.op.kind = CollectiveKind::kAllGather;
-  timeline::Span span(first_id_ + rank, "all_gather", [&] { return timeline_args(rank, call); });
-  {
-    timeline::Span wait(first_id_ + rank, "wait");
-    synchronise(rank, call);
-  }
-  timeline::Span data(first_id_ + rank, "data");
-  phase_.claim_shared();
-  communicator_->all_gather(rank, ops_);
+  run_collective(rank, call, CollectiveKind::kAllGather, &collective::Communicator::all_gather);
 }
 
 void ReplicaGroup::reduce_scatter(int rank, CollectiveCall& call) {
-  call.op.kind = CollectiveKind::kReduceScatter;
-  timeline::Span span(first_id_ + rank, "reduce_scatter", [&] { return timeline_args(rank, call); });
-  {
-    timeline::Span wait(first_id_ + rank, "wait");
-    synchronise(rank, call);
-  }
-  timeline::Span data(first_id_ + rank, "data");
-  phase_.claim_shared();
-  communicator_->reduce_scatter(rank, ops_);
+  run_collective(rank, call, CollectiveKind::kReduceScatter, &collective::Communicator::reduce_scatter);
 }
 
 // merge_fn runs inside the wait, on the replica that completes the phase.

@@ -16,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -74,6 +75,11 @@ class ReplicaGroup {
   collective::Communicator& communicator() { return *communicator_; }
 
  private:
+  // A backend's data phase (Communicator::all_reduce, all_gather or reduce_scatter).
+  using DataPhase = void (collective::Communicator::*)(int rank, std::span<collective::CollectiveOp* const> ops);
+  // Replica `rank`'s collective of `kind`: its rendezvous, then `data_phase` unless the small path
+  // completed it.
+  void run_collective(int rank, CollectiveCall& call, collective::CollectiveKind kind, DataPhase data_phase);
   // Publishes `call`, then meets the other replicas at the rendezvous (unless the small path
   // completed it); returns whether the data phase is still to do.
   bool synchronise(int rank, CollectiveCall& call);
