@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/atomic_file.h"
-#include "distribute/strategy/context.h"
+#include "checkpoint/require_cross_replica.h"
 
 namespace distribute {
 namespace {
@@ -61,13 +61,6 @@ const char* safetensors_name(DType dtype) {
     if (t.dtype == dtype) return t.name;
   }
   throw InternalError(absl::StrCat("Checkpoint: no safetensors dtype for ", dtype_name(dtype)));
-}
-
-void require_cross_replica(const char* method) {
-  if (const ReplicaContext* ctx = get_replica_context(); ctx != nullptr && has_strategy()) {
-    throw FailedPreconditionError(absl::StrCat(method, ": called inside a replica's fn; save and restore in "
-                                               "cross-replica context (in scope or outside Strategy::run)"));
-  }
 }
 
 std::uint32_t crc_update(std::uint32_t crc, const void* data, std::size_t size) {
@@ -335,12 +328,12 @@ Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables,
 }
 
 void Checkpoint::save(const std::filesystem::path& path) const {
-  require_cross_replica("Checkpoint::save");
+  detail::require_cross_replica("Checkpoint::save");
   write(path, encode(entries_));
 }
 
 void Checkpoint::restore(const std::filesystem::path& path) {
-  require_cross_replica("Checkpoint::restore");
+  detail::require_cross_replica("Checkpoint::restore");
   Reader reader(path, read_file(path));
   const std::map<std::string, Entry> entries = reader.parse();
   const std::vector<std::string> mismatches = find_mismatches(entries_, entries);

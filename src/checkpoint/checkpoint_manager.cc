@@ -21,9 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/require_cross_replica.h"
 #include "distribute/check.h"
 #include "distribute/errors.h"
-#include "distribute/strategy/context.h"
 
 namespace distribute {
 namespace {
@@ -31,13 +31,6 @@ namespace {
 constexpr const char* kExtension = ".safetensors";
 constexpr const char* kLatestKey = "latest_checkpoint";
 constexpr const char* kAllKey = "all_checkpoints";
-
-void require_cross_replica(const char* method) {
-  if (get_replica_context() != nullptr && has_strategy()) {
-    throw FailedPreconditionError(absl::StrCat(method, ": called inside a replica's fn; save and restore in "
-                                               "cross-replica context (in scope or outside Strategy::run)"));
-  }
-}
 
 // "<name>-<number>.safetensors" -> number; nullopt for any other file name.
 std::optional<std::int64_t> number_of(std::string_view file, std::string_view name) {
@@ -141,7 +134,7 @@ void CheckpointManager::write_index(const std::vector<std::int64_t>& numbers) co
 
 std::optional<std::filesystem::path> CheckpointManager::save(std::optional<std::int64_t> checkpoint_number,
                                                              bool check_interval) {
-  require_cross_replica("CheckpointManager::save");
+  detail::require_cross_replica("CheckpointManager::save");
   DISTRIBUTE_CHECK(!checkpoint_number || *checkpoint_number >= 0, InvalidArgumentError,
                    "CheckpointManager::save: checkpoint_number is ", checkpoint_number.value_or(0),
                    "; checkpoints are numbered from 0");
@@ -193,7 +186,7 @@ std::vector<std::filesystem::path> CheckpointManager::checkpoints() const {
 }
 
 std::optional<std::filesystem::path> CheckpointManager::restore_or_initialize() {
-  require_cross_replica("CheckpointManager::restore_or_initialize");
+  detail::require_cross_replica("CheckpointManager::restore_or_initialize");
   std::vector<std::string> failures;
   for (auto it = numbers_.rbegin(); it != numbers_.rend(); ++it) {
     const std::filesystem::path path = path_of(*it);
