@@ -84,8 +84,7 @@ ABSL_FLAG(uint64_t, seed, 1, "the initial weights and the shuffling");
 ABSL_FLAG(int64_t, train_limit, 0, "train on the first N training images only; 0: all 60000");
 ABSL_FLAG(bool, shard_optimizer_state, false,
           "keep the optimizer's slots in shards across the replicas (ZeRO-1): each replica updates its shard "
-          "and the weights are all-gathered; the same results, 1/N of the slots per replica. Not with "
-          "--multi_worker yet (its checkpoints are written by worker 0 alone)");
+          "and the weights are all-gathered; the same results, 1/N of the slots per replica");
 ABSL_FLAG(bool, multi_worker, false,
           "one worker per MPI process (MultiWorkerMirroredStrategy; start with mpirun -np K)");
 ABSL_FLAG(Progress, progress, Progress::kAuto,
@@ -188,11 +187,6 @@ int train() {
   const int replicas = absl::GetFlag(FLAGS_replicas) > 0 ? absl::GetFlag(FLAGS_replicas)
                        : on_gpus                          ? std::max(1, distribute::num_physical_gpus())
                                                           : cores;
-  if (absl::GetFlag(FLAGS_shard_optimizer_state) && absl::GetFlag(FLAGS_multi_worker)) {
-    throw distribute::InvalidArgumentError(
-        "--shard_optimizer_state with --multi_worker: saving sharded optimizer state needs every worker, and "
-        "this example saves on worker 0 alone; drop one of the flags");
-  }
   const int epochs = absl::GetFlag(FLAGS_epochs);
   std::filesystem::path checkpoint = absl::GetFlag(FLAGS_checkpoint);
   if (checkpoint.empty()) checkpoint = std::filesystem::temp_directory_path() / "fashion_mnist.safetensors";

@@ -166,7 +166,8 @@ distribute::Checkpoint Trainer::checkpoint() {
 }
 
 void Trainer::save(const std::filesystem::path& path) {
-  if (strategy_.extended().should_checkpoint()) checkpoint().save(path);
+  StrategyScope scope = strategy_.scope();
+  checkpoint().save(path);
 }
 
 void Trainer::restore(const std::filesystem::path& path) {

@@ -73,7 +73,7 @@ class Trainer {
   int epochs_done() const;
   // The state worth saving: weights, the optimizer's step and slots, and the epoch.
   distribute::Checkpoint checkpoint();
-  // checkpoint().save(path), on the worker that should_checkpoint() only.
+  // checkpoint().save(path): on every worker, of which the chief writes the file.
   void save(const std::filesystem::path& path);
   void restore(const std::filesystem::path& path);
 

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/chief.h"
 #include "checkpoint/require_cross_replica.h"
 
 namespace distribute {
@@ -83,13 +84,21 @@ struct Encoded {
   std::vector<Tensor> values;
 };
 
-Encoded encode(const NamedEntries& variables) {
-  Encoded encoded;
-  encoded.values.reserve(variables.size());
+// Every entry's whole value, on the host. On every worker: reading an ON_READ variable or state in
+// shards is a collective.
+std::vector<Tensor> read_all(const NamedEntries& variables) {
+  std::vector<Tensor> values;
+  values.reserve(variables.size());
   for (const auto& [name, variable] : variables) {
     const Tensor value = variable.read();
-    encoded.values.push_back(value.device().is_cpu() ? value : value.to(Device::cpu()));
+    values.push_back(value.device().is_cpu() ? value : value.to(Device::cpu()));
   }
+  return values;
+}
+
+Encoded encode(const NamedEntries& variables, std::vector<Tensor> values) {
+  Encoded encoded;
+  encoded.values = std::move(values);
   nlohmann::ordered_json header;
   std::uint32_t crc = 0;
   std::uint64_t offset = 0;
@@ -288,8 +297,9 @@ std::vector<std::string> find_mismatches(const NamedEntries& variables, const st
   return mismatches;
 }
 
-// Every value is made before the first assignment, so nothing changes unless all can.
-void assign_from(const NamedEntries& variables, const Reader& reader, const std::map<std::string, Entry>& entries) {
+// The file's tensors in the order of `variables`, on the host.
+std::vector<Tensor> values_of(const NamedEntries& variables, const Reader& reader,
+                              const std::map<std::string, Entry>& entries) {
   std::vector<Tensor> values;
   values.reserve(variables.size());
   for (const auto& [name, variable] : variables) {
@@ -298,7 +308,7 @@ void assign_from(const NamedEntries& variables, const Reader& reader, const std:
     if (t.nbytes() != 0) std::memcpy(t.raw_data(), reader.data(e), t.nbytes());
     values.push_back(std::move(t));
   }
-  for (std::size_t k = 0; k < variables.size(); ++k) variables[k].second.write(values[k]);
+  return values;
 }
 
 }  // namespace
@@ -306,41 +316,65 @@ void assign_from(const NamedEntries& variables, const Reader& reader, const std:
 Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables,
                        std::vector<std::pair<std::string, Saveable>> state)
     : variables_(std::move(variables)) {
-  std::set<std::string> names;
-  const auto check_name = [&](const std::string& name, std::size_t k) {
-    DISTRIBUTE_CHECK(!name.empty(), InvalidArgumentError, "Checkpoint: entry ", k, " has an empty name");
-    DISTRIBUTE_CHECK(name != kMetadataKey, InvalidArgumentError, "Checkpoint: entry ", k, " is named '",
-                     kMetadataKey, "', the key safetensors keeps for the header's metadata");
-    DISTRIBUTE_CHECK(names.insert(name).second, InvalidArgumentError, "Checkpoint: the name '", name,
-                     "' is given twice");
-  };
-  for (std::size_t k = 0; k < variables_.size(); ++k) {
-    const auto& [name, variable] = variables_[k];
-    check_name(name, k);
+  for (const auto& [name, variable] : variables_) {
+    check_name(name);
     DISTRIBUTE_CHECK(variable.defined(), InvalidArgumentError, "Checkpoint: the variable named '", name,
                      "' is undefined (default-constructed)");
     entries_.emplace_back(name, Saveable(variable));
   }
-  for (auto& [name, saveable] : state) {
-    check_name(name, entries_.size());
-    entries_.emplace_back(std::move(name), std::move(saveable));
-  }
+  for (auto& [name, saveable] : state) add(std::move(name), std::move(saveable));
+}
+
+void Checkpoint::check_name(const std::string& name) const {
+  DISTRIBUTE_CHECK(!name.empty(), InvalidArgumentError, "Checkpoint: entry ", entries_.size(), " has an empty name");
+  DISTRIBUTE_CHECK(name != kMetadataKey, InvalidArgumentError, "Checkpoint: entry ", entries_.size(), " is named '",
+                   kMetadataKey, "', the key safetensors keeps for the header's metadata");
+  const bool repeated = std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == name; });
+  DISTRIBUTE_CHECK(!repeated, InvalidArgumentError, "Checkpoint: the name '", name, "' is given twice");
+}
+
+void Checkpoint::add(std::string name, Saveable state) {
+  check_name(name);
+  entries_.emplace_back(std::move(name), std::move(state));
 }
 
 void Checkpoint::save(const std::filesystem::path& path) const {
   detail::require_cross_replica("Checkpoint::save");
-  write(path, encode(entries_));
+  StrategyExtended* workers = detail::workers_of(variables_);
+  std::vector<Tensor> values = read_all(entries_);
+  detail::on_chief(workers, [&] { write(path, encode(entries_, std::move(values))); });
 }
 
 void Checkpoint::restore(const std::filesystem::path& path) {
   detail::require_cross_replica("Checkpoint::restore");
+  StrategyExtended* workers = detail::workers_of(variables_);
+  std::vector<Tensor> values;
+  detail::on_chief(workers, [&] { values = load(path); });
+  assign(workers, std::move(values));
+}
+
+std::vector<Tensor> Checkpoint::load(const std::filesystem::path& path) const {
   Reader reader(path, read_file(path));
   const std::map<std::string, Entry> entries = reader.parse();
   const std::vector<std::string> mismatches = find_mismatches(entries_, entries);
   DISTRIBUTE_CHECK(mismatches.empty(), InvalidArgumentError, "Checkpoint::restore: \"", path.string(),
                    "\" does not match the checkpoint's variables (", mismatches.size(), " mismatches):\n  ",
                    absl::StrJoin(mismatches, "\n  "));
-  assign_from(entries_, reader, entries);
+  return values_of(entries_, reader, entries);
+}
+
+void Checkpoint::assign(StrategyExtended* workers, std::vector<Tensor> values) {
+  if (workers != nullptr) {
+    // The chief's values reach every worker before any changes: nothing changes unless all can.
+    const bool chief = detail::is_chief(workers);
+    values.resize(entries_.size());
+    for (std::size_t k = 0; k < entries_.size(); ++k) {
+      const Saveable& entry = entries_[k].second;
+      values[k] = detail::first_worker_value(
+          *workers, chief ? values[k] : Tensor::empty(entry.dtype(), entry.shape(), Device::cpu()));
+    }
+  }
+  for (std::size_t k = 0; k < entries_.size(); ++k) entries_[k].second.write(values[k]);
 }
 
 }  // namespace distribute

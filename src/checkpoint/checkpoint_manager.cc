@@ -18,9 +18,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/chief.h"
 #include "checkpoint/require_cross_replica.h"
 #include "distribute/check.h"
 #include "distribute/errors.h"
@@ -73,16 +76,30 @@ CheckpointManager::CheckpointManager(Checkpoint checkpoint, std::filesystem::pat
                    "; give a number of steps > 0, or leave it unset to save at every call");
   DISTRIBUTE_CHECK(!directory_.empty(), InvalidArgumentError,
                    "CheckpointManager: the directory is empty; give the directory to keep checkpoints in");
-  std::error_code error;
-  std::filesystem::create_directories(directory_, error);
-  DISTRIBUTE_CHECK(!error, InvalidArgumentError, "CheckpointManager: cannot create the directory \"",
-                   directory_.string(), "\": ", error.message());
-  DISTRIBUTE_CHECK(std::filesystem::is_directory(directory_, error), InvalidArgumentError, "CheckpointManager: \"",
-                   directory_.string(), "\" is not a directory");
-  const int write_error = write_error_in(directory_, name);
-  DISTRIBUTE_CHECK(write_error == 0, InvalidArgumentError, "CheckpointManager: cannot write in the directory \"",
-                   directory_.string(), "\": ", std::strerror(write_error));
-  read_index();
+  StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
+  detail::on_chief(workers, [&] {
+    std::error_code error;
+    std::filesystem::create_directories(directory_, error);
+    DISTRIBUTE_CHECK(!error, InvalidArgumentError, "CheckpointManager: cannot create the directory \"",
+                     directory_.string(), "\": ", error.message());
+    DISTRIBUTE_CHECK(std::filesystem::is_directory(directory_, error), InvalidArgumentError,
+                     "CheckpointManager: \"", directory_.string(), "\" is not a directory");
+    const int write_error = write_error_in(directory_, name);
+    DISTRIBUTE_CHECK(write_error == 0, InvalidArgumentError, "CheckpointManager: cannot write in the directory \"",
+                     directory_.string(), "\": ", std::strerror(write_error));
+    read_index();
+  });
+  if (workers != nullptr) {
+    // The chief's index is every worker's: they number, skip and restore alike.
+    const std::string numbers = detail::chief_bytes(workers, absl::StrJoin(numbers_, " "));
+    numbers_.clear();
+    for (absl::string_view n : absl::StrSplit(numbers, ' ', absl::SkipEmpty())) {
+      std::int64_t number = 0;
+      DISTRIBUTE_CHECK(absl::SimpleAtoi(n, &number), InternalError,
+                       "CheckpointManager: the chief's checkpoint numbers do not parse: ", numbers);
+      numbers_.push_back(number);
+    }
+  }
 }
 
 std::filesystem::path CheckpointManager::path_of(std::int64_t number) const {
@@ -150,6 +167,7 @@ std::optional<std::filesystem::path> CheckpointManager::save(std::optional<std::
   const std::int64_t number =
       checkpoint_number.value_or(numbers_.empty() ? 1 : *std::max_element(numbers_.begin(), numbers_.end()) + 1);
   const std::filesystem::path path = path_of(number);
+  const auto start = std::chrono::steady_clock::now();
   checkpoint_.save(path);
 
   std::vector<std::int64_t> kept;
@@ -161,8 +179,11 @@ std::optional<std::filesystem::path> CheckpointManager::save(std::optional<std::
     dropped.assign(kept.begin(), end);
     kept.erase(kept.begin(), end);
   }
-  write_index(kept);
+  StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
+  detail::on_chief(workers, [&] { write_index(kept); });
   numbers_ = std::move(kept);
+  last_save_time_ = std::chrono::steady_clock::now() - start;
+  if (!detail::is_chief(workers)) return path;
   // Only now, with the new file and the index that names it on disk, may the oldest go.
   for (std::int64_t n : dropped) {
     std::error_code error;
@@ -187,6 +208,21 @@ std::vector<std::filesystem::path> CheckpointManager::checkpoints() const {
 
 std::optional<std::filesystem::path> CheckpointManager::restore_or_initialize() {
   detail::require_cross_replica("CheckpointManager::restore_or_initialize");
+  StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
+  std::vector<Tensor> values;
+  std::optional<std::int64_t> chosen;
+  detail::on_chief(workers, [&] { chosen = load_newest_readable(values); });
+  if (workers != nullptr) {
+    const std::string number = detail::chief_bytes(workers, chosen ? absl::StrCat(*chosen) : std::string());
+    chosen.reset();
+    if (std::int64_t n = 0; absl::SimpleAtoi(number, &n)) chosen = n;
+  }
+  if (!chosen) return std::nullopt;
+  checkpoint_.assign(workers, std::move(values));
+  return path_of(*chosen);
+}
+
+std::optional<std::int64_t> CheckpointManager::load_newest_readable(std::vector<Tensor>& values) const {
   std::vector<std::string> failures;
   for (auto it = numbers_.rbegin(); it != numbers_.rend(); ++it) {
     const std::filesystem::path path = path_of(*it);
@@ -197,8 +233,8 @@ std::optional<std::filesystem::path> CheckpointManager::restore_or_initialize() 
                              "\", is missing");
     } else {
       try {
-        checkpoint_.restore(path);
-        return path;
+        values = checkpoint_.load(path);
+        return *it;
       } catch (const DataLossError& e) {
         failure = e.what();
       }

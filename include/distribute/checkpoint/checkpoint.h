@@ -24,6 +24,13 @@
 // differing dtype and shape). Both run in cross-replica context (FailedPreconditionError inside a
 // replica's fn); a path that cannot be opened (for restore, also a directory) is an
 // InvalidArgumentError, a failed read, write or rename (saving over a directory) an InternalError.
+//
+// Multi-worker jobs (the first variable's strategy has several workers): save and restore are
+// collective, so every worker calls them, in the same order. save reads every value on every
+// worker (an ON_READ variable's aggregate spans the workers), the chief (worker 0) alone writes the
+// file, and then every worker returns, or throws the chief's error. restore: the chief alone reads
+// the file and broadcasts its values, so the other workers need no copy of it (no shared file
+// system); when the chief cannot restore, every worker throws its error, of the same type.
 #pragma once
 
 #include <filesystem>
@@ -45,12 +52,24 @@ class Checkpoint {
   explicit Checkpoint(std::vector<std::pair<std::string, Variable>> variables,
                       std::vector<std::pair<std::string, Saveable>> state = {});
 
+  // Adds `state` under `name` after the entries so far (PreemptionCheckpointHandler keeps its step
+  // count this way); the constructor's InvalidArgumentError for an empty, reserved or repeated name.
+  void add(std::string name, Saveable state);
+
   void save(const std::filesystem::path& path) const;
   void restore(const std::filesystem::path& path);
 
   const std::vector<std::pair<std::string, Variable>>& variables() const { return variables_; }
 
  private:
+  friend class CheckpointManager;
+  // restore's two halves, which CheckpointManager takes apart to choose a file on the chief: the
+  // file's values, every rule checked (on the chief); then every worker's entries set to the
+  // chief's values (on every worker).
+  std::vector<Tensor> load(const std::filesystem::path& path) const;
+  void assign(StrategyExtended* workers, std::vector<Tensor> values);
+  void check_name(const std::string& name) const;
+
   std::vector<std::pair<std::string, Variable>> variables_;
   std::vector<std::pair<std::string, Saveable>> entries_;  // the variables', then the state's
 };

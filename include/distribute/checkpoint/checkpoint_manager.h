@@ -17,11 +17,17 @@
 // continues its numbering and its interval from it.
 //
 // Not thread-safe: one thread calls a manager, in cross-replica context, as for Checkpoint.
-// Multi-worker jobs: not collective yet. Every worker must call save and restore_or_initialize
-// (reading an ON_READ variable is a collective), and each writes and reads its own files; the chief
-// alone writing and its values broadcast on restore are still to come.
+//
+// Multi-worker jobs (the checkpoint's first variable has a strategy of several workers): making
+// a manager, save and restore_or_initialize are collective, so every worker calls them in the same
+// order. The chief (worker 0) alone touches the directory: it creates it, reads the index and
+// sends the list of checkpoints to the others, writes each checkpoint and the index, and on
+// restore reads the file and broadcasts its values. So the other workers need no copy of the
+// directory (no shared file system), and every worker returns the same paths: the chief's. An
+// error on the chief (a directory it cannot write) is thrown on every worker, of the same type.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -77,18 +83,27 @@ class CheckpointManager {
 
   const std::filesystem::path& directory() const { return directory_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
+  // For adding entries (Checkpoint::add) before the first save or restore.
+  Checkpoint& checkpoint() { return checkpoint_; }
+  // How long the last save that wrote took on this worker (the values read, the file and the index
+  // written; on a worker other than the chief, until the chief said it was done); nullopt before.
+  std::optional<std::chrono::duration<double>> last_save_time() const { return last_save_time_; }
 
  private:
   std::filesystem::path path_of(std::int64_t number) const;
   std::filesystem::path index_path() const;
   void read_index();
   void write_index(const std::vector<std::int64_t>& numbers) const;
+  // The values of the newest checkpoint that can be read, and its number; nullopt when there is
+  // none. Warns of each one passed over; restore_or_initialize's errors.
+  std::optional<std::int64_t> load_newest_readable(std::vector<Tensor>& values) const;
 
   Checkpoint checkpoint_;
   std::filesystem::path directory_;
   CheckpointManagerOptions options_;
   // The numbers of the checkpoints kept, oldest first, as the index lists them.
   std::vector<std::int64_t> numbers_;
+  std::optional<std::chrono::duration<double>> last_save_time_;
 };
 
 }  // namespace distribute
