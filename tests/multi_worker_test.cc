@@ -17,6 +17,7 @@
 // the workers, and every test runs the same way on them (ctest's multi_worker_gpu_*; they skip,
 // exit code 77, where no GPU is visible).
 #include <gmock/gmock.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -32,6 +34,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <typeinfo>
 #include <vector>
 
 #include "distribute/distribute.h"
@@ -905,6 +908,71 @@ TEST_F(MultiWorker, OnReadVariableReadsAggregateEveryWorkersComponents) {
   s.run([&] { count.assign_add(Tensor::scalar(1.0f)); });  // no collective: each replica its own
   StrategyScope scope = s.scope();
   EXPECT_FLOAT_EQ(count.value().item<float>(), 10.0f + static_cast<float>(n()));
+}
+
+// `fn` throws exactly E, whose message holds every one of `words`.
+template <class E, class Fn>
+void expect_thrown(Fn&& fn, const std::vector<std::string>& words) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_EQ(typeid(e), typeid(E)) << e.what();
+    for (const std::string& word : words) EXPECT_THAT(e.what(), ::testing::HasSubstr(word));
+  }
+}
+
+// The chief (worker 0) alone touches the checkpoint's directory: the other workers are given
+// paths that do not exist, as on hosts without the chief's file system, and never create them.
+TEST_F(MultiWorker, CheckpointsAreWrittenAndReadByTheChiefAlone) {
+  namespace fs = std::filesystem;
+  const fs::path missing = fs::path("/nonexistent_distribute") / std::to_string(worker());
+  const fs::path dir =
+      worker() == 0 ? fs::temp_directory_path() / ("distribute_mw_ckpt_" + std::to_string(::getpid())) : missing;
+  if (worker() == 0) fs::remove_all(dir);
+  StrategyScope scope = s.scope();
+  Variable w(Tensor::from_vector<float>({1, 2, 3}, {3}, Device::cpu()), {.name = "w"});
+  Variable seen(0.0f, {.name = "seen",
+                       .synchronization = VariableSynchronization::kOnRead,
+                       .aggregation = VariableAggregation::kSum});
+  s.run([&] { seen.assign_add(static_cast<float>(get_replica_context()->replica_id_in_sync_group() + 1)); });
+  const float total = static_cast<float>(n() * (n() + 1) / 2);
+  {
+    CheckpointManager manager(Checkpoint({{"w", w}, {"seen", seen}}), dir, {.max_to_keep = 1});
+    EXPECT_EQ(manager.save(), dir / "ckpt-1.safetensors");
+    EXPECT_EQ(manager.save(), dir / "ckpt-2.safetensors") << "the chief's numbering on every worker";
+  }
+  w.assign(Tensor::zeros(DType::kFloat32, Shape{3}, Device::cpu()));
+  seen.assign(0.0f);
+  CheckpointManager relaunched(Checkpoint({{"w", w}, {"seen", seen}}), dir);
+  EXPECT_EQ(relaunched.checkpoints(), std::vector<fs::path>{dir / "ckpt-2.safetensors"}) << "the chief's index";
+  EXPECT_EQ(relaunched.restore_or_initialize(), dir / "ckpt-2.safetensors");
+  EXPECT_EQ(w.value().to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(seen.value().item<float>(), total) << "the aggregate over every worker's replicas, saved and restored";
+  Checkpoint({{"w", w}, {"seen", seen}}).restore(worker() == 0 ? dir / "ckpt-2.safetensors" : missing / "any");
+  if (worker() == 0) {
+    EXPECT_TRUE(fs::exists(dir / "ckpt.index.json"));
+    EXPECT_FALSE(fs::exists(dir / "ckpt-1.safetensors")) << "max_to_keep";
+    fs::remove_all(dir);
+  } else {
+    EXPECT_FALSE(fs::exists(missing.parent_path())) << "a worker other than the chief touched its path";
+  }
+}
+
+TEST_F(MultiWorker, AChiefThatCannotSaveOrRestoreFailsEveryWorkerAlike) {
+  namespace fs = std::filesystem;
+  StrategyScope scope = s.scope();
+  Variable w(1.0f, {.name = "w"});
+  const std::string chief = worker() == 0 ? "" : "worker 0, the chief, failed: ";
+  // Saving over a directory fails at the rename.
+  expect_thrown<InternalError>([&] { Checkpoint({{"w", w}}).save(fs::temp_directory_path()); },
+                               {chief + "Checkpoint::save"});
+  expect_thrown<InvalidArgumentError>(
+      [&] { Checkpoint({{"w", w}}).restore("/nonexistent_distribute/ckpt.safetensors"); },
+      {chief + "Checkpoint::restore: cannot open \"/nonexistent_distribute/ckpt.safetensors\""});
+  expect_thrown<InvalidArgumentError>([&] { CheckpointManager(Checkpoint({{"w", w}}), "/proc/distribute_ckpt"); },
+                                      {chief + "CheckpointManager: cannot create the directory \"/proc/distribute_ckpt\""});
+  expect_still_usable();
 }
 
 // Worker 1's replicas pass float32[12], the others float32[10].

@@ -10,6 +10,7 @@
 #include "distribute/check.h"
 #include "distribute/checkpoint/checkpoint.h"
 #include "distribute/checkpoint/checkpoint_manager.h"
+#include "distribute/checkpoint/preemption.h"
 #include "distribute/collective/communication_options.h"
 #include "distribute/data/dataset.h"
 #include "distribute/device/device.h"

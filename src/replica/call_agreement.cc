@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/stop_request.h"
 #include "distribute/collective/internal/collective_op.h"
 #include "distribute/errors.h"
 #include "replica/call_signature.h"
@@ -31,7 +32,7 @@ CallAgreement::CallAgreement(std::shared_ptr<WorkerGroup> workers) : workers_(st
 
 CallAgreement::~CallAgreement() {
   if (!workers_->usable()) return;
-  const Header last{static_cast<std::uint32_t>(Status::kLeft), 0, 0, 0};
+  const Header last{static_cast<std::uint32_t>(Status::kLeft), 0, 0, 0, 0};
   try {
     transport().send_farewell(std::as_bytes(std::span(&last, 1)));
   } catch (...) {
@@ -92,7 +93,8 @@ void CallAgreement::agree_or_throw(const Part& mine) {
   workers_->check_usable();
   const collective::CollectiveOp& op = mine.call->op;
   const Deadline deadline = deadline_after(op.options.timeout);
-  const Header header{static_cast<std::uint32_t>(mine.status), static_cast<std::uint32_t>(op.kind),
+  const Header header{static_cast<std::uint32_t>(mine.status), static_cast<std::uint16_t>(op.kind),
+                      stop_request::is_raised() ? kStopRequested : std::uint16_t{0},
                       mine.status == Status::kCall ? op.sequence : 0,
                       mine.status == Status::kCall ? mine.call->signature : 0};
   const int n = workers_->num_workers();
@@ -107,7 +109,10 @@ void CallAgreement::agree_or_throw(const Part& mine) {
     return mine.status == Status::kCall ? call_name(*mine.call) : std::string("the end of a run");
   };
   workers_->check_nobody_gave_up(what);
-  if (std::all_of(headers.begin(), headers.end(), [&](const Header& h) { return h == header; }) &&
+  if (std::any_of(headers.begin(), headers.end(), [](const Header& h) { return (h.flags & kStopRequested) != 0; })) {
+    stop_requested_.store(true, std::memory_order_release);
+  }
+  if (std::all_of(headers.begin(), headers.end(), [&](const Header& h) { return h.same_call(header); }) &&
       mine.status != Status::kFailed) {
     return;
   }

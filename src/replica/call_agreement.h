@@ -8,6 +8,7 @@
 // collective left half done cannot be taken back.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -66,6 +67,11 @@ class CallAgreement {
     stepper_.claim();
     runs_.pop_back();
   }
+  // Whether a step's headers carried a stop request (base/stop_request.h) from any worker: every
+  // worker learns it in the same step, so a check between two runs gives the same answer on
+  // every worker. Stays true until clear_stop_request().
+  bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
+  void clear_stop_request() { stop_requested_.store(false, std::memory_order_release); }
   // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.
   std::int64_t next_cross_replica_sequence() {
     stepper_.claim();
@@ -80,14 +86,19 @@ class CallAgreement {
     std::exception_ptr error;
     int failed_replica;
   };
-  // What every worker sends before a step: equal headers mean equal calls.
+  // What every worker sends before a step: equal headers (but for their flags) mean equal calls.
   struct Header {
     std::uint32_t status;
-    std::uint32_t kind;
+    std::uint16_t kind;
+    std::uint16_t flags;  // kStopRequested
     std::int64_t sequence;
     std::uint64_t signature;
-    bool operator==(const Header&) const = default;
+    bool same_call(const Header& other) const {
+      return status == other.status && kind == other.kind && sequence == other.sequence &&
+             signature == other.signature;
+    }
   };
+  static constexpr std::uint16_t kStopRequested = 1;
 
   WorkerTransport& transport() { return workers_->transport(); }
   std::string this_worker() const { return workers_->workers_text({workers_->worker_id()}); }
@@ -109,6 +120,8 @@ class CallAgreement {
   std::int64_t cross_replica_sequence_ ABSL_GUARDED_BY(stepper_) = 0;
   // Per run in progress, innermost last: whether it concluded.
   std::vector<bool> runs_ ABSL_GUARDED_BY(stepper_);
+  // Written by whichever thread takes a step, read by the loop between runs.
+  std::atomic<bool> stop_requested_{false};
 };
 
 }  // namespace distribute::detail

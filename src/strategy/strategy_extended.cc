@@ -170,6 +170,8 @@ Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine) {
   return mine.device().is_cpu() ? value : value.to(mine.device());
 }
 
+CallAgreement* call_agreement_of(StrategyExtended& extended) { return extended.call_agreement(); }
+
 }  // namespace detail
 
 Tensor StrategyExtended::reduce_across_workers(detail::CallAgreement& agreement, ReduceOp op,

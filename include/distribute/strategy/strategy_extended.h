@@ -37,6 +37,9 @@ class CallAgreement;  // src/replica/call_agreement.h
 // context. `mine` itself for a strategy of one worker. What a variable's ONLY_FIRST_REPLICA and
 // NONE updates apply.
 Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine);
+// How this worker agrees with the others on each step; null for a strategy of one process. For the
+// layers above the strategy that ride on the agreement (a preemption's stop request).
+CallAgreement* call_agreement_of(StrategyExtended& extended);
 }  // namespace detail
 namespace input::internal {
 class WorkerAgreement;  // distribute/input/internal/worker_agreement.h
@@ -131,6 +134,7 @@ class StrategyExtended {
  private:
   friend class Strategy;
   friend Tensor detail::first_worker_value(StrategyExtended& extended, const Tensor& mine);
+  friend detail::CallAgreement* detail::call_agreement_of(StrategyExtended& extended);
   // The cross-replica operations behind Strategy::reduce / gather and reduce_to / gather_to:
   // checks, then the backend. `what` names the public method in error messages.
   Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,

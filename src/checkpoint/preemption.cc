@@ -1,0 +1,133 @@
+// PreemptionCheckpointHandler: the SIGTERM flag, the stop request each step's vote carries, and
+// the save when the workers agreed to stop.
+#include "distribute/checkpoint/preemption.h"
+
+#include <signal.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "base/stop_request.h"
+#include "checkpoint/require_cross_replica.h"
+#include "distribute/check.h"
+#include "distribute/errors.h"
+#include "replica/call_agreement.h"
+
+namespace distribute {
+namespace {
+
+// What the SIGTERM handler writes: plain lock-free atomics, all it may touch.
+std::atomic<bool> g_terminated{false};
+std::atomic<std::int64_t> g_terminated_at_ns{0};  // CLOCK_MONOTONIC, which steady_clock reads here
+std::atomic<bool> g_stop_at_once{true};           // no grace period: the signal raises the stop request
+static_assert(std::atomic<std::int64_t>::is_always_lock_free);
+
+std::int64_t monotonic_ns() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+void mark_terminated() {
+  if (!g_terminated.exchange(true)) g_terminated_at_ns.store(monotonic_ns());
+  if (g_stop_at_once.load()) detail::stop_request::raised.store(true);
+}
+
+extern "C" void on_sigterm(int) { mark_terminated(); }
+
+// The disposition replaced by the handler that watches SIGTERM; one handler at a time.
+std::mutex g_sigterm_mu;
+bool g_sigterm_watched = false;
+struct sigaction g_previous_sigterm;
+
+}  // namespace
+
+PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, CheckpointManager& manager,
+                                                         TerminationConfig config)
+    : strategy_(strategy),
+      manager_(manager),
+      config_(std::move(config)),
+      total_run_calls_(std::make_shared<std::int64_t>(0)) {
+  detail::require_cross_replica("PreemptionCheckpointHandler");
+  DISTRIBUTE_CHECK(config_.grace_period.count() >= 0, InvalidArgumentError,
+                   "PreemptionCheckpointHandler: grace_period is ", config_.grace_period.count(),
+                   " s; give 0 (save at the next step) or more");
+  if (!config_.termination_watcher_fn) {
+    std::lock_guard lock(g_sigterm_mu);
+    DISTRIBUTE_CHECK(!g_sigterm_watched, FailedPreconditionError,
+                     "PreemptionCheckpointHandler: another handler watches SIGTERM already; make one handler per "
+                     "process, or give this one a termination_watcher_fn");
+    struct sigaction action {};
+    action.sa_handler = on_sigterm;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    DISTRIBUTE_CHECK(::sigaction(SIGTERM, &action, &g_previous_sigterm) == 0, InternalError,
+                     "PreemptionCheckpointHandler: installing the SIGTERM handler failed");
+    g_sigterm_watched = true;
+    watches_sigterm_ = true;
+  }
+  g_stop_at_once.store(config_.grace_period.count() == 0);
+  clear_stop();
+  std::shared_ptr<std::int64_t> count = total_run_calls_;
+  manager_.checkpoint().add(
+      "preemption/total_run_calls",
+      Saveable(DType::kInt64, Shape(), [count] { return Tensor::scalar(*count, Device::cpu()); },
+               [count](const Tensor& value) { *count = value.item<std::int64_t>(); }));
+  manager_.restore_or_initialize();
+}
+
+PreemptionCheckpointHandler::~PreemptionCheckpointHandler() {
+  if (!watches_sigterm_) return;
+  std::lock_guard lock(g_sigterm_mu);
+  ::sigaction(SIGTERM, &g_previous_sigterm, nullptr);
+  g_sigterm_watched = false;
+}
+
+void PreemptionCheckpointHandler::before_step() {
+  const auto now = std::chrono::steady_clock::now();
+  if (last_step_start_) last_step_ = now - *last_step_start_;
+  last_step_start_ = now;
+  if (config_.termination_watcher_fn && !g_terminated.load() && config_.termination_watcher_fn()) mark_terminated();
+  if (!g_terminated.load() || detail::stop_request::is_raised()) return;
+  // A grace period: stop once what is left of it would only just hold a step and two saves.
+  const std::optional<std::chrono::duration<double>> save = manager_.last_save_time();
+  const auto left = std::chrono::nanoseconds(g_terminated_at_ns.load() - monotonic_ns()) + config_.grace_period;
+  if (!save || left <= 2 * *save + last_step_) detail::stop_request::raised.store(true);
+}
+
+void PreemptionCheckpointHandler::after_step() {
+  ++*total_run_calls_;
+  if (!stop_agreed()) return;
+  // Cleared before the save: a signal during it asks for another (if exit_fn returns).
+  clear_stop();
+  manager_.save(*total_run_calls_, /*check_interval=*/false);
+  if (config_.exit_fn) {
+    config_.exit_fn();
+  } else {
+    std::exit(kRestartExitCode);
+  }
+}
+
+void PreemptionCheckpointHandler::save_checkpoint_if_preempted() {
+  before_step();
+  after_step();
+}
+
+bool PreemptionCheckpointHandler::stop_agreed() {
+  detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended());
+  if (agreement != nullptr && strategy_.extended().num_workers() > 1) return agreement->stop_requested();
+  return detail::stop_request::is_raised();
+}
+
+void PreemptionCheckpointHandler::clear_stop() {
+  g_terminated.store(false);
+  detail::stop_request::raised.store(false);
+  if (detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
+    agreement->clear_stop_request();
+  }
+}
+
+}  // namespace distribute

@@ -1,0 +1,160 @@
+// A training job that survives preemption, for tests/preemption_test.sh: Adam on one weight
+// vector whose gradients depend on the step and the replica alone, through
+// PreemptionCheckpointHandler and a CheckpointManager, so that a job killed at any step and
+// relaunched ends with the same bytes as one that never stopped. Under mpirun each process is a
+// worker of a MultiWorkerMirroredStrategy; alone it is a MirroredStrategy.
+//
+//   preemption_job --dir=D --out=F [--steps=40] [--local_replicas=2] [--size=4096]
+//                  [--checkpoint_every=N] [--term_workers=0,1 --term_step=S]
+//                  [--kill_worker=W --kill_step=S]
+//
+// --term_workers: those workers send themselves SIGTERM before step S (0-based) starts;
+// --kill_worker: that worker sends itself SIGKILL before step S. Each worker prints
+// "worker k resumed at step N" after the handler restored, and the chief writes the final weights
+// to F and prints "seen <sum>", the sync-on-read count of the examples every replica took.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "distribute/distribute.h"
+#include "distribute/mpi/multi_worker_mirrored_strategy.h"
+
+namespace distribute {
+namespace {
+
+struct Options {
+  std::string dir;
+  std::string out;
+  std::int64_t steps = 40;
+  int local_replicas = 2;
+  std::int64_t size = 4096;
+  std::int64_t checkpoint_every = 0;
+  std::set<int> term_workers;
+  std::int64_t term_step = -1;
+  int kill_worker = -1;
+  std::int64_t kill_step = -1;
+};
+
+[[noreturn]] void usage(absl::string_view arg) {
+  std::fprintf(stderr, "preemption_job: cannot use the argument '%.*s'\n", static_cast<int>(arg.size()), arg.data());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    const std::size_t eq = arg.find('=');
+    if (!absl::StartsWith(arg, "--") || eq == absl::string_view::npos) usage(arg);
+    const absl::string_view key = arg.substr(2, eq - 2);
+    const absl::string_view value = arg.substr(eq + 1);
+    bool ok = true;
+    if (key == "dir") {
+      o.dir = std::string(value);
+    } else if (key == "out") {
+      o.out = std::string(value);
+    } else if (key == "steps") {
+      ok = absl::SimpleAtoi(value, &o.steps);
+    } else if (key == "local_replicas") {
+      ok = absl::SimpleAtoi(value, &o.local_replicas);
+    } else if (key == "size") {
+      ok = absl::SimpleAtoi(value, &o.size);
+    } else if (key == "checkpoint_every") {
+      ok = absl::SimpleAtoi(value, &o.checkpoint_every);
+    } else if (key == "term_workers") {
+      for (absl::string_view w : absl::StrSplit(value, ',')) {
+        int worker = 0;
+        ok = ok && absl::SimpleAtoi(w, &worker);
+        o.term_workers.insert(worker);
+      }
+    } else if (key == "term_step") {
+      ok = absl::SimpleAtoi(value, &o.term_step);
+    } else if (key == "kill_worker") {
+      ok = absl::SimpleAtoi(value, &o.kill_worker);
+    } else if (key == "kill_step") {
+      ok = absl::SimpleAtoi(value, &o.kill_step);
+    } else {
+      ok = false;
+    }
+    if (!ok) usage(arg);
+  }
+  if (o.dir.empty() || o.out.empty()) usage("--dir and --out are required");
+  return o;
+}
+
+std::unique_ptr<Strategy> make_strategy(int local_replicas) {
+  std::vector<std::string> devices;
+  for (int i = 0; i < local_replicas; ++i) devices.push_back("CPU:" + std::to_string(i));
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
+    return std::make_unique<MultiWorkerMirroredStrategy>(MultiWorkerMirroredStrategyOptions{.local_devices = devices});
+  }
+  return std::make_unique<MirroredStrategy>(devices);
+}
+
+int run(const Options& o) {
+  std::unique_ptr<Strategy> strategy = make_strategy(o.local_replicas);
+  const int worker = strategy->extended().worker_id();
+  StrategyScope scope = strategy->scope();
+  Variable w(Tensor::zeros(DType::kFloat32, Shape{o.size}, Device::cpu()), {.name = "w"});
+  Variable seen(0.0f, {.name = "seen",
+                       .trainable = false,
+                       .synchronization = VariableSynchronization::kOnRead,
+                       .aggregation = VariableAggregation::kSum});
+  optimizers::Adam adam({.learning_rate = 0.01});
+  adam.build({w});
+  CheckpointManagerOptions manager_options{.max_to_keep = 3};
+  if (o.checkpoint_every > 0) manager_options.checkpoint_interval = o.checkpoint_every;
+  CheckpointManager manager(Checkpoint({{"w", w}, {"seen", seen}}, adam.checkpoint_state()), o.dir, manager_options);
+  PreemptionCheckpointHandler handler(*strategy, manager);
+  std::printf("worker %d resumed at step %lld\n", worker, static_cast<long long>(handler.total_run_calls()));
+  std::fflush(stdout);
+
+  for (std::int64_t step = handler.total_run_calls(); step < o.steps; ++step) {
+    if (step == o.term_step && o.term_workers.contains(worker)) ::kill(::getpid(), SIGTERM);
+    if (step == o.kill_step && worker == o.kill_worker) ::kill(::getpid(), SIGKILL);
+    handler.run([&] {
+      ReplicaContext& ctx = *get_replica_context();
+      const int id = ctx.replica_id_in_sync_group();
+      Tensor grad = Tensor::empty(DType::kFloat32, Shape{o.size}, Device::cpu());
+      const Tensor mine = w.value();
+      for (std::int64_t i = 0; i < o.size; ++i) {
+        grad.data<float>()[i] = std::sin(static_cast<float>(step * 7 + id * 3 + i)) + 0.1f * mine.data<float>()[i];
+      }
+      adam.apply_gradients({{grad, w}});
+      seen.assign_add(1.0f);
+    });
+    if (o.checkpoint_every > 0) manager.save(handler.total_run_calls());
+  }
+  const Tensor weights = w.value();
+  const float total = seen.value().item<float>();
+  if (strategy->extended().should_checkpoint()) {
+    std::ofstream(o.out, std::ios::binary).write(static_cast<const char*>(weights.raw_data()),
+                                                 static_cast<std::streamsize>(weights.nbytes()));
+    std::printf("seen %.0f\n", total);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace distribute
+
+int main(int argc, char** argv) {
+  const distribute::Options options = distribute::parse(argc, argv);
+  try {
+    return distribute::run(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "preemption_job: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,198 @@
+// PreemptionCheckpointHandler on one process: a termination (a watcher that fires, or a real
+// SIGTERM) saves after the next step and calls exit_fn; a new handler restores the step count;
+// run returns what strategy.run returns; save_checkpoint_if_preempted counts and saves; a grace
+// period keeps training before it saves; the SIGTERM disposition is restored; every error by type
+// and message. Killed and relaunched jobs, on several workers too, are in preemption_test.sh.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "distribute/distribute.h"
+#include "testing/error_expect.h"
+#include "testing/files.h"
+#include "testing/replica_harness.h"
+
+namespace distribute {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::cpu_devices;
+using testing::expect_error;
+
+class PreemptionTest : public testing::ScratchDirectoryTest {
+ protected:
+  // One step: w grows by the sum over the replicas of their id + 1 (each replica adds that sum,
+  // and ONLY_FIRST_REPLICA keeps one).
+  static void step(Variable& w) {
+    ReplicaContext& ctx = *get_replica_context();
+    const float sum = ctx.all_reduce(ReduceOp::kSum, static_cast<float>(ctx.replica_id_in_sync_group() + 1));
+    w.assign_add(sum);
+  }
+};
+
+TEST_F(PreemptionTest, AWatcherThatFiresSavesAfterTheStepAndCallsExitFn) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w", .aggregation = VariableAggregation::kOnlyFirstReplica});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  int polls = 0;
+  int exits = 0;
+  std::int64_t exited_at = -1;
+  PreemptionCheckpointHandler* self = nullptr;
+  PreemptionCheckpointHandler handler(strategy, manager,
+                                      {.termination_watcher_fn = [&] { return ++polls == 4; },
+                                       .exit_fn = [&] {
+                                         ++exits;
+                                         exited_at = self->total_run_calls();
+                                       }});
+  self = &handler;
+  EXPECT_EQ(handler.total_run_calls(), 0) << "a fresh start";
+  for (int s = 0; s < 6; ++s) handler.run([&] { step(w); });
+  EXPECT_EQ(exits, 1);
+  EXPECT_EQ(exited_at, 4) << "the watcher fired before step 4, which ran, then the save";
+  EXPECT_EQ(handler.total_run_calls(), 6);
+  EXPECT_EQ(files(), (std::vector<std::string>{"ckpt-4.safetensors", "ckpt.index.json"}));
+
+  w.assign(0.0f);
+  CheckpointManager relaunched_manager(Checkpoint({{"w", w}}), dir());
+  PreemptionCheckpointHandler relaunched(strategy, relaunched_manager, {.termination_watcher_fn = [] { return false; }});
+  EXPECT_EQ(relaunched.total_run_calls(), 4) << "restored with the checkpoint";
+  EXPECT_EQ(w.value().item<float>(), 12.0f) << "4 steps of 1 + 2";
+}
+
+TEST_F(PreemptionTest, SigtermSavesAtTheNextStepAndTheHandlerRestoresTheDisposition) {
+  struct sigaction before {};
+  ASSERT_EQ(::sigaction(SIGTERM, nullptr, &before), 0);
+  {
+    MirroredStrategy strategy(cpu_devices(2));
+    StrategyScope scope = strategy.scope();
+    Variable w(0.0f, {.name = "w", .aggregation = VariableAggregation::kOnlyFirstReplica});
+    CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+    int exits = 0;
+    PreemptionCheckpointHandler handler(strategy, manager, {.exit_fn = [&] { ++exits; }});
+    handler.run([&] { step(w); });
+    ASSERT_EQ(::raise(SIGTERM), 0) << "the handler's SIGTERM handler only raises a flag";
+    EXPECT_EQ(exits, 0) << "nothing is saved inside the signal handler";
+    handler.run([&] { step(w); });
+    EXPECT_EQ(exits, 1);
+    EXPECT_EQ(manager.latest_checkpoint(), file("ckpt-2.safetensors"));
+    handler.run([&] { step(w); });
+    EXPECT_EQ(exits, 1) << "one signal, one save";
+    EXPECT_EQ(manager.checkpoints().size(), 1u);
+  }
+  struct sigaction after {};
+  ASSERT_EQ(::sigaction(SIGTERM, nullptr, &after), 0);
+  EXPECT_EQ(after.sa_handler, before.sa_handler) << "the previous SIGTERM disposition is back";
+}
+
+TEST_F(PreemptionTest, RunReturnsWhatStrategyRunReturns) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w"});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  PreemptionCheckpointHandler handler(strategy, manager, {.termination_watcher_fn = [] { return false; }});
+  const PerReplica<int> ids = handler.run([] { return get_replica_context()->replica_id_in_sync_group(); });
+  EXPECT_EQ(ids.values(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(handler.total_run_calls(), 1);
+}
+
+TEST_F(PreemptionTest, SaveCheckpointIfPreemptedCountsStepsOfALoopThatRunsThemItself) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w", .aggregation = VariableAggregation::kOnlyFirstReplica});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  bool told = false;
+  int exits = 0;
+  PreemptionCheckpointHandler handler(strategy, manager,
+                                      {.termination_watcher_fn = [&] { return told; }, .exit_fn = [&] { ++exits; }});
+  for (int s = 0; s < 3; ++s) {
+    strategy.run([&] { step(w); });
+    handler.save_checkpoint_if_preempted();
+  }
+  EXPECT_EQ(exits, 0);
+  told = true;
+  strategy.run([&] { step(w); });
+  handler.save_checkpoint_if_preempted();
+  EXPECT_EQ(exits, 1);
+  EXPECT_EQ(manager.latest_checkpoint(), file("ckpt-4.safetensors"));
+}
+
+TEST_F(PreemptionTest, AGracePeriodKeepsTrainingUntilShortlyBeforeItsEnd) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w", .aggregation = VariableAggregation::kOnlyFirstReplica});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  bool told = false;
+  bool exited = false;
+  PreemptionCheckpointHandler handler(strategy, manager,
+                                      {.termination_watcher_fn = [&] { return told; },
+                                       .exit_fn = [&] { exited = true; },
+                                       .grace_period = std::chrono::seconds(1)});
+  manager.save(0, false);  // a save the handler has timed
+  told = true;
+  const auto signalled = std::chrono::steady_clock::now();
+  int steps_after = 0;
+  while (!exited && steps_after < 1000) {
+    handler.run([&] { step(w); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ++steps_after;
+  }
+  const auto waited = std::chrono::steady_clock::now() - signalled;
+  EXPECT_TRUE(exited);
+  EXPECT_GT(steps_after, 1) << "the grace period was used for training";
+  EXPECT_LT(waited, std::chrono::seconds(1)) << "the save came before the grace period ended";
+}
+
+TEST_F(PreemptionTest, AGracePeriodWithNoSaveTimedYetSavesAtOnce) {
+  MirroredStrategy strategy(cpu_devices(1));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w"});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  int exits = 0;
+  PreemptionCheckpointHandler handler(strategy, manager,
+                                      {.termination_watcher_fn = [] { return true; },
+                                       .exit_fn = [&] { ++exits; },
+                                       .grace_period = std::chrono::seconds(3600)});
+  handler.run([] {});
+  EXPECT_EQ(exits, 1);
+}
+
+TEST_F(PreemptionTest, Errors) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w"});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  expect_error<InvalidArgumentError>(
+      [&] { PreemptionCheckpointHandler(strategy, manager, {.grace_period = std::chrono::seconds(-1)}); },
+      {"PreemptionCheckpointHandler: grace_period is -1 s", "give 0"});
+  {
+    CheckpointManager first_manager(Checkpoint({{"w", w}}), dir() / "first");
+    PreemptionCheckpointHandler first(strategy, first_manager);
+    CheckpointManager second_manager(Checkpoint({{"w", w}}), dir() / "second");
+    expect_error<FailedPreconditionError>([&] { PreemptionCheckpointHandler second(strategy, second_manager); },
+                                          {"another handler watches SIGTERM already", "termination_watcher_fn"});
+    PreemptionCheckpointHandler watching(strategy, second_manager, {.termination_watcher_fn = [] { return false; }});
+    expect_error<InvalidArgumentError>(
+        [&] { PreemptionCheckpointHandler again(strategy, second_manager, {.termination_watcher_fn = [] { return false; }}); },
+        {"the name 'preemption/total_run_calls' is given twice"});
+  }
+  strategy.run([&] {
+    expect_error<FailedPreconditionError>([&] { PreemptionCheckpointHandler inside(strategy, manager); },
+                                          {"PreemptionCheckpointHandler: called inside a replica's fn"});
+  });
+  // A checkpoint saved without the handler's step count is of another model.
+  CheckpointManager plain(Checkpoint({{"w", w}}), dir() / "plain");
+  plain.save();
+  CheckpointManager later(Checkpoint({{"w", w}}), dir() / "plain");
+  expect_error<InvalidArgumentError>(
+      [&] { PreemptionCheckpointHandler handler(strategy, later, {.termination_watcher_fn = [] { return false; }}); },
+      {"'preemption/total_run_calls': in the checkpoint, not in the file"});
+}
+
+}  // namespace
+}  // namespace distribute
