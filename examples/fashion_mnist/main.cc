@@ -2,11 +2,14 @@
 // --replicas), checkpointing every epoch; --device=gpu puts one replica on each GPU instead (or, on
 // a machine with one GPU, --replicas logical GPUs of it). Built with distribute::mpi,
 // --multi_worker runs the same loop under MultiWorkerMirroredStrategy, one worker per process
-// started by mpirun.
+// started by mpirun. --checkpoint_dir survives preemption: SIGTERM to any worker saves after the
+// next step and exits 42, and train_until_done.sh relaunches it from there.
 //
 //   ./build/default/examples/fashion_mnist/train_fashion_mnist --epochs=10
 //   ./build/default/examples/fashion_mnist/train_fashion_mnist --device=gpu
 //   ./build/default/examples/fashion_mnist/train_fashion_mnist --metrics=metrics.csv   # plot_metrics.py draws it
+//   examples/fashion_mnist/train_until_done.sh mpirun -np 2 ./build/default/examples/fashion_mnist/train_fashion_mnist \
+//       --multi_worker --checkpoint_dir=/tmp/run --checkpoint_every=100
 //   epoch 1/10: loss 0.5012, test accuracy 0.8401, 41235 samples/s, collectives 2.1%, input wait 0.3%
 //   ...
 #include <unistd.h>
@@ -80,6 +83,12 @@ ABSL_FLAG(std::string, optimizer, "adam", "adam, or sgd (momentum 0.9)");
 ABSL_FLAG(std::string, checkpoint, "",
           "where to save the state after every epoch; default: fashion_mnist.safetensors in the temporary folder");
 ABSL_FLAG(bool, resume, false, "start from --checkpoint instead of from scratch");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "keep numbered checkpoints in this folder (the newest 3) and survive preemption: resume from the newest "
+          "when it holds one, and on SIGTERM to any worker save after the next step and exit 42 (relaunch with "
+          "train_until_done.sh); instead of --checkpoint and --resume");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          "with --checkpoint_dir: also save every N training steps (0: after each epoch only)");
 ABSL_FLAG(uint64_t, seed, 1, "the initial weights and the shuffling");
 ABSL_FLAG(int64_t, train_limit, 0, "train on the first N training images only; 0: all 60000");
 ABSL_FLAG(bool, shard_optimizer_state, false,
@@ -189,6 +198,16 @@ int train() {
                                                           : cores;
   const int epochs = absl::GetFlag(FLAGS_epochs);
   std::filesystem::path checkpoint = absl::GetFlag(FLAGS_checkpoint);
+  const std::filesystem::path checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  const std::int64_t checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  if (!checkpoint_dir.empty() && (!checkpoint.empty() || absl::GetFlag(FLAGS_resume))) {
+    throw distribute::InvalidArgumentError(
+        "--checkpoint_dir keeps its own checkpoints and resumes from them: drop --checkpoint and --resume");
+  }
+  if (checkpoint_every < 0 || (checkpoint_every > 0 && checkpoint_dir.empty())) {
+    throw distribute::InvalidArgumentError(absl::StrCat("--checkpoint_every=", checkpoint_every,
+                                                        ": give a number of steps >= 0, with --checkpoint_dir"));
+  }
   if (checkpoint.empty()) checkpoint = std::filesystem::temp_directory_path() / "fashion_mnist.safetensors";
 
   std::unique_ptr<distribute::Strategy> strategy = make_strategy(replica_devices(replicas, on_gpus));
@@ -204,7 +223,20 @@ int train() {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.shard_optimizer_state = absl::GetFlag(FLAGS_shard_optimizer_state);
   fashion_mnist::Trainer trainer(*strategy, data, options);
-  if (absl::GetFlag(FLAGS_resume)) trainer.restore(checkpoint);
+  // With --checkpoint_dir: numbered checkpoints, and every step through the preemption handler,
+  // which restores the newest checkpoint now.
+  std::optional<distribute::CheckpointManager> manager;
+  std::optional<distribute::PreemptionCheckpointHandler> handler;
+  if (!checkpoint_dir.empty()) {
+    distribute::CheckpointManagerOptions manager_options{.max_to_keep = 3};
+    if (checkpoint_every > 0) manager_options.checkpoint_interval = checkpoint_every;
+    distribute::StrategyScope scope = strategy->scope();
+    manager.emplace(trainer.checkpoint(), checkpoint_dir, manager_options);
+    handler.emplace(*strategy, *manager);
+    trainer.run_steps_through(&*handler);
+  } else if (absl::GetFlag(FLAGS_resume)) {
+    trainer.restore(checkpoint);
+  }
   // Before the first epoch, so that a path that cannot be written ends the run at once.
   std::optional<fashion_mnist::MetricsCsv> metrics;
   const std::string metrics_path = absl::GetFlag(FLAGS_metrics);
@@ -216,14 +248,27 @@ int train() {
                 static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
                 strategy->name().c_str(), strategy->num_replicas_in_sync(),
                 static_cast<long long>(options.global_batch_size), options.optimizer.c_str(), options.learning_rate);
-    if (trainer.epochs_done() > 0) std::printf("resumed from %s after epoch %d\n", checkpoint.c_str(), trainer.epochs_done());
+    if (handler && handler->total_run_calls() > 0) {
+      std::printf("resumed from %s at step %lld (epoch %d, step %lld of it)\n",
+                  manager->latest_checkpoint()->c_str(), static_cast<long long>(handler->total_run_calls()),
+                  trainer.epochs_done() + 1,
+                  static_cast<long long>(handler->total_run_calls() - trainer.epochs_done() * trainer.steps_per_epoch()));
+    } else if (trainer.epochs_done() > 0) {
+      std::printf("resumed from %s after epoch %d\n", checkpoint.c_str(), trainer.epochs_done());
+    }
+    std::fflush(stdout);
   }
   double accuracy = 0;
   while (trainer.epochs_done() < epochs) {
     const EpochStats stats = trainer.train_epoch([&](const StepProgress& p) {
       if (progress == Progress::kBar) draw_progress(p, epochs);
+      if (manager && checkpoint_every > 0) manager->save(handler->total_run_calls());
     });
-    trainer.save(checkpoint);
+    if (manager) {
+      manager->save(handler->total_run_calls(), /*check_interval=*/false);
+    } else {
+      trainer.save(checkpoint);
+    }
     accuracy = stats.test_accuracy;
     if (metrics) metrics->write(stats);
     if (progress == Progress::kBar || progress == Progress::kLines) {
@@ -232,8 +277,8 @@ int train() {
   }
   if (accuracy == 0) accuracy = trainer.evaluate();  // resumed after the last epoch: nothing trained
   if (chief) {
-    std::printf("test accuracy %.4f after %d epochs; checkpoint: %s\n",
-                accuracy, trainer.epochs_done(), checkpoint.c_str());
+    std::printf("test accuracy %.4f after %d epochs; checkpoint: %s\n", accuracy, trainer.epochs_done(),
+                manager ? manager->latest_checkpoint()->c_str() : checkpoint.c_str());
   }
   return 0;
 }

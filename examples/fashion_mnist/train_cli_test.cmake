@@ -14,6 +14,8 @@
 #                     checkpoint, byte for byte, as the whole optimizer state; so does a resume in
 #                     sharded state from the whole state's checkpoint
 #   shard_optimizer_state_mpirun  so do two workers (mpirun -np 2) with their state in shards
+#   checkpoint_dir    --checkpoint_dir keeps numbered checkpoints (--checkpoint_every steps too) and
+#                     resumes from the newest; its flags' errors
 #   cmake -DPROGRAM=.../train_fashion_mnist -DSOURCE_DIR=<project root> -DWORK_DIR=<scratch folder>
 #         [-DMPIEXEC=mpirun] -DCASE=help -P train_cli_test.cmake
 # The output is read through a pipe, as in a log. The cases that train need Debian's
@@ -188,6 +190,26 @@ elseif(CASE STREQUAL "shard_optimizer_state")
   if(NOT mixed_sum STREQUAL whole_sum)
     message(FATAL_ERROR "resuming whole state as sharded state changed the result")
   endif()
+elseif(CASE STREQUAL "checkpoint_dir")
+  set(args --data_dir=${data_dir} --train_limit=256 --progress=none --replicas=2 --checkpoint_dir=${WORK_DIR}/run)
+  file(REMOVE_RECURSE ${WORK_DIR})
+  run(${args} --epochs=1 --checkpoint_every=1)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the run with --checkpoint_dir failed")
+  endif()
+  # 2 steps of 128: saved after step 1 and step 2 (the epoch's end), 3 kept at most.
+  file(GLOB kept RELATIVE ${WORK_DIR}/run ${WORK_DIR}/run/ckpt-*.safetensors)
+  list(SORT kept)
+  if(NOT kept STREQUAL "ckpt-1.safetensors;ckpt-2.safetensors")
+    message(FATAL_ERROR "--checkpoint_every=1 kept '${kept}'")
+  endif()
+  run(${args} --epochs=2)
+  expect_in("${out}" "resumed from ${WORK_DIR}/run/ckpt-2.safetensors at step 2 (epoch 2, step 0 of it)")
+  expect_in("${out}" "after 2 epochs; checkpoint: ${WORK_DIR}/run/ckpt-4.safetensors")
+  run(${args} --epochs=1 --resume)
+  expect_in("${out}" "--checkpoint_dir keeps its own checkpoints and resumes from them: drop --checkpoint and --resume")
+  run(--data_dir=${data_dir} --checkpoint_every=5)
+  expect_in("${out}" "--checkpoint_every=5: give a number of steps >= 0, with --checkpoint_dir")
 elseif(CASE STREQUAL "shard_optimizer_state_mpirun")
   # Two workers of one replica each, state in shards: the checkpoint is collective, and the same.
   file(MAKE_DIRECTORY ${WORK_DIR})

@@ -97,18 +97,24 @@ EpochStats Trainer::train_epoch(const std::function<void(const StepProgress&)>& 
   EpochStats stats;
   stats.epoch = epochs_done() + 1;
   // A new order each epoch, fixed by the seed and the epoch alone.
+  StepProgress progress;
+  progress.epoch = stats.epoch;
+  progress.steps = steps_per_epoch();
+  if (max_steps > 0) progress.steps = std::min(progress.steps, max_steps);
+  // The steps of this epoch that a checkpoint holds already, when a preempted run left it half done.
+  if (handler_ != nullptr) {
+    progress.step = std::clamp<std::int64_t>(handler_->total_run_calls() - epochs_done() * steps_per_epoch(), 0,
+                                             progress.steps);
+  }
   const auto dataset = distribute::data::Dataset<Batch>::from_tensor_slices(Batch{data_.train.images, data_.train.labels})
                            .shuffle(data_.train.size(), options_.seed + static_cast<std::uint64_t>(stats.epoch),
                                     /*reshuffle_each_iteration=*/false)
                            .batch(options_.global_batch_size)
+                           .skip(progress.step)
                            .prefetch(2);
   distribute::DistributedIterator<Batch> batches = strategy_.experimental_distribute_dataset(dataset).make_iterator();
   std::fill(collective_seconds_.begin(), collective_seconds_.end(), 0.0);
 
-  StepProgress progress;
-  progress.epoch = stats.epoch;
-  progress.steps = (data_.train.size() + options_.global_batch_size - 1) / options_.global_batch_size;
-  if (max_steps > 0) progress.steps = std::min(progress.steps, max_steps);
   double input_seconds = 0;
   double loss_sum = 0;
   const auto start = Clock::now();
@@ -117,7 +123,8 @@ EpochStats Trainer::train_epoch(const std::function<void(const StepProgress&)>& 
     std::optional<PerReplica<Batch>> batch = batches.get_next_as_optional();
     input_seconds += seconds_since(wait);
     if (!batch) break;
-    const PerReplica<Tensor> losses = strategy_.run([this](const Batch& b) { return train_step(b); }, *batch);
+    const auto step = [this](const Batch& b) { return train_step(b); };
+    const PerReplica<Tensor> losses = handler_ != nullptr ? handler_->run(step, *batch) : strategy_.run(step, *batch);
     // Each replica's loss is its share of the global batch's mean loss: their sum is that mean.
     const double mean_loss = strategy_.reduce(ReduceOp::kSum, losses, std::nullopt).item<float>();
     loss_sum += mean_loss * static_cast<double>(step_rows_);
@@ -157,6 +164,10 @@ double Trainer::evaluate() {
 }
 
 int Trainer::epochs_done() const { return static_cast<int>(epoch_.value().item<std::int64_t>()); }
+
+std::int64_t Trainer::steps_per_epoch() const {
+  return (data_.train.size() + options_.global_batch_size - 1) / options_.global_batch_size;
+}
 
 distribute::Checkpoint Trainer::checkpoint() {
   std::vector<std::pair<std::string, Variable>> named;

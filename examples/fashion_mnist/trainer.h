@@ -64,13 +64,20 @@ class Trainer {
 
   // One pass over the training split in a shuffled order that depends only on the seed and the
   // epoch (so a resumed run sees the batches an uninterrupted one would), then evaluate().
-  // `max_steps` > 0 stops the epoch early, after that many steps.
+  // `max_steps` > 0 stops the epoch early, after that many steps. With a preemption handler
+  // (run_steps_through) each step goes through it, and an epoch that a preempted run left half
+  // done starts at the step after its checkpoint: the steps before are skipped, not trained again.
   EpochStats train_epoch(const std::function<void(const StepProgress&)>& on_step = {}, std::int64_t max_steps = 0);
   // The accuracy on the test split, counted by every replica into a sync-on-read variable.
   double evaluate();
 
   // The epochs finished so far (restored by restore()).
   int epochs_done() const;
+  // The training steps of one epoch (the last batch may be smaller).
+  std::int64_t steps_per_epoch() const;
+  // Runs every training step through `handler` (null: strategy.run), whose total_run_calls()
+  // counts the steps trained so far, over every epoch.
+  void run_steps_through(distribute::PreemptionCheckpointHandler* handler) { handler_ = handler; }
   // The state worth saving: weights, the optimizer's step and slots, and the epoch.
   distribute::Checkpoint checkpoint();
   // checkpoint().save(path): on every worker, of which the chief writes the file.
@@ -85,6 +92,7 @@ class Trainer {
   distribute::Tensor train_step(const std::pair<distribute::Tensor, distribute::Tensor>& batch);
 
   distribute::Strategy& strategy_;
+  distribute::PreemptionCheckpointHandler* handler_ = nullptr;
   const FashionMnist& data_;
   TrainerOptions options_;
   std::unique_ptr<Mlp> model_;

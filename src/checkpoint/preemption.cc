@@ -92,10 +92,11 @@ void PreemptionCheckpointHandler::before_step() {
   last_step_start_ = now;
   if (config_.termination_watcher_fn && !g_terminated.load() && config_.termination_watcher_fn()) mark_terminated();
   if (!g_terminated.load() || detail::stop_request::is_raised()) return;
-  // A grace period: stop once what is left of it would only just hold a step and two saves.
+  // A grace period: stop once what is left of it would only just hold two saves and two steps
+  // (the step that carries the stop request runs before the save, and steps vary).
   const std::optional<std::chrono::duration<double>> save = manager_.last_save_time();
   const auto left = std::chrono::nanoseconds(g_terminated_at_ns.load() - monotonic_ns()) + config_.grace_period;
-  if (!save || left <= 2 * *save + last_step_) detail::stop_request::raised.store(true);
+  if (!save || left <= 2 * (*save + last_step_)) detail::stop_request::raised.store(true);
 }
 
 void PreemptionCheckpointHandler::after_step() {

@@ -52,7 +52,7 @@ struct TerminationConfig {
   // returns lets the loop go on (the next termination signal saves again).
   std::function<void()> exit_fn;
   // > 0: training goes on after the signal, until shortly before the grace period ends: the stop
-  // comes when what is left of it is twice the last save's time plus a step (the time from one
+  // comes when what is left of it is twice the last save's time and the last step's (from one
   // step's start to the next's). Before any save was timed the handler saves at once.
   std::chrono::seconds grace_period{0};
 };
