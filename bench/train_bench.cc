@@ -5,11 +5,19 @@
 // training time spent in the gradients' all_reduce (waiting for the other replicas included) and
 // waiting for the next batch.
 //
+// With --preemption_handler every replica count also trains through a PreemptionCheckpointHandler
+// (its steps counted, the workers' stop request carried by each step), alternating with plain
+// strategy.run in each round, and a second table gives the handler's cost.
+//
 //   ./build/default/bench/train_bench --replicas=1,2,4 --steps=300 --rounds=5
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +36,8 @@ ABSL_FLAG(int64_t, steps, 300, "timed steps per replica count and round");
 ABSL_FLAG(int, rounds, 5, "rounds; the table shows the medians");
 ABSL_FLAG(int64_t, batch_size, 128, "the global batch");
 ABSL_FLAG(bool, shard_optimizer_state, false, "Adam's slots in shards across the replicas (ZeRO-1)");
+ABSL_FLAG(bool, preemption_handler, false,
+          "also train through a PreemptionCheckpointHandler, alternating with plain strategy.run, and print its cost");
 
 namespace {
 
@@ -68,19 +78,39 @@ int main(int argc, char** argv) {
   std::map<int, std::vector<double>> rate;
   std::map<int, std::vector<double>> collective;
   std::map<int, std::vector<double>> input;
+  std::map<int, std::vector<double>> handled_rate;
+  const bool compare_handler = absl::GetFlag(FLAGS_preemption_handler);
+  const std::filesystem::path checkpoints =
+      std::filesystem::temp_directory_path() / ("train_bench_" + std::to_string(::getpid()));
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (const int n : counts) {
-      std::vector<std::string> devices;
-      for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
-      distribute::MirroredStrategy strategy(devices);
-      fashion_mnist::Trainer trainer(strategy, data, options);
-      trainer.train_epoch({}, 20);  // warm-up: threads started, workspaces sized, caches filled
-      const fashion_mnist::EpochStats stats = trainer.train_epoch({}, steps);
-      rate[n].push_back(stats.samples_per_second());
-      collective[n].push_back(stats.collective_share);
-      input[n].push_back(stats.input_share);
+      for (const bool handled : compare_handler ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+        std::vector<std::string> devices;
+        for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
+        distribute::MirroredStrategy strategy(devices);
+        fashion_mnist::Trainer trainer(strategy, data, options);
+        std::optional<distribute::CheckpointManager> manager;
+        std::optional<distribute::PreemptionCheckpointHandler> handler;
+        if (handled) {
+          std::filesystem::remove_all(checkpoints);
+          distribute::StrategyScope scope = strategy.scope();
+          manager.emplace(trainer.checkpoint(), checkpoints);
+          handler.emplace(strategy, *manager);
+          trainer.run_steps_through(&*handler);
+        }
+        trainer.train_epoch({}, 20);  // warm-up: threads started, workspaces sized, caches filled
+        const fashion_mnist::EpochStats stats = trainer.train_epoch({}, steps);
+        if (handled) {
+          handled_rate[n].push_back(stats.samples_per_second());
+          continue;
+        }
+        rate[n].push_back(stats.samples_per_second());
+        collective[n].push_back(stats.collective_share);
+        input[n].push_back(stats.input_share);
+      }
     }
   }
+  std::filesystem::remove_all(checkpoints);
   std::printf("%8s %12s %9s %10s %12s %11s\n", "replicas", "samples/s", "speed-up", "step(ms)", "collectives",
               "input wait");
   const double base = rate.count(1) ? median(rate[1]) : 0;
@@ -89,6 +119,14 @@ int main(int argc, char** argv) {
     std::printf("%8d %12.0f %8.2fx %10.3f %11.1f%% %10.1f%%\n", n, r, base > 0 ? r / base : 0,
                 1e3 * static_cast<double>(options.global_batch_size) / r, 100 * median(collective[n]),
                 100 * median(input[n]));
+  }
+  if (compare_handler) {
+    std::printf("\n%8s %22s %22s %9s\n", "replicas", "strategy.run samples/s", "handler.run samples/s", "handler");
+    for (const int n : counts) {
+      const double plain = median(rate[n]);
+      const double handled = median(handled_rate[n]);
+      std::printf("%8d %22.0f %22.0f %+8.1f%%\n", n, plain, handled, 100 * (handled / plain - 1));
+    }
   }
   return 0;
 }

@@ -105,6 +105,23 @@ TEST_F(CheckpointTest, TheFileIsSafetensorsByteForByte) {
   EXPECT_EQ(header, json + std::string(header_size - json.size(), ' '));
 }
 
+// A large checkpoint's CRC is computed while its data is written, and its header rewritten.
+TEST_F(CheckpointTest, ALargeCheckpointsHeaderHoldsTheCrcOfItsData) {
+  std::vector<float> values(std::size_t{3} << 20);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 977);
+  Variable w(Tensor::from_vector<float>(values, {static_cast<std::int64_t>(values.size())}), {.name = "w"});
+  Checkpoint({{"w", w}}).save(file("big"));
+  const std::string bytes = read_bytes(file("big"));
+  std::uint64_t header_size = 0;
+  for (std::size_t k = 8; k-- > 0;) header_size = (header_size << 8) | static_cast<unsigned char>(bytes[k]);
+  const std::string data = bytes.substr(8 + header_size);
+  EXPECT_EQ(data.size(), values.size() * sizeof(float));
+  EXPECT_NE(bytes.find("\"distribute.crc32\":\"" + hex_crc32(data) + "\""), std::string::npos);
+  w.assign(Tensor::zeros(DType::kFloat32, w.shape()));
+  Checkpoint({{"w", w}}).restore(file("big"));
+  EXPECT_EQ(w.value().to_vector<float>(), values);
+}
+
 TEST_F(CheckpointTest, RestoresFilesOfOtherSafetensorsWriters) {
   // As Python's safetensors writes them: other metadata or none, the keys in any order, the data
   // in another order than the keys, the header padded with spaces.

@@ -43,6 +43,9 @@ class TempFile {
     }
     return true;
   }
+  bool write_at_start(const ByteRange& bytes) {
+    return ::pwrite(fd_, bytes.data, bytes.size, 0) == static_cast<ssize_t>(bytes.size);
+  }
   // Flushes to disk and closes.
   bool finish() {
     const bool ok = ::fsync(fd_) == 0;
@@ -75,12 +78,14 @@ void sync_directory(const std::filesystem::path& file) {
   ::close(fd);
 }
 
-void write_atomically(const std::filesystem::path& path, std::span<const ByteRange> pieces, const char* what) {
+void write_atomically(const std::filesystem::path& path, std::span<const ByteRange> pieces, const char* what,
+                      const std::function<ByteRange()>& final_head) {
   TempFile file(temp_path_for(path));
   DISTRIBUTE_CHECK(file.is_open(), InvalidArgumentError, what, ": cannot create \"", file.path().string(), "\": ",
                    std::strerror(errno));
   bool ok = true;
   for (const ByteRange& piece : pieces) ok = ok && file.write(piece.data, piece.size);
+  if (final_head) ok = file.write_at_start(final_head()) && ok;
   ok = ok && file.finish();
   DISTRIBUTE_CHECK(ok, InternalError, what, ": writing \"", file.path().string(), "\" failed: ", std::strerror(errno));
   const bool renamed = ::rename(file.path().c_str(), path.c_str()) == 0;
