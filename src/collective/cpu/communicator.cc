@@ -227,6 +227,7 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
       }
       total += dims[r];
     }
+    if (mine.gather_in_place) inputs[static_cast<std::size_t>(rank)] = nullptr;
     try {
       void* out = mine.allocate_output(mine.allocate_context, leaf, shape.with_dim(axis, total));
       concat_buffers(inputs, dims, shape.outer_size(axis),
