@@ -94,10 +94,9 @@ std::vector<double> doubles_of(const Tensor& t) {
   return {v.begin(), v.end()};
 }
 
-TEST_P(ReduceScatter, EveryShardIsItsPartOfTheAllReduce) {
-  MirroredStrategy s = strategy();
-  // Leaves of 7 (uneven shards), 2x3, 1 (shorter than the replicas), 0 and 4096 elements.
-  const std::vector<Shape> shapes = {Shape{7}, Shape{2, 3}, Shape{1}, Shape{0}, Shape{64, 64}};
+// Every replica's reduce_scatter of leaves of `shapes` (float32 and float64 in turn) against its
+// all_reduce.
+void expect_shards_of_the_all_reduce(MirroredStrategy& s, int n, const std::vector<Shape>& shapes) {
   for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
     auto result = s.run([&] {
       ReplicaContext& ctx = *get_replica_context();
@@ -109,11 +108,11 @@ TEST_P(ReduceScatter, EveryShardIsItsPartOfTheAllReduce) {
       }
       return std::make_pair(ctx.reduce_scatter(op, leaves), ctx.all_reduce(op, leaves));
     });
-    for (int r = 0; r < n(); ++r) {
+    for (int r = 0; r < n; ++r) {
       const auto& [shards, whole] = result[r];
       ASSERT_EQ(shards.size(), shapes.size());
       for (std::size_t k = 0; k < shapes.size(); ++k) {
-        const Shard shard = shard_of(shapes[k].num_elements(), n(), r);
+        const Shard shard = shard_of(shapes[k].num_elements(), n, r);
         EXPECT_EQ(shards[k].shape(), Shape{shard.size}) << "leaf " << k << " replica " << r;
         EXPECT_EQ(shards[k].dtype(), whole[k].dtype());
         const std::vector<double> all = doubles_of(whole[k]);
@@ -122,6 +121,20 @@ TEST_P(ReduceScatter, EveryShardIsItsPartOfTheAllReduce) {
       }
     }
   }
+}
+
+TEST_P(ReduceScatter, EveryShardIsItsPartOfTheAllReduce) {
+  MirroredStrategy s = strategy();
+  // Leaves of 7 (uneven shards), 2x3, 1 (shorter than the replicas), 0 and 4096 elements.
+  expect_shards_of_the_all_reduce(s, n(), {Shape{7}, Shape{2, 3}, Shape{1}, Shape{0}, Shape{64, 64}});
+}
+
+// The shared-memory backend moves a few hundred bytes through staging areas, and a few bytes in
+// one cache line per replica.
+TEST_P(ReduceScatter, EveryShardOfAFewBytesIsItsPartOfTheAllReduce) {
+  MirroredStrategy s = strategy();
+  expect_shards_of_the_all_reduce(s, n(), {Shape{7}, Shape{2, 3}, Shape{1}, Shape{0}, Shape{9, 5}});
+  expect_shards_of_the_all_reduce(s, n(), {Shape{3}, Shape{1}, Shape{0}});
 }
 
 TEST_P(ReduceScatter, ExpectedValuesOfSumAndMean) {

@@ -175,7 +175,7 @@ void concat_buffers(std::span<const void* const> inputs, std::span<const std::in
   std::size_t column = 0;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::size_t row = static_cast<std::size_t>(dims[i]) * inner_bytes;
-    if (row != 0) {
+    if (row != 0 && inputs[i] != nullptr) {
       const char* src = static_cast<const char*>(inputs[i]);
       char* dst = static_cast<char*>(out) + column;
       if (outer == 1) {

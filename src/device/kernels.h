@@ -26,7 +26,8 @@ void stream_copy(void* dst, const void* src, std::size_t nbytes);
 void stream_fence();
 
 // Views input i as [outer, dims[i] * inner_bytes] bytes and writes their concatenation along the
-// middle dimension to out, which holds outer * sum(dims) * inner_bytes bytes.
+// middle dimension to out, which holds outer * sum(dims) * inner_bytes bytes. A null input leaves
+// its place in out as it is (an all_gather in place skips the replica's own part).
 void concat_buffers(std::span<const void* const> inputs, std::span<const std::int64_t> dims,
                     std::int64_t outer, std::size_t inner_bytes, void* out);
 

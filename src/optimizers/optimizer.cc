@@ -333,20 +333,12 @@ void Optimizer::apply_sharded_in_replica(ReplicaContext& ctx,
   }
   const int component = ctx.local_replica_id();
   update_component(shards, grads_and_vars, component, part);
-  std::vector<Tensor> updated;
-  updated.reserve(grads_and_vars.size());
-  for (const auto& [gradient, variable] : grads_and_vars) updated.push_back(shard_view(variable.component(component), part));
-  std::vector<Tensor> gathered;
-  {
-    detail::ScopedCallPurpose issued_for(ctx, purpose);
-    gathered = ctx.all_gather(updated, 0);
-  }
-  // Every replica's reads of the shards are over: the collective has returned.
-  for (std::size_t k = 0; k < gathered.size(); ++k) {
-    Tensor target = grads_and_vars[k].second.component(component);
-    detail::copy_bytes(target.raw_data(), target.device(), gathered[k].raw_data(), gathered[k].device(),
-                       target.nbytes());
-  }
+  // Every replica's updated shard goes straight into every replica's component.
+  std::vector<Tensor> components;
+  components.reserve(grads_and_vars.size());
+  for (const auto& [gradient, variable] : grads_and_vars) components.push_back(variable.component(component));
+  detail::ScopedCallPurpose issued_for(ctx, purpose);
+  detail::all_gather_shards_in_place(ctx, components);
 }
 
 void Optimizer::update_component(const std::vector<Tensor>& gradients,

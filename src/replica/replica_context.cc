@@ -71,7 +71,7 @@ void ReplicaContext::run_all_gather(detail::CollectiveArgs& args) {
   for (std::size_t leaf = 0; leaf < args.size(); ++leaf) {
     const collective::BufferRef& in = call.op.inputs[leaf];
     void* out = call.op.allocate_output(call.op.allocate_context, leaf, *in.shape);
-    detail::copy_bytes(out, device_, in.data, device_, in.nbytes());
+    if (out != in.data) detail::copy_bytes(out, device_, in.data, device_, in.nbytes());
   }
 }
 
@@ -87,6 +87,23 @@ void ReplicaContext::run_reduce_scatter(detail::CollectiveArgs& args) {
     const collective::BufferRef& in = call.op.inputs[leaf];
     detail::copy_bytes(call.op.output_data[leaf], device_, in.data, device_, in.nbytes());
   }
+}
+
+void detail::all_gather_shards_in_place(ReplicaContext& context, std::span<const Tensor> wholes) {
+  context.require_current("all_gather");
+  std::vector<Tensor> shards;
+  shards.reserve(wholes.size());
+  for (const Tensor& whole : wholes) {
+    const Shard shard = context.shard(whole.num_elements());
+    auto* data = static_cast<std::byte*>(const_cast<void*>(whole.raw_data()));
+    shards.push_back(Tensor::from_blob(data + static_cast<std::size_t>(shard.begin) * dtype_size(whole.dtype()),
+                                       whole.dtype(), Shape{shard.size}, whole.device()));
+  }
+  detail::CollectiveArgs args(shards, collective::CollectiveKind::kAllGather, context.device_);
+  args.call().purpose = context.purpose();
+  args.prepare_gather(0);
+  args.gather_into(wholes);
+  context.run_all_gather(args);
 }
 
 std::shared_ptr<void> ReplicaContext::run_merge_call(detail::CollectiveCall& call) {
@@ -184,7 +201,18 @@ void CollectiveArgs::allocate_shard_outputs(int replica, int replicas) {
   call_.op.output_data = {output_data, n};
 }
 
+void CollectiveArgs::gather_into(std::span<const Tensor> wholes) {
+  call_.op.gather_in_place = true;
+  gather_into_ = wholes;
+}
+
 void* CollectiveArgs::allocate_output(std::size_t leaf, const Shape& shape) {
+  if (call_.op.gather_in_place) {
+    const Tensor& whole = gather_into_[leaf];
+    DISTRIBUTE_CHECK(whole.num_elements() == shape.num_elements(), InternalError, method_, " in place: leaf ", leaf,
+                     " gathers ", shape.num_elements(), " elements into a tensor of ", whole.num_elements());
+    return const_cast<void*>(whole.raw_data());
+  }
   tensors_[leaf] = Tensor::empty(inputs_[leaf].dtype, shape, device_);
   return tensors_[leaf].raw_data();
 }

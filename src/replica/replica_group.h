@@ -2,8 +2,9 @@
 // merge_call goes through here: each replica publishes its CollectiveCall, the rendezvous's last
 // arriver compares the calls' signatures (call_signature.h) and, for merge_call, runs merge_fn
 // once; then the backend Communicator moves the data. Where the backend's replicas share host
-// memory, an all_reduce of a few bytes skips the rendezvous: it is done in one cache-line transfer
-// per peer (small_all_reduce.h), and only a mismatch takes the rendezvous, to name what differed.
+// memory, an all_reduce or reduce_scatter of a few bytes skips the rendezvous: it is done in one
+// cache-line transfer per peer (small_all_reduce.h), and only a mismatch takes the rendezvous, to
+// name what differed.
 // The group also records the run's first failure and releases every waiting replica when one
 // fails, times out or leaves early, so no replica is left hanging.
 //

@@ -19,7 +19,8 @@ SmallAllReduce::SmallAllReduce(int size) : size_(size), lines_(std::make_unique<
 
 bool SmallAllReduce::post(int rank, const CollectiveCall& call) {
   Line& mine = lines_[static_cast<std::size_t>(rank)].line[call.op.sequence & 1];
-  bool eligible = call.op.kind == collective::CollectiveKind::kAllReduce;
+  bool eligible = call.op.kind == collective::CollectiveKind::kAllReduce ||
+                  call.op.kind == collective::CollectiveKind::kReduceScatter;
   std::size_t offset = 0;
   for (const collective::BufferRef& in : call.op.inputs) {
     if (!eligible) break;
@@ -65,14 +66,19 @@ SmallAllReduce::Outcome SmallAllReduce::reduce(int rank, const CollectiveCall& c
     const Line& peer = line(r, sequence);
     if (peer.tag.load(std::memory_order_acquire) != eligible || peer.digest != digest) return Outcome::kMismatch;
   }
+  // reduce_scatter: only rank's shard of each leaf (the group is one process's, so rank is the
+  // replica id).
+  const bool scatter = call.op.kind == collective::CollectiveKind::kReduceScatter;
   absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
   std::size_t offset = 0;
   for (std::size_t leaf = 0; leaf < call.op.inputs.size(); ++leaf) {
     const collective::BufferRef& in = call.op.inputs[leaf];
     offset = align_leaf(offset);
-    for (int r = 0; r < size_; ++r) inputs[static_cast<std::size_t>(r)] = line(r, sequence).payload + offset;
-    inputs[static_cast<std::size_t>(rank)] = in.data;
-    reduce_buffers(in.dtype, call.op.op, inputs, call.op.output_data[leaf], in.num_elements(), size_);
+    const Shard shard = scatter ? shard_of(in.num_elements(), size_, rank) : Shard{0, in.num_elements()};
+    const std::size_t skip = static_cast<std::size_t>(shard.begin) * dtype_size(in.dtype);
+    for (int r = 0; r < size_; ++r) inputs[static_cast<std::size_t>(r)] = line(r, sequence).payload + offset + skip;
+    inputs[static_cast<std::size_t>(rank)] = static_cast<const std::byte*>(in.data) + skip;
+    reduce_buffers(in.dtype, call.op.op, inputs, call.op.output_data[leaf], shard.size, size_);
     offset += in.nbytes();
   }
   return Outcome::kDone;

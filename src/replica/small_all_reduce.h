@@ -1,5 +1,6 @@
-// distribute::detail: SmallAllReduce, the path of an all_reduce of a few bytes between the
-// replicas (threads) of one process sharing host memory, in one cache-line transfer per peer.
+// distribute::detail: SmallAllReduce, the path of an all_reduce or reduce_scatter of a few bytes
+// between the replicas (threads) of one process sharing host memory, in one cache-line transfer
+// per peer.
 //
 // The rendezvous path of a collective moves several lines between cores: the arrival counter,
 // each replica's call for the comparison, the staged inputs, the release. For a loss, a metric or
@@ -7,9 +8,9 @@
 // alternating, so that a line is rewritten only after every peer has read it: a replica reaches
 // collective k + 2 only after all have posted k + 1, which each does after reading k) holding
 // the collective's sequence, the digest of its signature and the payload itself. A replica posts
-// its line, reads its peers', and when all are eligible all_reduces with equal digests, reduces
-// the payloads in replica order itself: every replica computes the same bits, and no replica
-// waits for another to finish.
+// its line, reads its peers', and when all are eligible collectives with equal digests, reduces
+// the payloads (a reduce_scatter: its own shard of them) in replica order itself: every replica
+// computes the same bits, and no replica waits for another to finish.
 //
 // Every collective of a group that has this path posts a line, eligible or not, so the replicas
 // always take the same decision from the same lines: when any line is not eligible or its digest
@@ -44,12 +45,12 @@ class SmallAllReduce {
   void begin(int rank) { ++lines_[static_cast<std::size_t>(rank)].epoch; }
 
   // Posts rank's line for `call`, whose sequence is set; returns whether the line is eligible
-  // (an all_reduce whose leaves fit the payload), carrying the payload.
+  // (an all_reduce or reduce_scatter whose leaves fit the payload), carrying the payload.
   bool post(int rank, const CollectiveCall& call);
 
   enum class Outcome {
     kDone,       // every line matched: call's outputs hold the result
-    kMismatch,   // some line is not an eligible all_reduce with rank's digest: take the rendezvous
+    kMismatch,   // some line is not eligible or has another digest than rank's: take the rendezvous
     kTimedOut,   // the deadline passed first: behind() names who is missing
     kCancelled,  // `cancelled` turned true first (the run failed)
   };

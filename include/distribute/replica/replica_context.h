@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -112,6 +113,14 @@ class ScopedCallPurpose {
   ReplicaContext& context_;
 };
 
+// The all_gather of the optimizers' sharded state (OptimizerOptions::shard_state), in place: each
+// of `wholes` is this replica's copy of a variable, contiguous, whose shard (shard_of its
+// elements by replica id) holds this replica's part; afterwards every whole holds every
+// replica's part. One collective with the checks and errors of all_gather of the shards along
+// axis 0, and no new tensor: each backend writes the other replicas' parts straight into the
+// wholes and leaves this replica's own part alone.
+void all_gather_shards_in_place(ReplicaContext& context, std::span<const Tensor> wholes);
+
 }  // namespace detail
 
 class ReplicaContext {
@@ -199,6 +208,7 @@ class ReplicaContext {
   // ScopedCallPurpose, whose scope holds one collective.
   const detail::CallPurpose* purpose() const { return purpose_; }
   friend class detail::ScopedCallPurpose;
+  friend void detail::all_gather_shards_in_place(ReplicaContext& context, std::span<const Tensor> wholes);
 
   template <class Fn, class... Args>
   struct MergeFrame {

@@ -99,11 +99,14 @@ const std::byte* CpuCommunicator::staged_inputs(int rank, const CollectiveOp& op
 
 void CpuCommunicator::stage(int rank, CollectiveOp& op) {
   op.staged = false;
-  if (op.kind != CollectiveKind::kAllReduce && op.kind != CollectiveKind::kAllGather) return;
-  // all_reduce: the data phase reads leaf k at its leaf_offsets entry (and the list's size needs
-  // no pass over its leaves); all_gather: each reader lays the leaves out again from the sizes
-  // after the header.
-  const bool reduce = op.kind == CollectiveKind::kAllReduce;
+  if (op.kind != CollectiveKind::kAllReduce && op.kind != CollectiveKind::kAllGather &&
+      op.kind != CollectiveKind::kReduceScatter) {
+    return;
+  }
+  // all_reduce, reduce_scatter: the data phase reads leaf k at its leaf_offsets entry (and the
+  // list's size needs no pass over its leaves); all_gather: each reader lays the leaves out again
+  // from the sizes after the header.
+  const bool reduce = op.kind != CollectiveKind::kAllGather;
   std::size_t total = staged_header_bytes(op);
   if (reduce) {
     total = op.leaf_offsets.back();
@@ -227,6 +230,7 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
       }
       total += dims[r];
     }
+    if (mine.gather_in_place) inputs[static_cast<std::size_t>(rank)] = nullptr;
     try {
       void* out = mine.allocate_output(mine.allocate_context, leaf, shape.with_dim(axis, total));
       concat_buffers(inputs, dims, shape.outer_size(axis),
@@ -242,15 +246,22 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
 void CpuCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> ops) {
   const CollectiveOp& mine = *ops[static_cast<std::size_t>(rank)];
   const std::size_t n = ops.size();
+  // Staged: as in all_reduce, only this replica's op and the staging areas may be read, and no
+  // closing barrier is needed.
+  const bool staged = mine.staged;
   absl::InlinedVector<const void*, 8> inputs(n);
   for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
     const BufferRef& in = mine.inputs[leaf];
     const Shard shard = shard_of(in.num_elements(), static_cast<std::int64_t>(n), rank);
     const std::size_t offset = static_cast<std::size_t>(shard.begin) * dtype_size(in.dtype);
-    for (std::size_t r = 0; r < n; ++r) inputs[r] = static_cast<const std::byte*>(ops[r]->input_data[leaf]) + offset;
+    for (std::size_t r = 0; r < n; ++r) {
+      inputs[r] = (staged ? staged_inputs(static_cast<int>(r), mine) + mine.leaf_offsets[leaf]
+                          : static_cast<const std::byte*>(ops[r]->input_data[leaf])) +
+                  offset;
+    }
     reduce_buffers(in.dtype, mine.op, inputs, mine.output_data[leaf], shard.size, static_cast<std::int64_t>(n));
   }
-  done_.arrive_and_wait_uninterruptible();  // no replica's inputs go while another reads them
+  if (!staged) done_.arrive_and_wait_uninterruptible();  // no replica's inputs go while another reads them
 }
 
 }  // namespace distribute::collective::cpu

@@ -7,9 +7,9 @@
 // no packing copies, no allocation: each replica reads S and writes S bytes. When the inputs and
 // outputs together outgrow the shared cache, the outputs are written with streaming stores, so
 // writing them does not first read their old contents into the cache. all_gather: each
-// replica fills its own output from every input. reduce_scatter: each replica reduces its own
-// shard of every leaf across all N inputs, reading S and writing S / N bytes. One uninterruptible barrier ends each
-// collective, so no replica frees a buffer another still reads. Small collectives (up to
+// replica fills its own output from every input (in place: from every other one).
+// reduce_scatter: each replica reduces its own shard of every leaf across all N inputs, reading S
+// and writing S / N bytes. One uninterruptible barrier ends each collective, so no replica frees a buffer another still reads. Small collectives (up to
 // kStagingBytes per replica) skip that barrier: each replica copies its inputs into its own
 // double-buffered staging area before the rendezvous, and after it computes its own outputs from
 // the staged copies, which stay untouched until the collective after next.

@@ -309,7 +309,9 @@ void NcclCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) 
     }
     placements.push_back({out, landing, unit, rows, total});
   }
-  // One broadcast per (leaf, replica) with something to send: uneven sizes are allowed.
+  // One broadcast per (leaf, replica) with something to send: uneven sizes are allowed. In place
+  // (gather_in_place, rank 1), a root's send buffer is its own part of the landing: NCCL's
+  // in-place broadcast.
   struct Part {
     const void* send;
     char* landing;

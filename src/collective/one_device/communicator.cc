@@ -103,6 +103,10 @@ void OneDeviceCommunicator::all_gather(int rank, std::span<CollectiveOp* const> 
       std::size_t column = 0;
       for (std::size_t r = 0; r < n; ++r) {
         const auto width = static_cast<std::size_t>((*ops[r]->inputs[leaf].shape)[axis]) * unit;
+        if (mine.gather_in_place && r == static_cast<std::size_t>(rank)) {
+          column += width;
+          continue;
+        }
         me.copy_rows(out + column, static_cast<std::size_t>(total) * unit, ops[r]->inputs[leaf].data, width, width,
                      rows);
         column += width;

@@ -90,6 +90,11 @@ struct CollectiveOp {
   // `shape` on the replica's own thread, once the gathered shapes are known, and returns its data.
   void* (*allocate_output)(void* allocate_context, std::size_t leaf, const Shape& shape) = nullptr;
   void* allocate_context = nullptr;
+  // all_gather in place (every leaf rank 1, gathered along axis 0): the output allocate_output
+  // gives already holds this replica's input at its place (the input is a view of it), so a
+  // backend need not copy that part, and must not write it while another replica may read it as
+  // its input (the shared-memory backends skip it; NCCL's broadcast from it is in place).
+  bool gather_in_place = false;
   // This replica's count of collectives in the current run, from 1.
   std::int64_t sequence = 0;
   // Set by the backend's stage(), then made equal on every replica before the data phase: every

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -70,6 +71,9 @@ class CollectiveArgs {
   bool outputs_are_views() const { return tensor_leaves_ == inputs_.size(); }
   // all_gather: checks every leaf has rank >= 1 and `axis` fits it; outputs are allocated later.
   void prepare_gather(int axis);
+  // all_gather in place (CollectiveOp::gather_in_place): output k is `wholes[k]`, which already
+  // holds this replica's input k at its place; the caller keeps `wholes` alive.
+  void gather_into(std::span<const Tensor> wholes);
   // reduce_scatter: every leaf must be a tensor; output k is a rank-1 tensor of replica
   // `replica`'s shard (among `replicas`) of leaf k.
   void allocate_shard_outputs(int replica, int replicas);
@@ -110,6 +114,7 @@ class CollectiveArgs {
   // one allocation, not one per tensor).
   StorageRef block_;
   absl::InlinedVector<Tensor, 4> tensors_;  // all_gather, reduce_scatter: the output tensors
+  std::span<const Tensor> gather_into_;     // all_gather in place: the outputs
   absl::InlinedVector<Tensor, 2> device_scalars_;  // GPU replica: the scalar inputs on the device
   absl::InlinedVector<std::array<std::byte, 8>, 4> scalars_;  // all_reduce: host scalar outputs, in order
   std::vector<void*>& data_pointers_ = (*arrays_).data_pointers;
