@@ -20,80 +20,25 @@
 #include "base/timeline.h"
 #include "distribute/distribute.h"
 #include "nlohmann/json.hpp"
+#include "testing/trace.h"
 
 namespace distribute {
 namespace {
 
 using nlohmann::json;
+using testing::check_schema;
+using testing::read_trace;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(getpid()) + ".json")).string();
 }
 
-json read_trace(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  return json::parse(in);  // throws on anything that is not JSON
-}
-
-// Checks the schema of every event and that begins and ends pair up, by name, on every track in
-// the order of their timestamps; returns the events that are not metadata.
-std::vector<json> check_schema(const json& trace) {
-  EXPECT_TRUE(trace.is_object());
-  EXPECT_TRUE(trace.at("traceEvents").is_array());
-  std::vector<json> events;
-  std::map<std::pair<int, int>, std::vector<std::string>> open;
-  std::map<std::pair<int, int>, double> last_ts;
-  for (const json& event : trace.at("traceEvents")) {
-    for (const char* key : {"name", "ph", "ts", "pid", "tid"}) EXPECT_TRUE(event.contains(key)) << key << " in " << event;
-    EXPECT_TRUE(event.at("name").is_string());
-    EXPECT_TRUE(event.at("ts").is_number());
-    EXPECT_TRUE(event.at("pid").is_number_integer());
-    EXPECT_TRUE(event.at("tid").is_number_integer());
-    const std::string ph = event.at("ph");
-    if (ph == "M") continue;
-    events.push_back(event);
-    const std::pair<int, int> track{event.at("pid"), event.at("tid")};
-    const double ts = event.at("ts");
-    EXPECT_GE(ts, last_ts[track]) << event;
-    last_ts[track] = ts;
-    if (ph == "B") {
-      open[track].push_back(event.at("name"));
-    } else if (ph == "E") {
-      EXPECT_FALSE(open[track].empty()) << "an end without a begin: " << event;
-      if (open[track].empty()) continue;
-      EXPECT_EQ(open[track].back(), event.at("name").get<std::string>());
-      open[track].pop_back();
-    } else {
-      EXPECT_EQ(ph, "i") << event;
-    }
-  }
-  for (const auto& [track, names] : open) EXPECT_TRUE(names.empty()) << "unclosed on tid " << track.second;
-  return events;
-}
-
-std::string host() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
-// Every collective's begin on replica `tid`, as (name, sequence), in order.
 std::vector<std::pair<std::string, std::int64_t>> collectives_of(const std::vector<json>& events, int tid) {
-  std::vector<std::pair<std::string, std::int64_t>> out;
-  for (const json& e : events) {
-    if (e.at("tid") == tid && e.at("ph") == "B" && e.contains("args") && e.at("name") != "wait" &&
-        e.at("name") != "data") {
-      out.emplace_back(e.at("name"), e.at("args").at("sequence"));
-    }
-  }
-  return out;
+  return testing::collectives_of(events, 0, tid);
 }
 
 int count(const std::vector<json>& events, int tid, const std::string& name, const std::string& ph) {
-  int n = 0;
-  for (const json& e : events) n += e.at("tid") == tid && e.at("name") == name && e.at("ph") == ph;
-  return n;
+  return testing::count(events, 0, tid, name, ph);
 }
 
 TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
@@ -115,13 +60,11 @@ TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
   const json trace = read_trace(path);
   const std::vector<json> events = check_schema(trace);
   EXPECT_EQ(trace.at("otherData").at("dropped_events"), 0);
-  std::map<std::pair<int, int>, std::string> names;
-  for (const json& e : trace.at("traceEvents")) {
-    if (e.at("ph") == "M") names[{e.at("tid"), e.at("name") == "process_name"}] = e.at("args").at("name");
-  }
-  EXPECT_EQ(names[std::make_pair(0, 1)], "worker 0 on " + host());
-  EXPECT_EQ(names[std::make_pair(0, 0)], "replica 0");
-  EXPECT_EQ(names[std::make_pair(1, 0)], "replica 1");
+  EXPECT_TRUE(testing::python_loads(path));
+  const std::map<std::pair<int, int>, std::string> names = testing::track_names(trace);
+  EXPECT_EQ(names.at({0, -1}), "worker 0 on " + testing::host_name());
+  EXPECT_EQ(names.at({0, 0}), "replica 0");
+  EXPECT_EQ(names.at({0, 1}), "replica 1");
 
   const std::vector<std::pair<std::string, std::int64_t>> expected = {
       {"all_reduce", 1}, {"all_reduce", 2}, {"merge_call", 3}};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/timeline.h"
@@ -66,7 +67,14 @@ void ReplicaGroup::complete_phase() {
     ops_[r] = &calls_[r]->op;
   }
   std::exception_ptr mismatch = compare_calls(calls_, first_id_);
+  // A multi-worker step on the timeline's cross-worker track: the workers' vote on the call, then
+  // (in prepare) the backend's local phase and its data phase across the workers.
+  std::optional<timeline::Span> across;
   if (agreement_ != nullptr) {
+    const CollectiveCall& first = *calls_[0];
+    across.emplace(timeline::kCrossWorkerTrack, collective::kind_name(first.op.kind),
+                   [&] { return timeline_args(first, first.op.sequence); });
+    timeline::Span vote(timeline::kCrossWorkerTrack, "vote");
     if (!agree_across_workers(mismatch)) return;
   } else if (mismatch) {
     record_failure(mismatch, mismatch);
@@ -192,14 +200,18 @@ void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<in
   std::rethrow_exception(error);
 }
 
-timeline::Args ReplicaGroup::timeline_args(int rank, const CollectiveCall& call) const {
+timeline::Args ReplicaGroup::timeline_args(const CollectiveCall& call, std::int64_t sequence) const {
   std::int64_t bytes = 0;
   for (const collective::BufferRef& input : call.op.inputs) bytes += static_cast<std::int64_t>(input.nbytes());
-  // publish() numbers the call as the wait begins: this is the number it is about to get.
   return timeline::Args{.kind = collective::kind_name(call.op.kind),
-                        .sequence = slots_[static_cast<std::size_t>(rank)].sequence + 1,
+                        .sequence = sequence,
                         .bytes = bytes,
                         .backend = communicator_->name()};
+}
+
+timeline::Args ReplicaGroup::replica_args(int rank, const CollectiveCall& call) const {
+  // publish() numbers the call as the wait begins: this is the number it is about to get.
+  return timeline_args(call, slots_[static_cast<std::size_t>(rank)].sequence + 1);
 }
 
 // On the timeline each collective is a span of its kind, with the call's args, holding a "wait"
@@ -207,7 +219,7 @@ timeline::Args ReplicaGroup::timeline_args(int rank, const CollectiveCall& call)
 // (the backend). A small all_reduce done in the meeting itself has no "data" span.
 void ReplicaGroup::run_collective(int rank, CollectiveCall& call, CollectiveKind kind, DataPhase data_phase) {
   call.op.kind = kind;
-  timeline::Span span(first_id_ + rank, collective::kind_name(kind), [&] { return timeline_args(rank, call); });
+  timeline::Span span(first_id_ + rank, collective::kind_name(kind), [&] { return replica_args(rank, call); });
   bool data_to_do = false;
   {
     timeline::Span wait(first_id_ + rank, "wait");
@@ -234,7 +246,7 @@ void ReplicaGroup::reduce_scatter(int rank, CollectiveCall& call) {
 // merge_fn runs inside the wait, on the replica that completes the phase.
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kMergeCall;
-  timeline::Span span(first_id_ + rank, "merge_call", [&] { return timeline_args(rank, call); });
+  timeline::Span span(first_id_ + rank, "merge_call", [&] { return replica_args(rank, call); });
   {
     timeline::Span wait(first_id_ + rank, "wait");
     synchronise(rank, call);

@@ -86,8 +86,10 @@ class ReplicaGroup {
   // Publishes `call` as rank's part of the next phase; `small` says whether it went on the small
   // path.
   void publish(int rank, CollectiveCall& call, bool& small);
-  // What replica `rank`'s timeline events of `call` carry; only while a timeline records.
-  timeline::Args timeline_args(int rank, const CollectiveCall& call) const;
+  // What the timeline events of `call`, numbered `sequence`, carry; only while a timeline records.
+  timeline::Args timeline_args(const CollectiveCall& call, std::int64_t sequence) const;
+  // Replica `rank`'s args of `call`, before publish() numbers it.
+  timeline::Args replica_args(int rank, const CollectiveCall& call) const;
   [[noreturn]] void time_out(int rank, const CollectiveCall& call, std::vector<int> behind);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
   void complete_phase() ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
