@@ -84,6 +84,39 @@ TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
   std::filesystem::remove(path);
 }
 
+TEST(Timeline, InputWaitsApplyGradientsAndCheckpointSavesHaveTheirSpans) {
+  const std::string path = temp_path("timeline_training_events");
+  const std::string checkpoint_path = temp_path("timeline_checkpoint");
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  StrategyScope scope = strategy.scope();
+  Variable w(Tensor::from_vector<float>({1.0f, 2.0f}), VariableOptions{.name = "w"});
+  optimizers::SGD sgd(0.1);
+  Checkpoint checkpoint({{"w", w}});
+  DistributedDataset<Tensor> dataset = strategy.experimental_distribute_dataset(data::range(8).batch(4));
+  Timeline::start(path);
+  for (const PerReplica<Tensor>& batch : dataset) {
+    strategy.run([&] {
+      (void)batch;
+      sgd.apply_gradients({{Tensor::from_vector<float>({0.5f, -1.0f}), w}});
+    });
+  }
+  checkpoint.save(checkpoint_path);
+  Timeline::stop();
+
+  const json trace = read_trace(path);
+  const std::vector<json> events = check_schema(trace);
+  const std::map<std::pair<int, int>, std::string> names = testing::track_names(trace);
+  EXPECT_EQ(names.at({0, detail::timeline::kInputTrack}), "input");
+  EXPECT_EQ(names.at({0, detail::timeline::kProgramTrack}), "program");
+  // Two batches, then the wait that finds the end.
+  EXPECT_EQ(count(events, detail::timeline::kInputTrack, "get_next", "B"), 3);
+  EXPECT_EQ(count(events, 0, "apply_gradients", "B"), 2);
+  EXPECT_EQ(count(events, 1, "apply_gradients", "B"), 2);
+  EXPECT_EQ(count(events, detail::timeline::kProgramTrack, "checkpoint_save", "B"), 1);
+  std::filesystem::remove(path);
+  std::filesystem::remove(checkpoint_path);
+}
+
 TEST(Timeline, AFailingRunWritesABalancedFileWithAnErrorEvent) {
   const std::string path = temp_path("timeline_failing_run");
   MirroredStrategy strategy({"CPU:0", "CPU:1"});

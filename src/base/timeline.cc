@@ -170,6 +170,15 @@ struct ClockSample {
   std::int64_t error_ns = 0;
 };
 
+std::string track_name(int track) {
+  switch (track) {
+    case kCrossWorkerTrack: return "cross-worker";
+    case kInputTrack: return "input";
+    case kProgramTrack: return "program";
+    default: return absl::StrCat("replica ", track);
+  }
+}
+
 // One worker's part of the file: its trace events (metadata first, then by time, "ts" in ns of
 // worker 0's clock) and what otherData says of it.
 nlohmann::json worker_part(std::vector<Event> events, int pid, const std::string& host, std::uint64_t dropped,
@@ -181,9 +190,8 @@ nlohmann::json worker_part(std::vector<Event> events, int pid, const std::string
   std::set<int> tracks;
   for (const Event& event : events) tracks.insert(event.track);
   for (int track : tracks) {
-    trace_events.push_back(
-        {{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", track}, {"ts", 0},
-         {"args", {{"name", track == kCrossWorkerTrack ? std::string("cross-worker") : absl::StrCat("replica ", track)}}}});
+    trace_events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", track}, {"ts", 0},
+                            {"args", {{"name", track_name(track)}}}});
   }
   for (const Event& event : events) trace_events.push_back(to_json(event, pid, clock.offset_ns));
   return {{"worker", pid},

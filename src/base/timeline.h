@@ -43,6 +43,11 @@ void instant(int track, const char* name, std::string message);
 // workers' vote on the call, the data phase over the transport), which one thread per worker
 // takes while its replicas wait: a thread of its own, "cross-worker", next to the replicas'.
 inline constexpr int kCrossWorkerTrack = 1 << 20;
+// The track of the distributed input's waits (get_next), "input", on the thread that iterates.
+inline constexpr int kInputTrack = kCrossWorkerTrack + 1;
+// The track of the program's cross-replica calls (a checkpoint's save, apply_gradients outside a
+// run), "program".
+inline constexpr int kProgramTrack = kCrossWorkerTrack + 2;
 
 // This process's worker id, for the process name ("worker k on <host>") and the pid of its events.
 void set_worker(int worker_id);

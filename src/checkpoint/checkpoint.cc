@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/timeline.h"
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/require_cross_replica.h"
 
@@ -329,6 +330,7 @@ Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables,
 
 void Checkpoint::save(const std::filesystem::path& path) const {
   detail::require_cross_replica("Checkpoint::save");
+  const detail::timeline::Span span(detail::timeline::kProgramTrack, "checkpoint_save");
   write(path, encode(entries_));
 }
 
