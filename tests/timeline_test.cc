@@ -9,12 +9,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/timeline.h"
@@ -288,6 +290,55 @@ TEST(TimelineEnvironment, AnUnwritablePathIsAnInvalidArgumentFromTheFirstStrateg
       ::testing::ExitedWithCode(0),
       "Timeline::start: cannot write the timeline to \"/nonexistent-directory/timeline.json\": No such file or "
       "directory");
+}
+
+TEST(CollectiveStats, AReplicaThatArrivesLateIsTheLastInEveryCollectiveAndTheOthersWaitForIt) {
+  MirroredStrategy strategy({"CPU:0", "CPU:1", "CPU:2"});
+  constexpr int kCollectives = 5;
+  strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    for (int i = 0; i < kCollectives; ++i) {
+      if (ctx->replica_id_in_sync_group() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // A scalar takes the small path, a large tensor the rendezvous: both count.
+      if (i % 2 == 0) {
+        ctx->all_reduce(ReduceOp::kSum, 1.0f);
+      } else {
+        ctx->all_reduce(ReduceOp::kSum, Tensor::zeros(DType::kFloat32, Shape{1 << 16}));
+      }
+    }
+  });
+  CollectiveStats stats = strategy.extended().collective_stats();
+  EXPECT_EQ(stats.worker_id, 0);
+  ASSERT_EQ(stats.replicas.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    const ReplicaCollectiveStats& replica = stats.replicas[static_cast<std::size_t>(r)];
+    SCOPED_TRACE(r);
+    EXPECT_EQ(replica.replica_id, r);
+    EXPECT_EQ(replica.collectives, kCollectives);
+    EXPECT_EQ(replica.last_arrivals, r == 1 ? kCollectives : 0);
+    // The late replica never waits; the others wait for its sleep, 20 ms each time (at least 10).
+    if (r == 1) {
+      EXPECT_EQ(replica.wait_seconds, 0.0);
+    } else {
+      EXPECT_GT(replica.wait_seconds, kCollectives * 0.010);
+    }
+  }
+  ASSERT_NE(stats.slowest(), nullptr);
+  EXPECT_EQ(stats.slowest()->replica_id, 1);
+
+  strategy.extended().reset_collective_stats();
+  stats = strategy.extended().collective_stats();
+  for (const ReplicaCollectiveStats& replica : stats.replicas) {
+    EXPECT_EQ(replica.collectives, 0);
+    EXPECT_EQ(replica.last_arrivals, 0);
+    EXPECT_EQ(replica.wait_seconds, 0.0);
+  }
+  EXPECT_EQ(stats.slowest(), nullptr);
+}
+
+TEST(CollectiveStats, AStrategyOfOneDeviceHasNoReplicasToList) {
+  OneDeviceStrategy strategy("CPU:0");
+  EXPECT_TRUE(strategy.extended().collective_stats().replicas.empty());
 }
 
 }  // namespace

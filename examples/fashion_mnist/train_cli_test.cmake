@@ -3,7 +3,8 @@
 #   helpfull  --helpfull names main.cc by its path in the project, never the source tree's
 #   progress_auto     --progress=auto prints a line per epoch and no escape sequence into a pipe
 #   progress_bar      --progress=bar draws its bar even into a pipe, and prints the epochs' lines
-#   progress_lines    --progress=lines prints the epochs' lines, nothing else
+#   progress_lines    --progress=lines prints the epochs' lines (each with its slowest replica),
+#                     nothing else
 #   progress_none     --progress=none prints neither, only the first and last lines
 #   progress_invalid  an unknown --progress fails, naming the valid values
 #   progress_mpirun   under mpirun -np 2 (MPIEXEC), whose children write to a pseudo-terminal:
@@ -133,6 +134,12 @@ elseif(CASE STREQUAL "progress_lines")
   run(${train_args} --replicas=2 --progress=lines)
   expect_epoch_lines("${out}" 2)
   expect_no_redraw("${out}")
+  # Each epoch's straggler figure follows its line.
+  string(REGEX MATCHALL "\n  slowest: replica [01], last in [0-9]+ % of collectives\n" slowest "${out}")
+  list(LENGTH slowest n)
+  if(NOT n EQUAL 2)
+    message(FATAL_ERROR "${n} lines of an epoch's slowest replica where 2 were expected")
+  endif()
 elseif(CASE STREQUAL "progress_none")
   run(${train_args} --replicas=2 --progress=none)
   expect_epoch_lines("${out}" 0)

@@ -164,15 +164,23 @@ void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
 bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   bool small = false;
   publish(rank, call, small);
+  // When this replica began to wait; it stays unset for the replica that finds every other one
+  // there (the rendezvous's completer, or the small path's replica whose peers' lines had all
+  // come), so that the last to arrive reads no clock.
+  Clock::time_point waited_from{};
+  bool completer = false;
   // Runs once, on the path that waits first.
-  const auto meanwhile = [&call] {
+  const auto meanwhile = [&] {
+    if (!completer && waited_from == Clock::time_point{}) waited_from = Clock::now();
     if (!call.while_waiting) return;
     (*call.while_waiting)();
     call.while_waiting.reset();
   };
   if (small) {
     switch (small_->complete(rank, call, call.op.options.timeout, policy_, [this] { return failed(); }, meanwhile)) {
-      case SmallAllReduce::Outcome::kDone: return false;
+      case SmallAllReduce::Outcome::kDone:
+        count_collective(rank, waited_from);
+        return false;
       case SmallAllReduce::Outcome::kTimedOut: time_out(rank, call, small_->behind(rank, call.op.sequence));
       // A mismatch is named by the rendezvous's comparison; after a failure the rendezvous throws
       // the run's release error.
@@ -180,14 +188,46 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
       case SmallAllReduce::Outcome::kCancelled: break;
     }
   }
-  if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [this] {
+  if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [&] {
+        completer = waited_from == Clock::time_point{};
         phase_.claim();
         complete_phase();
       }, meanwhile) !=
       collective::Rendezvous::Outcome::kCompleted) {
     time_out(rank, call, rendezvous_.behind(rank));
   }
+  count_collective(rank, waited_from);
   return true;
+}
+
+void ReplicaGroup::count_collective(int rank, Clock::time_point waited_from) {
+  Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  const auto add = [](std::atomic<std::int64_t>& counter, std::int64_t n) {
+    counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  };
+  add(slot.collectives, 1);
+  if (waited_from == Clock::time_point{}) {
+    add(slot.last_arrivals, 1);
+  } else {
+    add(slot.wait_ns, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - waited_from).count());
+  }
+}
+
+ReplicaCollectiveStats ReplicaGroup::stats(int rank) const {
+  const Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  return ReplicaCollectiveStats{
+      .replica_id = first_id_ + rank,
+      .collectives = slot.collectives.load(std::memory_order_relaxed),
+      .last_arrivals = slot.last_arrivals.load(std::memory_order_relaxed),
+      .wait_seconds = static_cast<double>(slot.wait_ns.load(std::memory_order_relaxed)) * 1e-9};
+}
+
+void ReplicaGroup::reset_stats() {
+  for (Slot& slot : slots_) {
+    for (std::atomic<std::int64_t>* counter : {&slot.collectives, &slot.last_arrivals, &slot.wait_ns}) {
+      counter->store(0, std::memory_order_relaxed);
+    }
+  }
 }
 
 void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<int> behind) {
