@@ -239,7 +239,7 @@ void write_trace(std::FILE* file, const std::string& path, std::vector<nlohmann:
 Job* job ABSL_GUARDED_BY(session_mu) = nullptr;
 
 // Ping-pong rounds of the clock measurement; the round with the shortest round trip is kept.
-constexpr int kClockRounds = 8;
+constexpr int kClockRounds = 16;
 
 // Measures this worker's clock against worker 0's (every worker at once): in a round each worker
 // reads its clock (t1) and exchanges; then reads it again (t2) and exchanges that, and reads it
