@@ -246,34 +246,32 @@ constexpr int kClockRounds = 16;
 // once the others' have come (t3). Worker 0's t2 was read after every worker's t1 came and before
 // its own second message left, so it lies between this worker's t1 and t3: the offset is
 // t2 - (t1 + t3) / 2 to within half the round trip. Returns the workers that did not answer.
-std::vector<int> measure_clock(Job& transport, Deadline deadline, ClockSample& sample) {
-  std::vector<std::int64_t> all(static_cast<std::size_t>(transport.num_workers()));
+std::vector<int> measure_clock(Job& workers, Deadline deadline, ClockSample& sample) {
+  std::vector<std::int64_t> all(static_cast<std::size_t>(workers.num_workers()));
   std::int64_t best_round_trip = std::numeric_limits<std::int64_t>::max();
   for (int round = 0; round < kClockRounds; ++round) {
-    std::int64_t reading[2] = {now_ns(), 0};
-    for (std::int64_t& mine : reading) {
-      if (&mine != reading) mine = now_ns();
-      std::vector<int> missing = transport.exchange(mine, all, deadline);
-      if (!missing.empty()) return missing;
-    }
+    const std::int64_t t1 = now_ns();
+    if (std::vector<int> missing = workers.exchange(t1, all, deadline); !missing.empty()) return missing;
+    const std::int64_t t2 = now_ns();
+    if (std::vector<int> missing = workers.exchange(t2, all, deadline); !missing.empty()) return missing;
     const std::int64_t t3 = now_ns();
-    if (t3 - reading[0] < best_round_trip) {
-      best_round_trip = t3 - reading[0];
-      sample = {.offset_ns = all[0] - (reading[0] + t3) / 2, .error_ns = (best_round_trip + 1) / 2};
+    if (t3 - t1 < best_round_trip) {
+      best_round_trip = t3 - t1;
+      sample = {.offset_ns = all[0] - (t1 + t3) / 2, .error_ns = (best_round_trip + 1) / 2};
     }
   }
-  if (transport.worker_id() == 0) sample = {};
+  if (workers.worker_id() == 0) sample = {};
   return {};
 }
 
 // Brings every worker's part to worker 0: there, `parts` is each worker's in worker order.
 // Returns the workers that did not answer; throws what the transport's data step throws.
-std::vector<int> gather(Job& transport, const std::string& mine, Deadline deadline, std::vector<std::string>& parts) {
-  std::vector<std::int64_t> sizes(static_cast<std::size_t>(transport.num_workers()));
-  std::vector<int> missing = transport.exchange(static_cast<std::int64_t>(mine.size()), sizes, deadline);
+std::vector<int> gather(Job& workers, const std::string& mine, Deadline deadline, std::vector<std::string>& parts) {
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(workers.num_workers()));
+  std::vector<int> missing = workers.exchange(static_cast<std::int64_t>(mine.size()), sizes, deadline);
   if (!missing.empty()) return missing;
   const std::vector<std::size_t> counts(sizes.begin(), sizes.end());
-  const std::string all = transport.all_gather(mine, counts, deadline);
+  const std::string all = workers.all_gather(mine, counts, deadline);
   parts.clear();
   std::size_t from = 0;
   for (std::size_t count : counts) {
@@ -287,17 +285,17 @@ std::vector<int> gather(Job& transport, const std::string& mine, Deadline deadli
 // every worker's events into its file; the others close theirs unwritten, unless worker 0 did not
 // answer (then each writes its own). A worker that does not answer within the job's timeout is
 // left out, and named in otherData.missing_workers.
-void stop_job(Session& stopped, std::vector<Event> events, std::uint64_t dropped, Job& transport) {
-  const Deadline deadline = deadline_after(transport.timeout());
-  const int me = transport.worker_id();
+void stop_job(Session& stopped, std::vector<Event> events, std::uint64_t dropped, Job& workers) {
+  const Deadline deadline = deadline_after(workers.timeout());
+  const int me = workers.worker_id();
   ClockSample clock;
-  std::vector<int> missing = measure_clock(transport, deadline, clock);
-  nlohmann::json mine = worker_part(std::move(events), me, transport.host(), dropped, clock);
+  std::vector<int> missing = measure_clock(workers, deadline, clock);
+  nlohmann::json mine = worker_part(std::move(events), me, workers.host(), dropped, clock);
   std::vector<std::string> parts;
   std::string failure;
   if (missing.empty()) {
     try {
-      missing = gather(transport, mine.dump(), deadline, parts);
+      missing = gather(workers, mine.dump(), deadline, parts);
     } catch (const Error& e) {
       failure = e.what();
     }
@@ -314,7 +312,7 @@ void stop_job(Session& stopped, std::vector<Event> events, std::uint64_t dropped
     written.push_back(std::move(mine));
   }
   nlohmann::json job_data = {
-      {"workers", transport.num_workers()},
+      {"workers", workers.num_workers()},
       {"clock_sync", absl::StrCat("each worker's clock is aligned to worker 0's by the shortest of ", kClockRounds,
                                   " round trips to it at stop(); the error is at most clock_error_us")}};
   for (const nlohmann::json& part : written) {
