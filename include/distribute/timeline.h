@@ -4,8 +4,10 @@
 // once, when the program's first strategy is made, and then stops at exit. Timeline::stop() writes
 // the trace as Chrome trace-event JSON, which ui.perfetto.dev and chrome://tracing open: one process
 // per worker, one thread per replica, with each run, each collective (split into its wait and its
-// data phase), each merge_call and each replica's error. In a multi-worker job stop() is
-// collective: worker 0 gathers every worker's events, their clocks aligned, into one file.
+// data phase), each merge_call, apply_gradients and each replica's error; beside them the input's
+// get_next waits, the program's checkpoint saves, and a multi-worker step's vote, local phase and
+// MPI data phase. In a multi-worker job stop() is collective: worker 0 gathers every worker's
+// events, their clocks aligned, into one file.
 // docs/timeline.md shows an example.
 //
 // Each thread keeps its events in a ring buffer of TimelineOptions::events_per_thread events: when
