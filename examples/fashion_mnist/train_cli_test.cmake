@@ -9,6 +9,8 @@
 #   progress_invalid  an unknown --progress fails, naming the valid values
 #   progress_mpirun   under mpirun -np 2 (MPIEXEC), whose children write to a pseudo-terminal:
 #                     worker 0 alone prints the epochs' lines, and no escape sequence
+#   timeline_mpirun   DISTRIBUTE_TIMELINE for both workers of mpirun -np 2 (2 replicas each): one
+#                     file, written at exit, holding both workers' replicas and cross-worker tracks
 #   metrics           --metrics writes the header and a row per epoch; --resume adds the next
 #   metrics_unwritable a --metrics path that cannot be written ends the run before it trains
 #   shard_optimizer_state  --shard_optimizer_state ends with the same accuracy and the same
@@ -96,7 +98,7 @@ function(expect_metrics path count)
   endforeach()
 endfunction()
 
-if(CASE MATCHES "^(progress_(auto|bar|lines|none|mpirun)|metrics.*)$")
+if(CASE MATCHES "^(progress_(auto|bar|lines|none|mpirun)|timeline_mpirun|metrics.*)$")
   if(NOT EXISTS ${data_dir}/train-images-idx3-ubyte.gz)
     message("skipped: Fashion-MNIST is not installed in ${data_dir} (apt-get install dataset-fashion-mnist)")
     return()
@@ -209,6 +211,26 @@ elseif(CASE STREQUAL "progress_mpirun")
   endif()
   expect_epoch_lines("${out}" 2)
   expect_no_redraw("${out}")
+elseif(CASE STREQUAL "timeline_mpirun")
+  execute_process(COMMAND ${MPIEXEC} --oversubscribe --bind-to none -np 2 -x DISTRIBUTE_TIMELINE=${WORK_DIR}/timeline.json
+                          ${PROGRAM} ${train_args} --replicas=2 --multi_worker --progress=none
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message(STATUS "mpirun -np 2 train_fashion_mnist with DISTRIBUTE_TIMELINE: exit ${rc}\n${out}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "training failed")
+  endif()
+  file(READ ${WORK_DIR}/timeline.json trace)
+  string(JSON workers GET "${trace}" otherData workers)
+  if(NOT workers EQUAL 2)
+    message(FATAL_ERROR "the timeline holds ${workers} workers where 2 were expected")
+  endif()
+  string(JSON missing ERROR_VARIABLE none GET "${trace}" otherData missing_workers)
+  if(none STREQUAL "NOTFOUND")
+    message(FATAL_ERROR "the timeline misses workers ${missing}")
+  endif()
+  foreach(track "worker 0 on " "worker 1 on " "\"replica 3\"" "\"cross-worker\"" "\"input\"" "\"program\"")
+    expect_in("${trace}" "${track}")
+  endforeach()
 else()
   message(FATAL_ERROR "unknown CASE '${CASE}'")
 endif()
