@@ -4,7 +4,9 @@
 // every track, one process per worker named after it and its host, every collective on each of the
 // four replicas' tracks with the same sequence number, and on each worker's cross-worker track the
 // vote and the data phase across the workers; the clock alignment is stated; a failing run still
-// writes a balanced file with the replica's error.
+// writes a balanced file with the replica's error. With --worker_1_stays_away (a second ctest
+// entry, a strategy timeout of 2 s) worker 1 records nothing and never calls stop(): worker 0's
+// stop() gives up on it after the timeout and writes its own events, naming worker 1 as missing.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -30,13 +32,15 @@ using testing::count;
 using Collectives = std::vector<std::pair<std::string, std::int64_t>>;
 
 constexpr int kLocalReplicas = 2;
+// Set by --worker_1_stays_away.
+bool g_worker_1_stays_away = false;
 constexpr int kCross = detail::timeline::kCrossWorkerTrack;
 
 MultiWorkerMirroredStrategy& strategy() {
   static MultiWorkerMirroredStrategy* s = [] {
     MultiWorkerMirroredStrategyOptions options;
     options.local_devices = {"CPU:0", "CPU:1"};
-    options.communication.timeout = std::chrono::seconds(30);
+    options.communication.timeout = std::chrono::seconds(g_worker_1_stays_away ? 2 : 30);
     return new MultiWorkerMirroredStrategy(options);
   }();
   return *s;
@@ -133,11 +137,31 @@ TEST(TimelineMultiWorker, AFailingRunStillWritesABalancedFileWithTheError) {
   std::filesystem::remove(path);
 }
 
+TEST(TimelineMultiWorkerGone, AWorkerThatNeverStopsIsLeftOutAfterTheTimeout) {
+  if (!g_worker_1_stays_away) GTEST_SKIP() << "runs with --worker_1_stays_away";
+  const std::string path = job_path("timeline_2x2_gone");
+  if (rank() == 0) Timeline::start(path);
+  strategy().run([] { get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+  if (rank() != 0) return;  // and never stops a timeline
+  // Bounded by the strategy's timeout; ctest's (below the timeline's 60 s default) catches a hang.
+  EXPECT_TRUE(Timeline::stop());
+
+  const json trace = testing::read_trace(path);
+  const std::vector<json> events = check_schema(trace);
+  EXPECT_EQ(trace.at("otherData").at("missing_workers"), json::array({1}));
+  for (const json& e : events) EXPECT_EQ(e.at("pid"), 0) << e;
+  EXPECT_EQ(collectives_of(events, 0, 0), (Collectives{{"all_reduce", 1}}));
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace distribute
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--worker_1_stays_away") distribute::g_worker_1_stays_away = true;
+  }
   distribute::strategy();  // initialises MPI
   return RUN_ALL_TESTS();
 }
