@@ -9,91 +9,38 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/timeline.h"
 #include "distribute/distribute.h"
 #include "nlohmann/json.hpp"
+#include "testing/trace.h"
 
 namespace distribute {
 namespace {
 
 using nlohmann::json;
+using testing::check_schema;
+using testing::read_trace;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(getpid()) + ".json")).string();
 }
 
-json read_trace(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  return json::parse(in);  // throws on anything that is not JSON
-}
-
-// Checks the schema of every event and that begins and ends pair up, by name, on every track in
-// the order of their timestamps; returns the events that are not metadata.
-std::vector<json> check_schema(const json& trace) {
-  EXPECT_TRUE(trace.is_object());
-  EXPECT_TRUE(trace.at("traceEvents").is_array());
-  std::vector<json> events;
-  std::map<std::pair<int, int>, std::vector<std::string>> open;
-  std::map<std::pair<int, int>, double> last_ts;
-  for (const json& event : trace.at("traceEvents")) {
-    for (const char* key : {"name", "ph", "ts", "pid", "tid"}) EXPECT_TRUE(event.contains(key)) << key << " in " << event;
-    EXPECT_TRUE(event.at("name").is_string());
-    EXPECT_TRUE(event.at("ts").is_number());
-    EXPECT_TRUE(event.at("pid").is_number_integer());
-    EXPECT_TRUE(event.at("tid").is_number_integer());
-    const std::string ph = event.at("ph");
-    if (ph == "M") continue;
-    events.push_back(event);
-    const std::pair<int, int> track{event.at("pid"), event.at("tid")};
-    const double ts = event.at("ts");
-    EXPECT_GE(ts, last_ts[track]) << event;
-    last_ts[track] = ts;
-    if (ph == "B") {
-      open[track].push_back(event.at("name"));
-    } else if (ph == "E") {
-      EXPECT_FALSE(open[track].empty()) << "an end without a begin: " << event;
-      if (open[track].empty()) continue;
-      EXPECT_EQ(open[track].back(), event.at("name").get<std::string>());
-      open[track].pop_back();
-    } else {
-      EXPECT_EQ(ph, "i") << event;
-    }
-  }
-  for (const auto& [track, names] : open) EXPECT_TRUE(names.empty()) << "unclosed on tid " << track.second;
-  return events;
-}
-
-std::string host() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
-// Every collective's begin on replica `tid`, as (name, sequence), in order.
 std::vector<std::pair<std::string, std::int64_t>> collectives_of(const std::vector<json>& events, int tid) {
-  std::vector<std::pair<std::string, std::int64_t>> out;
-  for (const json& e : events) {
-    if (e.at("tid") == tid && e.at("ph") == "B" && e.contains("args") && e.at("name") != "wait" &&
-        e.at("name") != "data") {
-      out.emplace_back(e.at("name"), e.at("args").at("sequence"));
-    }
-  }
-  return out;
+  return testing::collectives_of(events, 0, tid);
 }
 
 int count(const std::vector<json>& events, int tid, const std::string& name, const std::string& ph) {
-  int n = 0;
-  for (const json& e : events) n += e.at("tid") == tid && e.at("name") == name && e.at("ph") == ph;
-  return n;
+  return testing::count(events, 0, tid, name, ph);
 }
 
 TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
@@ -115,13 +62,11 @@ TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
   const json trace = read_trace(path);
   const std::vector<json> events = check_schema(trace);
   EXPECT_EQ(trace.at("otherData").at("dropped_events"), 0);
-  std::map<std::pair<int, int>, std::string> names;
-  for (const json& e : trace.at("traceEvents")) {
-    if (e.at("ph") == "M") names[{e.at("tid"), e.at("name") == "process_name"}] = e.at("args").at("name");
-  }
-  EXPECT_EQ(names[std::make_pair(0, 1)], "worker 0 on " + host());
-  EXPECT_EQ(names[std::make_pair(0, 0)], "replica 0");
-  EXPECT_EQ(names[std::make_pair(1, 0)], "replica 1");
+  EXPECT_TRUE(testing::python_loads(path));
+  const std::map<std::pair<int, int>, std::string> names = testing::track_names(trace);
+  EXPECT_EQ(names.at({0, -1}), "worker 0 on " + testing::host_name());
+  EXPECT_EQ(names.at({0, 0}), "replica 0");
+  EXPECT_EQ(names.at({0, 1}), "replica 1");
 
   const std::vector<std::pair<std::string, std::int64_t>> expected = {
       {"all_reduce", 1}, {"all_reduce", 2}, {"merge_call", 3}};
@@ -139,6 +84,39 @@ TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
     }
   }
   std::filesystem::remove(path);
+}
+
+TEST(Timeline, InputWaitsApplyGradientsAndCheckpointSavesHaveTheirSpans) {
+  const std::string path = temp_path("timeline_training_events");
+  const std::string checkpoint_path = temp_path("timeline_checkpoint");
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  StrategyScope scope = strategy.scope();
+  Variable w(Tensor::from_vector<float>({1.0f, 2.0f}), VariableOptions{.name = "w"});
+  optimizers::SGD sgd(0.1);
+  Checkpoint checkpoint({{"w", w}});
+  DistributedDataset<Tensor> dataset = strategy.experimental_distribute_dataset(data::range(8).batch(4));
+  Timeline::start(path);
+  for (const PerReplica<Tensor>& batch : dataset) {
+    strategy.run([&] {
+      (void)batch;
+      sgd.apply_gradients({{Tensor::from_vector<float>({0.5f, -1.0f}), w}});
+    });
+  }
+  checkpoint.save(checkpoint_path);
+  Timeline::stop();
+
+  const json trace = read_trace(path);
+  const std::vector<json> events = check_schema(trace);
+  const std::map<std::pair<int, int>, std::string> names = testing::track_names(trace);
+  EXPECT_EQ(names.at({0, detail::timeline::kInputTrack}), "input");
+  EXPECT_EQ(names.at({0, detail::timeline::kProgramTrack}), "program");
+  // Two batches, then the wait that finds the end.
+  EXPECT_EQ(count(events, detail::timeline::kInputTrack, "get_next", "B"), 3);
+  EXPECT_EQ(count(events, 0, "apply_gradients", "B"), 2);
+  EXPECT_EQ(count(events, 1, "apply_gradients", "B"), 2);
+  EXPECT_EQ(count(events, detail::timeline::kProgramTrack, "checkpoint_save", "B"), 1);
+  std::filesystem::remove(path);
+  std::filesystem::remove(checkpoint_path);
 }
 
 TEST(Timeline, AFailingRunWritesABalancedFileWithAnErrorEvent) {
@@ -312,6 +290,55 @@ TEST(TimelineEnvironment, AnUnwritablePathIsAnInvalidArgumentFromTheFirstStrateg
       ::testing::ExitedWithCode(0),
       "Timeline::start: cannot write the timeline to \"/nonexistent-directory/timeline.json\": No such file or "
       "directory");
+}
+
+TEST(CollectiveStats, AReplicaThatArrivesLateIsTheLastInEveryCollectiveAndTheOthersWaitForIt) {
+  MirroredStrategy strategy({"CPU:0", "CPU:1", "CPU:2"});
+  constexpr int kCollectives = 5;
+  strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    for (int i = 0; i < kCollectives; ++i) {
+      if (ctx->replica_id_in_sync_group() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // A scalar takes the small path, a large tensor the rendezvous: both count.
+      if (i % 2 == 0) {
+        ctx->all_reduce(ReduceOp::kSum, 1.0f);
+      } else {
+        ctx->all_reduce(ReduceOp::kSum, Tensor::zeros(DType::kFloat32, Shape{1 << 16}));
+      }
+    }
+  });
+  CollectiveStats stats = strategy.extended().collective_stats();
+  EXPECT_EQ(stats.worker_id, 0);
+  ASSERT_EQ(stats.replicas.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    const ReplicaCollectiveStats& replica = stats.replicas[static_cast<std::size_t>(r)];
+    SCOPED_TRACE(r);
+    EXPECT_EQ(replica.replica_id, r);
+    EXPECT_EQ(replica.collectives, kCollectives);
+    EXPECT_EQ(replica.last_arrivals, r == 1 ? kCollectives : 0);
+    // The late replica never waits; the others wait for its sleep, 20 ms each time (at least 10).
+    if (r == 1) {
+      EXPECT_EQ(replica.wait_seconds, 0.0);
+    } else {
+      EXPECT_GT(replica.wait_seconds, kCollectives * 0.010);
+    }
+  }
+  ASSERT_NE(stats.slowest(), nullptr);
+  EXPECT_EQ(stats.slowest()->replica_id, 1);
+
+  strategy.extended().reset_collective_stats();
+  stats = strategy.extended().collective_stats();
+  for (const ReplicaCollectiveStats& replica : stats.replicas) {
+    EXPECT_EQ(replica.collectives, 0);
+    EXPECT_EQ(replica.last_arrivals, 0);
+    EXPECT_EQ(replica.wait_seconds, 0.0);
+  }
+  EXPECT_EQ(stats.slowest(), nullptr);
+}
+
+TEST(CollectiveStats, AStrategyOfOneDeviceHasNoReplicasToList) {
+  OneDeviceStrategy strategy("CPU:0");
+  EXPECT_TRUE(strategy.extended().collective_stats().replicas.empty());
 }
 
 }  // namespace

@@ -3,11 +3,14 @@
 #   helpfull  --helpfull names main.cc by its path in the project, never the source tree's
 #   progress_auto     --progress=auto prints a line per epoch and no escape sequence into a pipe
 #   progress_bar      --progress=bar draws its bar even into a pipe, and prints the epochs' lines
-#   progress_lines    --progress=lines prints the epochs' lines, nothing else
+#   progress_lines    --progress=lines prints the epochs' lines (each with its slowest replica),
+#                     nothing else
 #   progress_none     --progress=none prints neither, only the first and last lines
 #   progress_invalid  an unknown --progress fails, naming the valid values
 #   progress_mpirun   under mpirun -np 2 (MPIEXEC), whose children write to a pseudo-terminal:
 #                     worker 0 alone prints the epochs' lines, and no escape sequence
+#   timeline_mpirun   DISTRIBUTE_TIMELINE for both workers of mpirun -np 2 (2 replicas each): one
+#                     file, written at exit, holding both workers' replicas and cross-worker tracks
 #   metrics           --metrics writes the header and a row per epoch; --resume adds the next
 #   metrics_unwritable a --metrics path that cannot be written ends the run before it trains
 #   shard_optimizer_state  --shard_optimizer_state ends with the same accuracy and the same
@@ -98,7 +101,7 @@ function(expect_metrics path count)
   endforeach()
 endfunction()
 
-if(CASE MATCHES "^(progress_(auto|bar|lines|none|mpirun)|metrics.*)$")
+if(CASE MATCHES "^(progress_(auto|bar|lines|none|mpirun)|timeline_mpirun|metrics.*)$")
   if(NOT EXISTS ${data_dir}/train-images-idx3-ubyte.gz)
     message("skipped: Fashion-MNIST is not installed in ${data_dir} (apt-get install dataset-fashion-mnist)")
     return()
@@ -136,6 +139,12 @@ elseif(CASE STREQUAL "progress_lines")
   run(${train_args} --replicas=2 --progress=lines)
   expect_epoch_lines("${out}" 2)
   expect_no_redraw("${out}")
+  # Each epoch's straggler figure follows its line.
+  string(REGEX MATCHALL "\n  slowest: replica [01], last in [0-9]+ % of collectives\n" slowest "${out}")
+  list(LENGTH slowest n)
+  if(NOT n EQUAL 2)
+    message(FATAL_ERROR "${n} lines of an epoch's slowest replica where 2 were expected")
+  endif()
 elseif(CASE STREQUAL "progress_none")
   run(${train_args} --replicas=2 --progress=none)
   expect_epoch_lines("${out}" 0)
@@ -236,6 +245,26 @@ elseif(CASE STREQUAL "progress_mpirun")
   endif()
   expect_epoch_lines("${out}" 2)
   expect_no_redraw("${out}")
+elseif(CASE STREQUAL "timeline_mpirun")
+  execute_process(COMMAND ${MPIEXEC} --oversubscribe --bind-to none -np 2 -x DISTRIBUTE_TIMELINE=${WORK_DIR}/timeline.json
+                          ${PROGRAM} ${train_args} --replicas=2 --multi_worker --progress=none
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message(STATUS "mpirun -np 2 train_fashion_mnist with DISTRIBUTE_TIMELINE: exit ${rc}\n${out}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "training failed")
+  endif()
+  file(READ ${WORK_DIR}/timeline.json trace)
+  string(JSON workers GET "${trace}" otherData workers)
+  if(NOT workers EQUAL 2)
+    message(FATAL_ERROR "the timeline holds ${workers} workers where 2 were expected")
+  endif()
+  string(JSON missing ERROR_VARIABLE none GET "${trace}" otherData missing_workers)
+  if(none STREQUAL "NOTFOUND")
+    message(FATAL_ERROR "the timeline misses workers ${missing}")
+  endif()
+  foreach(track "worker 0 on " "worker 1 on " "\"replica 3\"" "\"cross-worker\"" "\"input\"" "\"program\"")
+    expect_in("${trace}" "${track}")
+  endforeach()
 else()
   message(FATAL_ERROR "unknown CASE '${CASE}'")
 endif()

@@ -4,7 +4,11 @@
 // once, when the program's first strategy is made, and then stops at exit. Timeline::stop() writes
 // the trace as Chrome trace-event JSON, which ui.perfetto.dev and chrome://tracing open: one process
 // per worker, one thread per replica, with each run, each collective (split into its wait and its
-// data phase), each merge_call and each replica's error. docs/timeline.md shows an example.
+// data phase), each merge_call, apply_gradients and each replica's error; beside them the input's
+// get_next waits, the program's checkpoint saves, and a multi-worker step's vote, local phase and
+// MPI data phase. In a multi-worker job stop() is collective: worker 0 gathers every worker's
+// events, their clocks aligned, into one file.
+// docs/timeline.md shows an example.
 //
 // Each thread keeps its events in a ring buffer of TimelineOptions::events_per_thread events: when
 // it is full the oldest events go, and the file says how many ("dropped_events"). While the
@@ -33,7 +37,9 @@ class Timeline {
   // Stops recording and writes every thread's events to the file given to start(). Events of a
   // run still going on are closed at the moment of stop(). Without a timeline recording it does
   // nothing and returns false (so a cleanup path may call it unconditionally); true otherwise.
-  // InternalError when writing the file fails (the timeline is stopped all the same).
+  // InternalError when writing the file fails (the timeline is stopped all the same). In a
+  // multi-worker job every worker must call it: worker 0 writes the job's events into its file
+  // (docs/timeline.md); a worker that does not answer within the strategy's timeout is left out.
   static bool stop();
   // Whether a timeline is recording.
   static bool active();

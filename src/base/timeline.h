@@ -5,10 +5,16 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
+
+#include "base/wait.h"
 
 namespace distribute::detail::timeline {
 
@@ -33,11 +39,47 @@ void begin(int track, const char* name, const Args& args);
 void end(int track, const char* name);
 void instant(int track, const char* name, std::string message);
 
+// The track of a multi-worker collective's steps across the workers (the local phase, the
+// workers' vote on the call, the data phase over the transport), which one thread per worker
+// takes while its replicas wait: a thread of its own, "cross-worker", next to the replicas'.
+inline constexpr int kCrossWorkerTrack = 1 << 20;
+// The track of the distributed input's waits (get_next), "input", on the thread that iterates.
+inline constexpr int kInputTrack = kCrossWorkerTrack + 1;
+// The track of the program's cross-replica calls (a checkpoint's save, apply_gradients outside a
+// run), "program".
+inline constexpr int kProgramTrack = kCrossWorkerTrack + 2;
+
 // This process's worker id, for the process name ("worker k on <host>") and the pid of its events.
 void set_worker(int worker_id);
+// The workers of this process's multi-worker job, as Timeline::stop() reaches them; src/mpi/
+// implements it over a transport of its own, so that the strategies' traffic never meets it.
+class Job {
+ public:
+  virtual ~Job() = default;
+  virtual int worker_id() const = 0;
+  virtual int num_workers() const = 0;
+  // This worker's host name.
+  virtual std::string host() const = 0;
+  // Whether the workers can still be reached (false once MPI is finalised).
+  virtual bool reachable() const = 0;
+  // The bound on stop()'s waits for the other workers, all together.
+  virtual std::chrono::duration<double> timeout() const = 0;
+  // Sends `mine` to every worker and receives worker w's into all[w]. Returns the workers whose
+  // had not come by `deadline` (then the job cannot be used again), else nothing.
+  virtual std::vector<int> exchange(std::int64_t mine, std::span<std::int64_t> all, Deadline deadline) = 0;
+  // Every worker's bytes in worker order, worker w's sizes[w] long; throws an Error when the
+  // transfer stalls past `deadline`.
+  virtual std::string all_gather(const std::string& mine, std::span<const std::size_t> sizes, Deadline deadline) = 0;
+};
+// Set once, by the first multi-worker strategy (src/mpi/); Timeline::stop() is then collective:
+// worker 0 writes the job's file.
+void set_job(std::unique_ptr<Job> job);
 // Starts a timeline into $DISTRIBUTE_TIMELINE, if set, the first time it is called (the making of
 // the program's first strategy), and stops it at exit. Throws what Timeline::start throws.
 void start_from_environment_once();
+// Stops a recording timeline, printing an error to stderr instead of throwing: the exit path, which
+// MPI's finalisation also takes first, so that the workers still reach each other.
+void stop_at_exit();
 
 // A begin event now and its end when the span goes out of scope, also when an exception leaves
 // it. make_args is called only while recording.

@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/timeline.h"
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/chief.h"
 #include "checkpoint/require_cross_replica.h"
@@ -359,6 +360,7 @@ void Checkpoint::add(std::string name, Saveable state) {
 
 void Checkpoint::save(const std::filesystem::path& path) const {
   detail::require_cross_replica("Checkpoint::save");
+  const detail::timeline::Span span(detail::timeline::kProgramTrack, "checkpoint_save");
   StrategyExtended* workers = detail::workers_of(variables_);
   std::vector<Tensor> values = read_all(entries_);
   detail::on_chief(workers, [&] { write(path, entries_, values); });

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/timeline.h"
 #include "distribute/check.h"
 #include "distribute/replica/internal/context_stack.h"
 
@@ -74,6 +75,17 @@ void check_not_in_replica(const char* method) {
   DISTRIBUTE_CHECK(detail::current_mode().replica_context == nullptr, FailedPreconditionError, method,
                    ": a distributed dataset cannot be iterated inside a replica's function; iterate it in the "
                    "caller's loop and pass each PerReplica batch to Strategy::run");
+}
+
+GetNextSpan::GetNextSpan() {
+  if (detail::timeline::on()) [[unlikely]] {
+    detail::timeline::begin(detail::timeline::kInputTrack, "get_next", {});
+    recorded_ = true;
+  }
+}
+
+GetNextSpan::~GetNextSpan() {
+  if (recorded_) [[unlikely]] detail::timeline::end(detail::timeline::kInputTrack, "get_next");
 }
 
 }  // namespace distribute::input::internal

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/timeline.h"
 #include "collective/hierarchical/worker_group.h"
 #include "collective/ring/ring_all_reduce.h"
 #include "device/kernels.h"
@@ -95,6 +96,8 @@ std::atomic<bool> lost_contact{false};
 constexpr auto kFinalizeLimit = std::chrono::seconds(5);
 
 void finalize_at_exit() {
+  // A timeline still recording is gathered from every worker while MPI still works.
+  timeline::stop_at_exit();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;

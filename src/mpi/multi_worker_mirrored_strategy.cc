@@ -8,10 +8,12 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/timeline.h"
 #include "device/gpu_runtime.h"
 #include "distribute/device/gpu.h"
 #include "distribute/mpi/mpi_cluster_resolver.h"
@@ -103,6 +105,42 @@ void check_gpus_distinct(detail::WorkerTransport& engine, const std::vector<Devi
   }
 }
 
+// The timeline's way to the other workers (base/timeline.h): a transport of its own on the
+// workers of the process's first multi-worker strategy, kept until exit.
+class TimelineJob final : public detail::timeline::Job {
+ public:
+  // Without a strategy timeout, how long Timeline::stop() waits for a worker.
+  static constexpr std::chrono::seconds kDefaultTimeout{60};
+
+  TimelineJob(MPI_Comm base, std::chrono::duration<double> timeout)
+      : transport_(base, StalledCollectiveAction::kFailStrategy),
+        timeout_(timeout.count() > 0 ? timeout : kDefaultTimeout) {}
+  int worker_id() const override { return transport_.worker_id(); }
+  int num_workers() const override { return transport_.num_workers(); }
+  std::string host() const override { return transport_.hosts()[static_cast<std::size_t>(worker_id())]; }
+  bool reachable() const override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    return finalized == 0;
+  }
+  std::chrono::duration<double> timeout() const override { return timeout_; }
+  std::vector<int> exchange(std::int64_t mine, std::span<std::int64_t> all, detail::Deadline deadline) override {
+    return transport_.exchange(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(all), deadline);
+  }
+  std::string all_gather(const std::string& mine, std::span<const std::size_t> sizes,
+                         detail::Deadline deadline) override {
+    std::size_t total = 0;
+    for (std::size_t size : sizes) total += size;
+    std::string all(total, '\0');
+    transport_.all_gather(mine.data(), sizes, all.data(), deadline, "Timeline::stop's gathering of the workers' events");
+    return all;
+  }
+
+ private:
+  detail::MpiWorkerTransport transport_;
+  const std::chrono::duration<double> timeout_;
+};
+
 }  // namespace
 
 MpiClusterResolver::MpiClusterResolver() {
@@ -141,8 +179,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
                    InvalidArgumentError, "MultiWorkerMirroredStrategy: options.on_stalled_collective is ",
                    static_cast<int>(on_stall), ", which is no StalledCollectiveAction (kEndJob or kFailStrategy)");
   const MpiCommunicator* comm = resolver_->mpi_communicator();
-  auto engine =
-      std::make_unique<detail::MpiWorkerTransport>(comm != nullptr ? comm->comm : MPI_COMM_WORLD, on_stall);
+  const MPI_Comm base = comm != nullptr ? comm->comm : MPI_COMM_WORLD;
+  auto engine = std::make_unique<detail::MpiWorkerTransport>(base, on_stall);
   const int rank = engine->worker_id();
   const int workers = engine->num_workers();
   const int tasks = resolver_->cluster_spec().num_tasks("worker") + resolver_->cluster_spec().num_tasks("chief");
@@ -170,6 +208,11 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   MirroredStrategyOptions mirrored;
   mirrored.communication = options.communication;
   set_extended(detail::make_mirrored_extended(*this, std::move(devices), mirrored, std::move(group)));
+  // Every worker makes its first strategy, so every worker makes the timeline's transport here.
+  static std::once_flag timeline_job;
+  std::call_once(timeline_job, [&] {
+    detail::timeline::set_job(std::make_unique<TimelineJob>(base, options.communication.timeout));
+  });
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;

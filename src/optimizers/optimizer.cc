@@ -9,6 +9,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/timeline.h"
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/context.h"
 #include "device/gpu_runtime.h"
@@ -257,8 +258,10 @@ void Optimizer::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& 
                                 const ApplyOptions& options) {
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr || !has_strategy()) {
+    const detail::timeline::Span span(detail::timeline::kProgramTrack, "apply_gradients");
     apply_in_cross_replica_context(grads_and_vars);
   } else {
+    const detail::timeline::Span span(ctx->replica_id_in_sync_group(), "apply_gradients");
     apply_in_replica(*ctx, grads_and_vars, options);
   }
 }

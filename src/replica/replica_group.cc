@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/timeline.h"
@@ -66,7 +67,14 @@ void ReplicaGroup::complete_phase() {
     ops_[r] = &calls_[r]->op;
   }
   std::exception_ptr mismatch = compare_calls(calls_, first_id_);
+  // A multi-worker step on the timeline's cross-worker track: the workers' vote on the call, then
+  // (in prepare) the backend's local phase and its data phase across the workers.
+  std::optional<timeline::Span> across;
   if (agreement_ != nullptr) {
+    const CollectiveCall& first = *calls_[0];
+    across.emplace(timeline::kCrossWorkerTrack, collective::kind_name(first.op.kind),
+                   [&] { return timeline_args(first, first.op.sequence); });
+    timeline::Span vote(timeline::kCrossWorkerTrack, "vote");
     if (!agree_across_workers(mismatch)) return;
   } else if (mismatch) {
     record_failure(mismatch, mismatch);
@@ -156,15 +164,23 @@ void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
 bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   bool small = false;
   publish(rank, call, small);
+  // When this replica began to wait; it stays unset for the replica that finds every other one
+  // there (the rendezvous's completer, or the small path's replica whose peers' lines had all
+  // come), so that the last to arrive reads no clock.
+  Clock::time_point waited_from{};
+  bool completer = false;
   // Runs once, on the path that waits first.
-  const auto meanwhile = [&call] {
+  const auto meanwhile = [&] {
+    if (!completer && waited_from == Clock::time_point{}) waited_from = Clock::now();
     if (!call.while_waiting) return;
     (*call.while_waiting)();
     call.while_waiting.reset();
   };
   if (small) {
     switch (small_->complete(rank, call, call.op.options.timeout, policy_, [this] { return failed(); }, meanwhile)) {
-      case SmallAllReduce::Outcome::kDone: return false;
+      case SmallAllReduce::Outcome::kDone:
+        count_collective(rank, waited_from);
+        return false;
       case SmallAllReduce::Outcome::kTimedOut: time_out(rank, call, small_->behind(rank, call.op.sequence));
       // A mismatch is named by the rendezvous's comparison; after a failure the rendezvous throws
       // the run's release error.
@@ -172,14 +188,46 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
       case SmallAllReduce::Outcome::kCancelled: break;
     }
   }
-  if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [this] {
+  if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [&] {
+        completer = waited_from == Clock::time_point{};
         phase_.claim();
         complete_phase();
       }, meanwhile) !=
       collective::Rendezvous::Outcome::kCompleted) {
     time_out(rank, call, rendezvous_.behind(rank));
   }
+  count_collective(rank, waited_from);
   return true;
+}
+
+void ReplicaGroup::count_collective(int rank, Clock::time_point waited_from) {
+  Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  const auto add = [](std::atomic<std::int64_t>& counter, std::int64_t n) {
+    counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  };
+  add(slot.collectives, 1);
+  if (waited_from == Clock::time_point{}) {
+    add(slot.last_arrivals, 1);
+  } else {
+    add(slot.wait_ns, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - waited_from).count());
+  }
+}
+
+ReplicaCollectiveStats ReplicaGroup::stats(int rank) const {
+  const Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  return ReplicaCollectiveStats{
+      .replica_id = first_id_ + rank,
+      .collectives = slot.collectives.load(std::memory_order_relaxed),
+      .last_arrivals = slot.last_arrivals.load(std::memory_order_relaxed),
+      .wait_seconds = static_cast<double>(slot.wait_ns.load(std::memory_order_relaxed)) * 1e-9};
+}
+
+void ReplicaGroup::reset_stats() {
+  for (Slot& slot : slots_) {
+    for (std::atomic<std::int64_t>* counter : {&slot.collectives, &slot.last_arrivals, &slot.wait_ns}) {
+      counter->store(0, std::memory_order_relaxed);
+    }
+  }
 }
 
 void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<int> behind) {
@@ -192,14 +240,18 @@ void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<in
   std::rethrow_exception(error);
 }
 
-timeline::Args ReplicaGroup::timeline_args(int rank, const CollectiveCall& call) const {
+timeline::Args ReplicaGroup::timeline_args(const CollectiveCall& call, std::int64_t sequence) const {
   std::int64_t bytes = 0;
   for (const collective::BufferRef& input : call.op.inputs) bytes += static_cast<std::int64_t>(input.nbytes());
-  // publish() numbers the call as the wait begins: this is the number it is about to get.
   return timeline::Args{.kind = collective::kind_name(call.op.kind),
-                        .sequence = slots_[static_cast<std::size_t>(rank)].sequence + 1,
+                        .sequence = sequence,
                         .bytes = bytes,
                         .backend = communicator_->name()};
+}
+
+timeline::Args ReplicaGroup::replica_args(int rank, const CollectiveCall& call) const {
+  // publish() numbers the call as the wait begins: this is the number it is about to get.
+  return timeline_args(call, slots_[static_cast<std::size_t>(rank)].sequence + 1);
 }
 
 // On the timeline each collective is a span of its kind, with the call's args, holding a "wait"
@@ -207,7 +259,7 @@ timeline::Args ReplicaGroup::timeline_args(int rank, const CollectiveCall& call)
 // (the backend). A small all_reduce done in the meeting itself has no "data" span.
 void ReplicaGroup::run_collective(int rank, CollectiveCall& call, CollectiveKind kind, DataPhase data_phase) {
   call.op.kind = kind;
-  timeline::Span span(first_id_ + rank, collective::kind_name(kind), [&] { return timeline_args(rank, call); });
+  timeline::Span span(first_id_ + rank, collective::kind_name(kind), [&] { return replica_args(rank, call); });
   bool data_to_do = false;
   {
     timeline::Span wait(first_id_ + rank, "wait");
@@ -234,7 +286,7 @@ void ReplicaGroup::reduce_scatter(int rank, CollectiveCall& call) {
 // merge_fn runs inside the wait, on the replica that completes the phase.
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
   call.op.kind = CollectiveKind::kMergeCall;
-  timeline::Span span(first_id_ + rank, "merge_call", [&] { return timeline_args(rank, call); });
+  timeline::Span span(first_id_ + rank, "merge_call", [&] { return replica_args(rank, call); });
   {
     timeline::Span wait(first_id_ + rank, "wait");
     synchronise(rank, call);

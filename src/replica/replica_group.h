@@ -27,6 +27,7 @@
 #include "collective/communicator.h"
 #include "collective/rendezvous.h"
 #include "distribute/replica/internal/collective_call.h"
+#include "distribute/replica/collective_stats.h"
 #include "replica/call_agreement.h"
 #include "replica/small_all_reduce.h"
 
@@ -75,6 +76,11 @@ class ReplicaGroup {
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   collective::Communicator& communicator() { return *communicator_; }
 
+  // Replica `rank`'s straggler figures (StrategyExtended::collective_stats), and their reset.
+  // Between runs; during one they are a moment's reading.
+  ReplicaCollectiveStats stats(int rank) const;
+  void reset_stats();
+
  private:
   // A backend's data phase (Communicator::all_reduce, all_gather or reduce_scatter).
   using DataPhase = void (collective::Communicator::*)(int rank, std::span<collective::CollectiveOp* const> ops);
@@ -87,8 +93,10 @@ class ReplicaGroup {
   // Publishes `call` as rank's part of the next phase; `small` says whether it went on the small
   // path.
   void publish(int rank, CollectiveCall& call, bool& small);
-  // What replica `rank`'s timeline events of `call` carry; only while a timeline records.
-  timeline::Args timeline_args(int rank, const CollectiveCall& call) const;
+  // What the timeline events of `call`, numbered `sequence`, carry; only while a timeline records.
+  timeline::Args timeline_args(const CollectiveCall& call, std::int64_t sequence) const;
+  // Replica `rank`'s args of `call`, before publish() numbers it.
+  timeline::Args replica_args(int rank, const CollectiveCall& call) const;
   [[noreturn]] void time_out(int rank, const CollectiveCall& call, std::vector<int> behind);
   void record_failure(std::exception_ptr root, std::exception_ptr release);
   void complete_phase() ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
@@ -96,10 +104,19 @@ class ReplicaGroup {
   // the workers' calls differ or one of them failed.
   bool agree_across_workers(std::exception_ptr local_mismatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
 
+  // Counts a collective of replica `rank`, which waited from `waited_from`, or, when that is
+  // unset, found every other replica there (arrived last).
+  void count_collective(int rank, Clock::time_point waited_from);
+
   struct alignas(64) Slot {
     CollectiveCall* call = nullptr;
     std::int64_t sequence = 0;
     CollectiveCall returned;  // outlives replica_returned(), which does not wait for the phase
+    // The straggler figures: written by the replica's own thread (a load and a store, no
+    // read-modify-write), read and reset by the caller's between runs.
+    std::atomic<std::int64_t> collectives{0};
+    std::atomic<std::int64_t> last_arrivals{0};
+    std::atomic<std::int64_t> wait_ns{0};
   };
 
   const int size_;

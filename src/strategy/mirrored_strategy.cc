@@ -227,6 +227,17 @@ class MirroredExtended final : public StrategyExtended {
   // A multi-worker strategy: one process per worker, each running the whole program.
   bool experimental_between_graph() const override { return workers_ != nullptr; }
 
+  // The top level's replicas: a nested run's are its own threads' and not counted.
+  CollectiveStats collective_stats() const override {
+    CollectiveStats stats = StrategyExtended::collective_stats();
+    for (int r = 0; r < level0_->group.size(); ++r) stats.replicas.push_back(level0_->group.stats(r));
+    return stats;
+  }
+  void reset_collective_stats() override {
+    require_cross_replica_or_default("extended().reset_collective_stats");
+    level0_->group.reset_stats();
+  }
+
   detail::Backend backend() const { return backend_; }
 
   void call_for_each_replica(absl::FunctionRef<void(ReplicaContext&)> fn) override {

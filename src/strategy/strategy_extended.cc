@@ -259,6 +259,11 @@ void StrategyExtended::require_cross_replica_or_default(const char* method, cons
   detail::require_cross_replica_or_default(container_, method, hint);
 }
 
+CollectiveStats StrategyExtended::collective_stats() const {
+  require_cross_replica_or_default("extended().collective_stats");
+  return CollectiveStats{.worker_id = worker_id(), .replicas = {}};
+}
+
 Tensor StrategyExtended::reduce_to(ReduceOp op, const DistributedValues<Tensor>& value, const Device& destination,
                                    const CommunicationOptions& options) {
   require_cross_replica_or_default("extended().reduce_to");

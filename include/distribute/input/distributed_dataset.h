@@ -262,6 +262,7 @@ class Steps {
       : pass_(std::move(steps), workers->buffer_size()), workers_(std::move(workers)), drops_(drops) {}
 
   std::optional<PerReplica<T>> next() {
+    const GetNextSpan span;
     if (!workers_->agrees_across_workers()) {
       std::optional<LocalStep<T>> step = pass_.next();
       if (!step) return std::nullopt;

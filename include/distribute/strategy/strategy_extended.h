@@ -20,6 +20,7 @@
 #include "distribute/device/device.h"
 #include "distribute/device/tensor.h"
 #include "distribute/fwd.h"
+#include "distribute/replica/collective_stats.h"
 #include "distribute/strategy/context.h"
 #include "distribute/values/distributed_values.h"
 #include "distribute/values/value_context.h"
@@ -108,6 +109,14 @@ class StrategyExtended {
   inline bool variable_created_in_scope(const Variable& v) const;
 
   Strategy& container_strategy() const { return container_; }
+
+  // Straggler figures of this worker's replicas over their collectives since the strategy was made
+  // or reset_collective_stats() last ran (distribute/replica/collective_stats.h): always kept, at
+  // a clock reading per waiting replica per collective. OneDeviceStrategy and the default
+  // strategy have no replicas to list. Outside a run's function, as reduce_to. A multi-worker
+  // strategy lists this worker's replicas only.
+  virtual CollectiveStats collective_stats() const;
+  virtual void reset_collective_stats() {}
 
   // tf.distribute's experimental_between_graph: whether each worker runs its own copy of the
   // program, as every MultiWorkerMirroredStrategy worker does (even alone), rather than one program

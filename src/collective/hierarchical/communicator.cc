@@ -2,9 +2,11 @@
 #include "collective/hierarchical/communicator.h"
 
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
+#include "base/timeline.h"
 #include "device/kernels.h"
 
 namespace distribute::collective::hierarchical {
@@ -56,6 +58,7 @@ void HierarchicalCommunicator::reduce_across_workers(std::span<CollectiveOp* con
     block = reduced_.data();
   }
   absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
+  std::optional<detail::timeline::Span> local(std::in_place, detail::timeline::kCrossWorkerTrack, "local");
   for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
     for (std::size_t r = 0; r < inputs.size(); ++r) inputs[r] = ops[r]->input_data[leaf];
     std::byte* out = block + first.leaf_offsets[leaf];
@@ -66,7 +69,9 @@ void HierarchicalCommunicator::reduce_across_workers(std::span<CollectiveOp* con
     std::byte* end = out + first.inputs[leaf].nbytes();
     std::memset(end, 0, static_cast<std::size_t>(block + first.leaf_offsets[leaf + 1] - end));
   }
+  local.reset();
   // One step per run of leaves of one dtype: the padding between them is zero and stays so.
+  const detail::timeline::Span across(detail::timeline::kCrossWorkerTrack, "data");
   const detail::StepName what(first);
   const std::int64_t replicas = std::int64_t{size_} * workers_.num_workers();
   for (std::size_t begin = 0; begin < first.inputs.size();) {
@@ -91,6 +96,8 @@ void HierarchicalCommunicator::gather_across_workers(std::span<CollectiveOp* con
   const std::size_t leaves = first.inputs.size();
   gathered_.resize(leaves);
   gathered_shapes_.clear();
+  // Each leaf's local concatenation is done inside the step across the workers.
+  const detail::timeline::Span across(detail::timeline::kCrossWorkerTrack, "data");
   const detail::StepName what(first);
   absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
   absl::InlinedVector<std::int64_t, 8> dims(static_cast<std::size_t>(size_));

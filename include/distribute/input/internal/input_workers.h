@@ -92,4 +92,18 @@ void check_splittable(const InputOptions& options);
 // `method` names the call in the message.
 void check_not_in_replica(const char* method);
 
+// A "get_next" span on the timeline's input track, from the construction to the destruction: a
+// step's wait for its batches (and the workers' agreement on it). Out of line, as the timeline is
+// the library's own; while none records it costs a call and one relaxed load.
+class GetNextSpan {
+ public:
+  GetNextSpan();
+  ~GetNextSpan();
+  GetNextSpan(const GetNextSpan&) = delete;
+  GetNextSpan& operator=(const GetNextSpan&) = delete;
+
+ private:
+  bool recorded_ = false;
+};
+
 }  // namespace distribute::input::internal

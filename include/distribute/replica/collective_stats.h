@@ -1,0 +1,38 @@
+// distribute::CollectiveStats: straggler figures without a trace. For each of a worker's replicas,
+// over its collectives (all_reduce, all_gather, reduce_scatter, merge_call) since the strategy was
+// made or its figures reset: how long it waited for the others and how often it was the last to
+// arrive, the one the others waited for. StrategyExtended::collective_stats() returns them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace distribute {
+
+struct ReplicaCollectiveStats {
+  int replica_id = 0;  // the global id (replica_id_in_sync_group)
+  std::int64_t collectives = 0;
+  // Of those, how many it reached when every other replica of its worker was there already.
+  std::int64_t last_arrivals = 0;
+  // The time it waited in them for the other replicas of its worker (and, through them, for the
+  // other workers): from its arrival until it was released.
+  double wait_seconds = 0;
+};
+
+struct CollectiveStats {
+  int worker_id = 0;
+  // This worker's replicas, in replica order.
+  std::vector<ReplicaCollectiveStats> replicas;
+
+  // The replica that arrived last most often (the lowest id among equals), or null without any
+  // collective.
+  const ReplicaCollectiveStats* slowest() const {
+    const ReplicaCollectiveStats* out = nullptr;
+    for (const ReplicaCollectiveStats& r : replicas) {
+      if (r.collectives > 0 && (out == nullptr || r.last_arrivals > out->last_arrivals)) out = &r;
+    }
+    return out;
+  }
+};
+
+}  // namespace distribute
