@@ -1,6 +1,7 @@
 // PreemptionCheckpointHandler on one process: a termination (a watcher that fires, or a real
 // SIGTERM) saves after the next step and calls exit_fn; a new handler restores the step count;
-// run returns what strategy.run returns; save_checkpoint_if_preempted counts and saves; a grace
+// a signal during a save leaves a whole file and asks for another save; run returns what
+// strategy.run returns; save_checkpoint_if_preempted counts and saves; a grace
 // period keeps training before it saves; the SIGTERM disposition is restored; every error by type
 // and message. Killed and relaunched jobs, on several workers too, are in preemption_test.sh.
 #include <gtest/gtest.h>
@@ -88,6 +89,40 @@ TEST_F(PreemptionTest, SigtermSavesAtTheNextStepAndTheHandlerRestoresTheDisposit
   struct sigaction after {};
   ASSERT_EQ(::sigaction(SIGTERM, nullptr, &after), 0);
   EXPECT_EQ(after.sa_handler, before.sa_handler) << "the previous SIGTERM disposition is back";
+}
+
+TEST_F(PreemptionTest, ASignalDuringASaveDoesNotTearItAndAsksForAnotherSave) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w", .aggregation = VariableAggregation::kOnlyFirstReplica});
+  int reads = 0;
+  // State whose read, inside the save, delivers SIGTERM to this process the first time.
+  Saveable signalling(DType::kFloat32, Shape(), [&] {
+    if (++reads == 1) ::raise(SIGTERM);
+    return Tensor::scalar(7.0f, Device::cpu());
+  }, [](const Tensor&) {});
+  CheckpointManager manager(Checkpoint({{"w", w}}, {{"signalling", signalling}}), dir());
+  int exits = 0;
+  PreemptionCheckpointHandler handler(strategy, manager, {.exit_fn = [&] { ++exits; }});
+  ASSERT_EQ(::raise(SIGTERM), 0);
+  handler.run([&] { step(w); });
+  EXPECT_EQ(exits, 1) << "the first signal's save";
+  EXPECT_EQ(reads, 1) << "the second signal came during that save";
+  // The file is whole: it restores, with step 1's values.
+  Variable restored(0.0f, {.name = "w"});
+  std::int64_t steps = 0;
+  const auto ignored = [] { return Tensor(); };
+  Checkpoint({{"w", restored}},
+             {{"signalling", Saveable(DType::kFloat32, Shape(), ignored,
+                                      [](const Tensor& v) { EXPECT_EQ(v.item<float>(), 7.0f); })},
+              {"preemption/total_run_calls", Saveable(DType::kInt64, Shape(), ignored,
+                                                      [&](const Tensor& v) { steps = v.item<std::int64_t>(); })}})
+      .restore(file("ckpt-1.safetensors"));
+  EXPECT_EQ(restored.value().item<float>(), 3.0f);
+  EXPECT_EQ(steps, 1);
+  handler.run([&] { step(w); });
+  EXPECT_EQ(exits, 2) << "the signal during the save asked for another";
+  EXPECT_EQ(manager.latest_checkpoint(), file("ckpt-2.safetensors"));
 }
 
 TEST_F(PreemptionTest, RunReturnsWhatStrategyRunReturns) {
