@@ -15,83 +15,46 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
-#include <set>
+#include <vector>
 #include <string>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/string_view.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
 #include "distribute/distribute.h"
 #include "distribute/mpi/multi_worker_mirrored_strategy.h"
+
+ABSL_FLAG(std::string, dir, "", "the checkpoint directory");
+ABSL_FLAG(std::string, out, "", "where the chief writes the final weights");
+ABSL_FLAG(int64_t, steps, 40, "steps to train");
+ABSL_FLAG(int, local_replicas, 2, "replicas per worker");
+ABSL_FLAG(int64_t, size, 4096, "parameters of the weight vector");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "also save every N steps (0: only when preempted)");
+ABSL_FLAG(std::vector<std::string>, term_workers, {}, "workers that send themselves SIGTERM before --term_step");
+ABSL_FLAG(int64_t, term_step, -1, "the step (0-based) before which they do");
+ABSL_FLAG(int, kill_worker, -1, "the worker that sends itself SIGKILL before --kill_step");
+ABSL_FLAG(int64_t, kill_step, -1, "the step (0-based) before which it does");
 
 namespace distribute {
 namespace {
 
 struct Options {
-  std::string dir;
-  std::string out;
-  std::int64_t steps = 40;
-  int local_replicas = 2;
-  std::int64_t size = 4096;
-  std::int64_t checkpoint_every = 0;
-  std::set<int> term_workers;
-  std::int64_t term_step = -1;
-  int kill_worker = -1;
-  std::int64_t kill_step = -1;
+  std::string dir = absl::GetFlag(FLAGS_dir);
+  std::string out = absl::GetFlag(FLAGS_out);
+  std::int64_t steps = absl::GetFlag(FLAGS_steps);
+  int local_replicas = absl::GetFlag(FLAGS_local_replicas);
+  std::int64_t size = absl::GetFlag(FLAGS_size);
+  std::int64_t checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  std::vector<std::string> term_workers = absl::GetFlag(FLAGS_term_workers);
+  std::int64_t term_step = absl::GetFlag(FLAGS_term_step);
+  int kill_worker = absl::GetFlag(FLAGS_kill_worker);
+  std::int64_t kill_step = absl::GetFlag(FLAGS_kill_step);
 };
-
-[[noreturn]] void usage(absl::string_view arg) {
-  std::fprintf(stderr, "preemption_job: cannot use the argument '%.*s'\n", static_cast<int>(arg.size()), arg.data());
-  std::exit(2);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    const std::size_t eq = arg.find('=');
-    if (!absl::StartsWith(arg, "--") || eq == absl::string_view::npos) usage(arg);
-    const absl::string_view key = arg.substr(2, eq - 2);
-    const absl::string_view value = arg.substr(eq + 1);
-    bool ok = true;
-    if (key == "dir") {
-      o.dir = std::string(value);
-    } else if (key == "out") {
-      o.out = std::string(value);
-    } else if (key == "steps") {
-      ok = absl::SimpleAtoi(value, &o.steps);
-    } else if (key == "local_replicas") {
-      ok = absl::SimpleAtoi(value, &o.local_replicas);
-    } else if (key == "size") {
-      ok = absl::SimpleAtoi(value, &o.size);
-    } else if (key == "checkpoint_every") {
-      ok = absl::SimpleAtoi(value, &o.checkpoint_every);
-    } else if (key == "term_workers") {
-      for (absl::string_view w : absl::StrSplit(value, ',')) {
-        int worker = 0;
-        ok = ok && absl::SimpleAtoi(w, &worker);
-        o.term_workers.insert(worker);
-      }
-    } else if (key == "term_step") {
-      ok = absl::SimpleAtoi(value, &o.term_step);
-    } else if (key == "kill_worker") {
-      ok = absl::SimpleAtoi(value, &o.kill_worker);
-    } else if (key == "kill_step") {
-      ok = absl::SimpleAtoi(value, &o.kill_step);
-    } else {
-      ok = false;
-    }
-    if (!ok) usage(arg);
-  }
-  if (o.dir.empty() || o.out.empty()) usage("--dir and --out are required");
-  return o;
-}
 
 std::unique_ptr<Strategy> make_strategy(int local_replicas) {
   std::vector<std::string> devices;
@@ -121,7 +84,9 @@ int run(const Options& o) {
   std::fflush(stdout);
 
   for (std::int64_t step = handler.total_run_calls(); step < o.steps; ++step) {
-    if (step == o.term_step && o.term_workers.contains(worker)) ::kill(::getpid(), SIGTERM);
+    const bool told = std::find(o.term_workers.begin(), o.term_workers.end(), std::to_string(worker)) !=
+                      o.term_workers.end();
+    if (step == o.term_step && told) ::kill(::getpid(), SIGTERM);
     if (step == o.kill_step && worker == o.kill_worker) ::kill(::getpid(), SIGKILL);
     handler.run([&] {
       ReplicaContext& ctx = *get_replica_context();
@@ -150,7 +115,12 @@ int run(const Options& o) {
 }  // namespace distribute
 
 int main(int argc, char** argv) {
-  const distribute::Options options = distribute::parse(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  const distribute::Options options;
+  if (options.dir.empty() || options.out.empty()) {
+    std::fprintf(stderr, "preemption_job: --dir and --out are required\n");
+    return 2;
+  }
   try {
     return distribute::run(options);
   } catch (const std::exception& e) {

@@ -53,6 +53,15 @@ function(expect_not_in text what)
   endif()
 endfunction()
 
+# Fails with `message` unless files a and b hold the same bytes.
+function(expect_same_file a b message)
+  file(SHA256 ${a} a_sum)
+  file(SHA256 ${b} b_sum)
+  if(NOT a_sum STREQUAL b_sum)
+    message(FATAL_ERROR "${message}")
+  endif()
+endfunction()
+
 # Expects `count` lines "epoch k/2: loss ..." in text.
 function(expect_epoch_lines text count)
   string(REGEX MATCHALL "epoch [12]/2: loss [^\n]*\n" lines "${text}")
@@ -187,18 +196,13 @@ elseif(CASE STREQUAL "shard_optimizer_state")
   if(whole STREQUAL "" OR NOT sharded STREQUAL whole)
     message(FATAL_ERROR "sharded state gave '${sharded}' where whole state gave '${whole}'")
   endif()
-  file(SHA256 ${WORK_DIR}/whole.safetensors whole_sum)
-  file(SHA256 ${WORK_DIR}/sharded.safetensors sharded_sum)
-  if(NOT whole_sum STREQUAL sharded_sum)
-    message(FATAL_ERROR "the checkpoints of whole and sharded state differ")
-  endif()
+  expect_same_file(${WORK_DIR}/whole.safetensors ${WORK_DIR}/sharded.safetensors
+                   "the checkpoints of whole and sharded state differ")
   # Epoch 1 with whole state, then epoch 2 resumed with sharded state: the same end.
   run(${args} --epochs=1 --replicas=2 --checkpoint=${WORK_DIR}/mixed.safetensors)
   run(${args} --epochs=2 --replicas=2 --shard_optimizer_state --resume --checkpoint=${WORK_DIR}/mixed.safetensors)
-  file(SHA256 ${WORK_DIR}/mixed.safetensors mixed_sum)
-  if(NOT mixed_sum STREQUAL whole_sum)
-    message(FATAL_ERROR "resuming whole state as sharded state changed the result")
-  endif()
+  expect_same_file(${WORK_DIR}/whole.safetensors ${WORK_DIR}/mixed.safetensors
+                   "resuming whole state as sharded state changed the result")
 elseif(CASE STREQUAL "checkpoint_dir")
   set(args --data_dir=${data_dir} --train_limit=256 --progress=none --replicas=2 --checkpoint_dir=${WORK_DIR}/run)
   file(REMOVE_RECURSE ${WORK_DIR})
@@ -230,11 +234,8 @@ elseif(CASE STREQUAL "shard_optimizer_state_mpirun")
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "mpirun -np 2 with --shard_optimizer_state failed (exit ${rc}):\n${out}")
   endif()
-  file(SHA256 ${WORK_DIR}/whole.safetensors whole_sum)
-  file(SHA256 ${WORK_DIR}/workers.safetensors workers_sum)
-  if(NOT workers_sum STREQUAL whole_sum)
-    message(FATAL_ERROR "two workers with sharded state saved another checkpoint than one worker with whole state")
-  endif()
+  expect_same_file(${WORK_DIR}/whole.safetensors ${WORK_DIR}/workers.safetensors
+                   "two workers with sharded state saved another checkpoint than one worker with whole state")
 elseif(CASE STREQUAL "progress_mpirun")
   execute_process(COMMAND ${MPIEXEC} --oversubscribe --bind-to none -np 2 ${PROGRAM} ${train_args} --replicas=1
                           --multi_worker --progress=auto
