@@ -14,7 +14,7 @@ fi
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAILED: $*"; exit 1; }
-args=(--multi_worker --replicas=1 --epochs=3 --train_limit=30000 --checkpoint_every=50 --progress=lines)
+args=(--multi_worker --replicas=1 --epochs=3 --train_limit=16384 --checkpoint_every=50 --progress=lines)
 job=("$mpirun" --oversubscribe --bind-to none -np 2 "$program" "${args[@]}")
 
 timeout -k 5 300 "${job[@]}" --checkpoint_dir="$work/reference" >"$work/reference.log" 2>&1
