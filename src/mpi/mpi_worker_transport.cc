@@ -11,8 +11,11 @@
 #include <random>
 #include <thread>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/call_watchdog.h"
 #include "base/timeline.h"
 #include "collective/hierarchical/worker_group.h"
 #include "collective/ring/ring_all_reduce.h"
@@ -47,9 +50,45 @@ void check(int rc, const char* call) {
   throw UnavailableError(absl::StrCat(call, " failed: ", std::string(text, static_cast<std::size_t>(length))));
 }
 
+// How long one non-blocking MPI call may take before the process ends (call_watchdog.h says why
+// one can spin): far beyond any such call's time, even under a sanitizer on a loaded machine.
+constexpr auto kStuckCallLimit = std::chrono::seconds(30);
+// This process's rank in MPI_COMM_WORLD, for the watchdog's message (it calls no MPI).
+std::atomic<int> world_rank{-1};
+
+CallWatchdog& mpi_call_watchdog() {
+  static auto* watchdog = new CallWatchdog(kStuckCallLimit, [](std::chrono::milliseconds stuck_for) {
+    std::fprintf(stderr,
+                 "distribute: process %d (rank %d of MPI_COMM_WORLD) has been inside one non-blocking MPI call for "
+                 "%lld s: MPI itself does not return, as when a process on this host was stopped in the middle "
+                 "of sending to this one (Open MPI's shared-memory transport then waits for it for ever). No "
+                 "timeout reaches a call that does not return: ending this process, and with it the job\n",
+                 static_cast<int>(::getpid()), world_rank.load(),
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(stuck_for).count()));
+    std::fflush(stderr);
+    std::_Exit(EXIT_FAILURE);
+  });
+  return *watchdog;
+}
+
+// The MPI lock, taken for non-blocking calls only, each of which the watchdog times.
+class ABSL_SCOPED_LOCKABLE NonBlockingMpiLock {
+ public:
+  NonBlockingMpiLock() ABSL_EXCLUSIVE_LOCK_FUNCTION(mpi_mutex) {
+    mpi_mutex.lock();
+    mpi_call_watchdog().enter();
+  }
+  ~NonBlockingMpiLock() ABSL_UNLOCK_FUNCTION() {
+    mpi_call_watchdog().leave();
+    mpi_mutex.unlock();
+  }
+  NonBlockingMpiLock(const NonBlockingMpiLock&) = delete;
+  NonBlockingMpiLock& operator=(const NonBlockingMpiLock&) = delete;
+};
+
 // Whether every request completed (takes the MPI lock).
 bool completed(std::span<MPI_Request> requests) {
-  MutexLock lock(mpi_mutex);
+  NonBlockingMpiLock lock;
   int flag = 0;
   MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
   return flag != 0;
@@ -135,6 +174,9 @@ void ensure_mpi_initialized() {
   } else {
     MPI_Query_thread(&provided);
   }
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  world_rank.store(rank);
   if (provided < MPI_THREAD_SERIALIZED) {
     throw UnavailableError(
         "MultiWorkerMirroredStrategy: MPI provides less than MPI_THREAD_SERIALIZED; the strategy calls MPI from "
@@ -243,7 +285,7 @@ MpiWorkerTransport::MpiWorkerTransport(MPI_Comm base, StalledCollectiveAction on
 }
 
 MpiWorkerTransport::~MpiWorkerTransport() {
-  MutexLock lock(mpi_mutex);
+  NonBlockingMpiLock lock;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -325,7 +367,7 @@ void MpiWorkerTransport::answer_queries() {
 
 MpiWorkerTransport::PendingSends MpiWorkerTransport::send_to_every_worker(int tag, std::span<const std::byte> mine) {
   PendingSends sends{{}, framed(mine.data(), mine.size())};
-  MutexLock lock(mpi_mutex);
+  NonBlockingMpiLock lock;
   reap_sends();
   for (int w = 0; w < size_; ++w) {
     if (w == rank_) continue;
@@ -371,7 +413,7 @@ std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::b
   }
   const bool done = poll_until(
       [&] {
-        MutexLock lock(mpi_mutex);
+        NonBlockingMpiLock lock;
         receive_arrived(tag, waiting, all, bytes);
         if (!waiting.empty()) return false;
         int sent = 0;
@@ -380,12 +422,12 @@ std::vector<int> MpiWorkerTransport::exchange_on(int tag, std::span<const std::b
       },
       deadline,
       [this] {
-        MutexLock lock(mpi_mutex);
+        NonBlockingMpiLock lock;
         answer_queries();
       });
   if (done) return {};
   // Abandoned: the sends keep their buffer until they complete (reap_sends).
-  MutexLock lock(mpi_mutex);
+  NonBlockingMpiLock lock;
   pending_sends_.push_back(std::move(sends));
   give_up_slot();
   return waiting;
@@ -424,7 +466,7 @@ void MpiWorkerTransport::receive_gave_up() {
 
 std::vector<std::pair<int, std::string>> MpiWorkerTransport::take_gave_up() {
   if (size_ == 1) return {};
-  MutexLock lock(mpi_mutex);
+  NonBlockingMpiLock lock;
   receive_gave_up();
   if (!gave_up_.empty()) give_up_slot();
   return std::exchange(gave_up_, {});
@@ -466,7 +508,7 @@ std::byte* MpiWorkerTransport::workspace(void* data, std::size_t bytes) {
 }
 
 void MpiWorkerTransport::abandon(std::span<MPI_Request> requests) {
-  MutexLock lock(mpi_mutex);
+  NonBlockingMpiLock lock;
   give_up_slot();
   for (MPI_Request request : requests) {
     if (request != MPI_REQUEST_NULL) abandoned_.requests.push_back(request);
@@ -480,7 +522,7 @@ void MpiWorkerTransport::abandon(std::span<MPI_Request> requests) {
 void MpiWorkerTransport::wait_for_data(std::span<MPI_Request> requests, Deadline deadline, const StepName& what) {
   try {
     const bool done = poll_until([&] { return completed(requests); }, deadline, [&] {
-      MutexLock lock(mpi_mutex);
+      NonBlockingMpiLock lock;
       answer_queries();
       receive_gave_up();
       leave_if_others_gave_up(what);
@@ -502,7 +544,7 @@ std::optional<std::string> MpiWorkerTransport::find_stall(std::span<MPI_Request>
   // the others its finding before it ends the job or fails its call, since ending the job wakes a
   // stopped worker, which would then answer the others' queries.
   const std::int64_t query = [this] {
-    MutexLock lock(mpi_mutex);
+    NonBlockingMpiLock lock;
     return ++queries_;
   }();
   std::vector<char> answered(static_cast<std::size_t>(size_), 0);
@@ -515,7 +557,7 @@ std::optional<std::string> MpiWorkerTransport::find_stall(std::span<MPI_Request>
   const bool done = poll_until(
       [&] {
         if (completed(requests)) return true;
-        MutexLock lock(mpi_mutex);
+        NonBlockingMpiLock lock;
         if (const std::optional<Message> finding = take_message(probe_comm_, MPI_ANY_SOURCE, kFindingTag)) {
           reported = absl::StrCat("worker ", finding->source, " found: ", finding->text());
           return true;
@@ -531,7 +573,7 @@ std::optional<std::string> MpiWorkerTransport::find_stall(std::span<MPI_Request>
       },
       Clock::now() + kAnswerGrace,
       [this] {
-        MutexLock lock(mpi_mutex);
+        NonBlockingMpiLock lock;
         answer_queries();
         receive_gave_up();
       });
@@ -562,7 +604,7 @@ void MpiWorkerTransport::send_to_others(const void* data, std::size_t bytes, int
   // The message outlives this call: a worker that never reads it leaves the send pending. It is
   // small, so it goes eagerly.
   PendingSends sends{{}, framed(data, bytes)};
-  MutexLock lock(mpi_mutex);
+  NonBlockingMpiLock lock;
   reap_sends();
   for (int w = 0; w < size_; ++w) {
     if (w == rank_) continue;
@@ -601,7 +643,7 @@ class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int posted[2];
     {
-      MutexLock lock(mpi_mutex);
+      NonBlockingMpiLock lock;
       posted[0] = MPI_Irecv(from_previous.data(), static_cast<int>(from_previous.size()), MPI_BYTE, previous, kRingTag,
                             engine_.comm_, &requests[0]);
       posted[1] = MPI_Isend(to_next.data(), static_cast<int>(to_next.size()), MPI_BYTE, next, kRingTag, engine_.comm_,
@@ -643,7 +685,7 @@ void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
     } else {
       MPI_Request request;
       {
-        MutexLock lock(mpi_mutex);
+        NonBlockingMpiLock lock;
         check(MPI_Iallreduce(MPI_IN_PLACE, work, static_cast<int>(n), type, MPI_SUM, comm_, &request),
               "MPI_Iallreduce");
       }
@@ -681,7 +723,7 @@ void MpiWorkerTransport::all_gather(const void* mine, std::span<const std::size_
   }
   MPI_Request request;
   {
-    MutexLock lock(mpi_mutex);
+    NonBlockingMpiLock lock;
     check(MPI_Iallgatherv(from, counts[me], MPI_BYTE, work, counts.data(), displacements.data(), MPI_BYTE, comm_,
                           &request),
           "MPI_Iallgatherv");
@@ -700,7 +742,7 @@ void MpiWorkerTransport::broadcast(void* data, std::size_t bytes, int root, Dead
     if (work != part && rank_ == root) std::memcpy(work, part, n);
     MPI_Request request;
     {
-      MutexLock lock(mpi_mutex);
+      NonBlockingMpiLock lock;
       check(MPI_Ibcast(work, static_cast<int>(n), MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
     }
     wait_for_data(std::span(&request, 1), deadline, what);
