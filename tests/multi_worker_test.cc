@@ -172,7 +172,8 @@ TEST_F(MultiWorker, AllReduceSumsAndAveragesOverEveryWorker) {
 }
 
 TEST_F(MultiWorker, AllReduceOfANestOfManyLeavesAndDtypes) {
-  // Leaves of several dtypes in one call, and a large leaf (more than one 16 MiB engine call).
+  // Leaves of several dtypes in one call, and a large leaf: over 16 MiB, one whole ring here
+  // (kEndJob), several pieces in FailStrategyModeGivesTheSameResults.
   constexpr std::int64_t kLarge = (std::int64_t{16} << 20) / 4 + 1000;
   auto result = s.run([] {
     ReplicaContext& ctx = *get_replica_context();

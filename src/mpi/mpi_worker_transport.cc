@@ -671,7 +671,8 @@ void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
   if (dtype == DType::kBFloat16) return all_reduce_widened<BFloat16>(*this, data, count, deadline, what);
   const MPI_Datatype type = mpi_type(dtype);
   const std::size_t unit = dtype_size(dtype);
-  const auto per_call = static_cast<std::int64_t>(kMaxBytesPerCall / unit);
+  const std::size_t piece = on_stall_ == StalledCollectiveAction::kEndJob ? kMaxRingBytesPerCall : kMaxBytesPerCall;
+  const auto per_call = static_cast<std::int64_t>(piece / unit);
   auto* bytes = static_cast<std::byte*>(data);
   RingLinks ring(*this, deadline, what);
   for (std::int64_t at = 0; at < count; at += per_call) {
