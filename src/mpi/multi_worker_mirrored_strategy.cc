@@ -105,6 +105,22 @@ void check_gpus_distinct(detail::WorkerTransport& engine, const std::vector<Devi
   }
 }
 
+// A program that finalises MPI itself does so before exit, where the timeline would find the
+// other workers gone and each worker would write its own events to the one path. MPI_Finalize
+// first deletes MPI_COMM_SELF's attributes, with every process inside it and MPI still working:
+// the timeline stops there, collectively.
+int stop_timeline_on_delete(MPI_Comm, int, void*, void*) {
+  detail::timeline::stop_at_exit();
+  return MPI_SUCCESS;
+}
+
+void stop_timeline_at_mpi_finalize() {
+  detail::MutexLock lock(detail::mpi_mutex);
+  int keyval = MPI_KEYVAL_INVALID;
+  MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, stop_timeline_on_delete, &keyval, nullptr);
+  MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
+}
+
 // The timeline's way to the other workers (base/timeline.h): a transport of its own on the
 // workers of the process's first multi-worker strategy, kept until exit.
 class TimelineJob final : public detail::timeline::Job {
@@ -212,6 +228,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   static std::once_flag timeline_job;
   std::call_once(timeline_job, [&] {
     detail::timeline::set_job(std::make_unique<TimelineJob>(base, options.communication.timeout));
+    stop_timeline_at_mpi_finalize();
   });
 }
 
