@@ -7,9 +7,9 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 #include "base/stop_request.h"
 #include "checkpoint/require_cross_replica.h"
 #include "distribute/check.h"
@@ -39,9 +39,9 @@ void mark_terminated() {
 extern "C" void on_sigterm(int) { mark_terminated(); }
 
 // The disposition replaced by the handler that watches SIGTERM; one handler at a time.
-std::mutex g_sigterm_mu;
-bool g_sigterm_watched = false;
-struct sigaction g_previous_sigterm;
+detail::Mutex g_sigterm_mu;
+bool g_sigterm_watched ABSL_GUARDED_BY(g_sigterm_mu) = false;
+struct sigaction g_previous_sigterm ABSL_GUARDED_BY(g_sigterm_mu);
 
 }  // namespace
 
@@ -56,7 +56,7 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
                    "PreemptionCheckpointHandler: grace_period is ", config_.grace_period.count(),
                    " s; give 0 (save at the next step) or more");
   if (!config_.termination_watcher_fn) {
-    std::lock_guard lock(g_sigterm_mu);
+    detail::MutexLock lock(g_sigterm_mu);
     DISTRIBUTE_CHECK(!g_sigterm_watched, FailedPreconditionError,
                      "PreemptionCheckpointHandler: another handler watches SIGTERM already; make one handler per "
                      "process, or give this one a termination_watcher_fn");
@@ -81,7 +81,7 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
 
 PreemptionCheckpointHandler::~PreemptionCheckpointHandler() {
   if (!watches_sigterm_) return;
-  std::lock_guard lock(g_sigterm_mu);
+  detail::MutexLock lock(g_sigterm_mu);
   ::sigaction(SIGTERM, &g_previous_sigterm, nullptr);
   g_sigterm_watched = false;
 }
