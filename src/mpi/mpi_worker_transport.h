@@ -47,6 +47,8 @@ class MpiWorkerTransport final : public WorkerTransport {
   // within MPI's int. With kFailStrategy it goes in pieces of kMaxBytesPerCall, which bounds the
   // buffers a stalled call keeps.
   static constexpr std::size_t kMaxRingBytesPerCall = std::size_t{1} << 30;
+  // The largest message of a ring step (see RingLinks in the .cc).
+  static constexpr std::size_t kRingMessageBytes = std::size_t{1} << 20;
   // From this size an all_reduce goes around a ring of point-to-point messages
   // (collective/ring/ring_all_reduce.h) instead of MPI_Iallreduce, whose non-blocking form is
   // slower than the blocking one in Open MPI 4.1 (docs/multi_worker.md).
