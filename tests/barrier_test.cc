@@ -487,8 +487,9 @@ TEST(WaitPolicy, SpinsOnlyWhileEveryThreadHasACore) {
 TEST(PollPacer, SleepsWithATightTimerSlackAndRestoresTheThreads) {
   ASSERT_EQ(prctl(PR_SET_TIMERSLACK, 70000UL, 0, 0, 0), 0);
   {
-    const auto start = detail::Clock::now();
     detail::PollPacer pacer;
+    // Read after the pacer's own start, so that a wait past kYieldFor here is one for the pacer.
+    const auto start = detail::Clock::now();
     EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 70000) << "nothing slept yet: the slack is untouched";
     while (detail::Clock::now() - start <= detail::PollPacer::kYieldFor) pacer.pause();
     pacer.pause();
