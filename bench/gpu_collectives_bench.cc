@@ -1,22 +1,25 @@
-// GPU all_reduce (float32, sum) and all_gather (float32, axis 0) through the public API, beside
-// raw NCCL on the same buffers in the same run, so that the library's overhead reads as a ratio.
+// GPU all_reduce (float32, sum), all_gather (float32, axis 0) and reduce_scatter (float32, sum)
+// through the public API, beside raw NCCL on the same buffers in the same run, so that the
+// library's overhead reads as a ratio.
 //
 // For each replica count N (default: every physical GPU, one logical GPU each) a MirroredStrategy
 // over GPU:0..N-1, and N NCCL communicators of our own from ncclCommInitAll over the same
 // physical GPUs, each with its own non-blocking stream. For each size S (default 8 B .. 1 GiB,
 // factor 2) every GPU gets a cudaMalloc'd send and receive buffer, once per size:
-//   library: one strategy.run in which every replica calls all_reduce(kSum, x) (all_gather(x, 0))
-//            K times on x = Tensor::from_blob(its send buffer), dropping each result before the
-//            next call, as a raw NCCL loop keeps one receive buffer; run returns once every
-//            replica's stream has drained.
-//   NCCL:    K times {ncclGroupStart; ncclAllReduce (ncclAllGather) on every GPU; ncclGroupEnd},
-//            then cudaStreamSynchronize on every stream: the single-thread multi-GPU pattern.
+//   library: one strategy.run in which every replica calls all_reduce(kSum, x) (all_gather(x, 0),
+//            reduce_scatter(kSum, x)) K times on x = Tensor::from_blob(its send buffer), dropping
+//            each result before the next call, as a raw NCCL loop keeps one receive buffer; run
+//            returns once every replica's stream has drained.
+//   NCCL:    K times {ncclGroupStart; ncclAllReduce (ncclAllGather, ncclReduceScatter) on every
+//            GPU; ncclGroupEnd}, then cudaStreamSynchronize on every stream: the single-thread
+//            multi-GPU pattern.
 // time = median over repeats of (unit time / K), as in the CPU benchmarks (bench/common.h), with
 // K at least 20 (nccl-tests' default iterations between synchronisations), so that one run's
 // start and end do not count as a large collective's cost.
 // Columns follow nccl-tests: algbw = S / time, busbw = algbw * 2(n-1)/n (all_reduce) or
-// algbw * (n-1)/n (all_gather); #wrong counts result elements that differ from the exact
-// expected value after timing; lib/nccl = library time / NCCL time (1.00 = no overhead).
+// algbw * (n-1)/n (all_gather, where S is the gathered size, and reduce_scatter, where S is the
+// input size); #wrong counts result elements that differ from the exact expected value after
+// timing; lib/nccl = library time / NCCL time (1.00 = no overhead).
 //
 // --logical N splits physical GPU 0 into N logical GPUs and measures the library alone (it then
 // reduces through one device; NCCL takes one rank per physical GPU, so its columns read n/a).
@@ -169,6 +172,20 @@ class RawNccl {
     synchronize();
   }
 
+  // send holds size() * count_per_rank elements on every rank; rank g's recv gets the g-th
+  // count_per_rank of their sum.
+  void reduce_scatter(const DeviceBuffers& send, const DeviceBuffers& recv, std::size_t count_per_rank, int ops) {
+    for (int k = 0; k < ops; ++k) {
+      BENCH_NCCL_CHECK(ncclGroupStart());
+      for (int g = 0; g < size(); ++g) {
+        BENCH_NCCL_CHECK(
+            ncclReduceScatter(send[g], recv[g], count_per_rank, ncclFloat, ncclSum, comm(g), stream(g)));
+      }
+      BENCH_NCCL_CHECK(ncclGroupEnd());
+    }
+    synchronize();
+  }
+
  private:
   int size() const { return static_cast<int>(comms_.size()); }
   ncclComm_t comm(int g) const { return comms_[static_cast<std::size_t>(g)]; }
@@ -306,6 +323,62 @@ GpuRow bench_all_gather(const Setup& setup, std::size_t per_rank) {
   return row;
 }
 
+// `per_rank` elements of the sum for every replica: the row's size is the input's bytes, every
+// replica's shard is equal (ncclReduceScatter takes one count for every rank).
+GpuRow bench_reduce_scatter(const Setup& setup, std::size_t per_rank) {
+  const Options& options = *setup.options;
+  const int n = setup.n;
+  const std::size_t count = per_rank * static_cast<std::size_t>(n);
+  const std::size_t bytes = count * sizeof(float);
+  const int ops = gpu_ops_per_unit(bytes, options);
+  GpuRow row{.bytes = bytes, .count = count, .bus_factor = bus_factor(Collective::kReduceScatter, n)};
+  // Replica r's shard is elements [r * per_rank, (r + 1) * per_rank) of the sum.
+  const auto wrong_in = [n, per_rank](int r, const std::vector<float>& got) {
+    return count_wrong(got, per_rank, [n, per_rank, r](std::size_t i) {
+      return reduce_expected(n, static_cast<std::size_t>(r) * per_rank + i);
+    });
+  };
+
+  const DeviceBuffers send(setup.physical, bytes);
+  for (int r = 0; r < n; ++r) send.fill(r, count, [r](std::size_t i) { return reduce_input(r, i); });
+
+  std::vector<Tensor> results(static_cast<std::size_t>(n));
+  row.library.seconds = time_collective(*setup.strategy, wrap(send, n, count), results, ops, options,
+                                        PreviousResult::kDropped, [](ReplicaContext& ctx, const Tensor& in) {
+                                          return ctx.reduce_scatter(ReduceOp::kSum, in);
+                                        })
+                            .median_s;
+  if (options.check) {
+    row.library.wrong = 0;
+    for (int r = 0; r < n; ++r) {
+      *row.library.wrong += wrong_in(r, results[static_cast<std::size_t>(r)].to_vector<float>());
+    }
+  }
+  results.clear();
+
+  if (setup.nccl != nullptr) {
+    const DeviceBuffers recv(setup.physical, per_rank * sizeof(float));
+    Measurement& m = row.nccl.emplace();
+    m.seconds = time_unit([&] { setup.nccl->reduce_scatter(send, recv, per_rank, ops); }, ops, options).median_s;
+    if (options.check) {
+      m.wrong = 0;
+      for (int r = 0; r < n; ++r) *m.wrong += wrong_in(r, recv.read(r, per_rank));
+    }
+  }
+  return row;
+}
+
+// The per-replica element counts of `sizes` (bytes in all) split over n replicas, at least one
+// each; small sizes that round to the same count appear once.
+std::vector<std::size_t> per_rank_counts(const std::vector<std::size_t>& sizes, int n) {
+  std::vector<std::size_t> counts;
+  for (const std::size_t size : sizes) {
+    const std::size_t per_rank = std::max<std::size_t>(size / (sizeof(float) * static_cast<std::size_t>(n)), 1);
+    if (counts.empty() || counts.back() != per_rank) counts.push_back(per_rank);
+  }
+  return counts;
+}
+
 void print_gpu_table_header(const std::string& title, const std::string& library, const std::string& nccl) {
   std::printf("#\n# %s\n", title.c_str());
   std::printf("# %10s %12s %6s %6s  %-36s  %-36s\n", "", "", "", "", library.c_str(), nccl.c_str());
@@ -382,7 +455,7 @@ std::int64_t print_gpu_summary(const std::string& what, const std::vector<GpuRow
   return lib_wrong + nccl_wrong;
 }
 
-// Both collectives for one replica count; returns the wrong elements.
+// The three collectives for one replica count; returns the wrong elements.
 std::int64_t bench_replicas(int n, bool logical, const Options& options) {
   std::vector<std::string> devices;
   std::vector<int> physical;
@@ -412,15 +485,21 @@ std::int64_t bench_replicas(int n, bool logical, const Options& options) {
                              "); size = gathered bytes",
                          library, logical ? "raw NCCL: n/a (one physical GPU)" : "raw NCCL (ncclAllGather)");
   rows.clear();
-  std::size_t previous = 0;
-  for (const std::size_t size : sizes) {
-    const std::size_t per_rank = std::max<std::size_t>(size / (sizeof(float) * static_cast<std::size_t>(n)), 1);
-    if (per_rank == previous) continue;  // small sizes round up to the same gathered size
-    previous = per_rank;
+  for (const std::size_t per_rank : per_rank_counts(sizes, n)) {
     rows.push_back(bench_all_gather(setup, per_rank));
     print_gpu_row(rows.back());
   }
   wrong += print_gpu_summary("all_gather N=" + std::to_string(n), rows);
+
+  print_gpu_table_header("reduce_scatter (sum), " + std::to_string(n) + " replicas (" + strategy.name() +
+                             "); size = input bytes, equal shards",
+                         library, logical ? "raw NCCL: n/a (one physical GPU)" : "raw NCCL (ncclReduceScatter)");
+  rows.clear();
+  for (const std::size_t per_rank : per_rank_counts(sizes, n)) {
+    rows.push_back(bench_reduce_scatter(setup, per_rank));
+    print_gpu_row(rows.back());
+  }
+  wrong += print_gpu_summary("reduce_scatter N=" + std::to_string(n), rows);
   return wrong;
 }
 
@@ -620,7 +699,7 @@ void print_gpu_preamble(const Options& options, std::optional<int> logical) {
               "cudaStreamSynchronize of every stream\n");
   std::printf("# time: median over repeats of (time of one repeat / K); K = 16 MiB / size, 20..1000 (--ops K)\n");
   std::printf("# GB/s = 1e9 bytes/s; algbw = size / time; busbw = algbw * 2(n-1)/n (all_reduce), algbw * (n-1)/n "
-              "(all_gather); lib/nccl = library time / NCCL time (1.00 = no overhead)\n");
+              "(all_gather, reduce_scatter); lib/nccl = library time / NCCL time (1.00 = no overhead)\n");
   std::fflush(stdout);
 }
 
@@ -667,8 +746,9 @@ bool take_profile(std::vector<std::string>& args) {
 }
 
 constexpr const char* kDescription =
-    "GPU all_reduce (float32, sum) and all_gather (float32, axis 0) through MirroredStrategy::run, beside raw\n"
-    "NCCL (ncclAllReduce / ncclAllGather) on the same cudaMalloc'd buffers in the same run.\n"
+    "GPU all_reduce (float32, sum), all_gather (float32, axis 0) and reduce_scatter (float32, sum) through\n"
+    "MirroredStrategy::run, beside raw NCCL (ncclAllReduce / ncclAllGather / ncclReduceScatter) on the same\n"
+    "cudaMalloc'd buffers in the same run.\n"
     "Defaults here: --min-bytes 8 --max-bytes 1G; --replicas = every physical GPU (one replica each).\n"
     "  --logical N       split physical GPU 0 into N logical GPUs and measure the library only\n"
     "                    (--replicas defaults to N; NCCL takes one rank per physical GPU, so no baseline)\n"
