@@ -470,36 +470,29 @@ std::int64_t bench_replicas(int n, bool logical, const Options& options) {
                     .options = &options};
   const std::string library = "library (" + std::string(strategy.cross_device_ops()) + ")";
   const std::vector<std::size_t> sizes = sweep_sizes(options);
+  std::vector<std::size_t> whole_counts;
+  for (const std::size_t size : sizes) whole_counts.push_back(std::max<std::size_t>(size / sizeof(float), 1));
+  const std::vector<std::size_t> shard_counts = per_rank_counts(sizes, n);
+
+  // One table: its title (what, and what its size means), raw NCCL's call, the element counts it
+  // sweeps and how one row is measured.
   std::int64_t wrong = 0;
-
-  print_gpu_table_header("all_reduce, " + std::to_string(n) + " replicas (" + strategy.name() + ")", library,
-                         logical ? "raw NCCL: n/a (one physical GPU)" : "raw NCCL (ncclAllReduce)");
-  std::vector<GpuRow> rows;
-  for (const std::size_t size : sizes) {
-    rows.push_back(bench_all_reduce(setup, std::max<std::size_t>(size / sizeof(float), 1)));
-    print_gpu_row(rows.back());
-  }
-  wrong += print_gpu_summary("all_reduce N=" + std::to_string(n), rows);
-
-  print_gpu_table_header("all_gather (axis 0), " + std::to_string(n) + " replicas (" + strategy.name() +
-                             "); size = gathered bytes",
-                         library, logical ? "raw NCCL: n/a (one physical GPU)" : "raw NCCL (ncclAllGather)");
-  rows.clear();
-  for (const std::size_t per_rank : per_rank_counts(sizes, n)) {
-    rows.push_back(bench_all_gather(setup, per_rank));
-    print_gpu_row(rows.back());
-  }
-  wrong += print_gpu_summary("all_gather N=" + std::to_string(n), rows);
-
-  print_gpu_table_header("reduce_scatter (sum), " + std::to_string(n) + " replicas (" + strategy.name() +
-                             "); size = input bytes, equal shards",
-                         library, logical ? "raw NCCL: n/a (one physical GPU)" : "raw NCCL (ncclReduceScatter)");
-  rows.clear();
-  for (const std::size_t per_rank : per_rank_counts(sizes, n)) {
-    rows.push_back(bench_reduce_scatter(setup, per_rank));
-    print_gpu_row(rows.back());
-  }
-  wrong += print_gpu_summary("reduce_scatter N=" + std::to_string(n), rows);
+  const auto table = [&](const std::string& what, const std::string& size_note, const char* nccl_call,
+                         const std::vector<std::size_t>& counts, GpuRow (*measure)(const Setup&, std::size_t)) {
+    print_gpu_table_header(what + ", " + std::to_string(n) + " replicas (" + strategy.name() + ")" + size_note,
+                           library,
+                           logical ? "raw NCCL: n/a (one physical GPU)" : "raw NCCL (" + std::string(nccl_call) + ")");
+    std::vector<GpuRow> rows;
+    for (const std::size_t count : counts) {
+      rows.push_back(measure(setup, count));
+      print_gpu_row(rows.back());
+    }
+    wrong += print_gpu_summary(what.substr(0, what.find(' ')) + " N=" + std::to_string(n), rows);
+  };
+  table("all_reduce", "", "ncclAllReduce", whole_counts, bench_all_reduce);
+  table("all_gather (axis 0)", "; size = gathered bytes", "ncclAllGather", shard_counts, bench_all_gather);
+  table("reduce_scatter (sum)", "; size = input bytes, equal shards", "ncclReduceScatter", shard_counts,
+        bench_reduce_scatter);
   return wrong;
 }
 
