@@ -644,8 +644,8 @@ class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
     // each way sometimes crossed at half the link's rate (Open MPI's TCP transport then sent one
     // direction's data before the other's): a 30 MiB exchange between 2 hosts took 263 or 500 ms
     // at 1 Gbit/s, and 263-283 ms in 1 MiB messages.
-    std::vector<MPI_Request> requests;
-    requests.reserve(2 * (std::max(to_next.size(), from_previous.size()) / kRingMessageBytes + 1));
+    std::vector<MPI_Request>& requests = requests_;  // kept across the call's steps: no allocation per step
+    requests.clear();
     int posted = MPI_SUCCESS;
     const char* call = "MPI_Irecv";
     {
@@ -674,6 +674,7 @@ class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
   MpiWorkerTransport& engine_;
   const Deadline deadline_;
   const StepName& what_;
+  std::vector<MPI_Request> requests_;
 };
 
 void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline,
