@@ -19,10 +19,7 @@ build=${1:-build/default}
 sections=" ${*:2} "
 [ "$sections" = "  " ] && sections=" tests examples training multiworker bench "
 want() { [[ $sections == *" $1 "* ]]; }
-# Programs that split GPUs into logical ones run one process per test; the rest run whole.
-per_test=(gpu_test gpu_rules_test errors_test)
-whole=(variable_test distributed_input_test device_test tensor_test collectives_test misuse_test)
-examples=(quickstart nested_structures merge_call_update train_checkpoint)
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_programs.sh"
 
 if [ -d "$build/lib" ]; then
   export LD_LIBRARY_PATH="$(cd "$build/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -48,7 +45,7 @@ skipped=0
 failures=()
 # run_gtest PROGRAM [FILTER]: runs it, counts its passed and skipped tests, shows what failed or skipped.
 run_gtest() {
-  local program=$1 exe="$build/tests/$1" log rc
+  local program=$1 exe="$build/$1" log rc
   if [ ! -x "$exe" ]; then
     failures+=("$program: not built")
     return
@@ -69,22 +66,22 @@ run_gtest() {
 }
 if want tests; then
   echo "=== tests"
-  for program in "${per_test[@]}"; do
-    [ -x "$build/tests/$program" ] || { failures+=("$program: not built"); continue; }
-    for name in $("$build/tests/$program" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
+  for program in "${gpu_per_test_programs[@]}"; do
+    [ -x "$build/$program" ] || { failures+=("$program: not built"); continue; }
+    for name in $("$build/$program" --gtest_list_tests | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
       run_gtest "$program" "$name"
     done
   done
-  for program in "${whole[@]}"; do run_gtest "$program"; done
+  for program in "${gpu_whole_programs[@]}"; do run_gtest "$program"; done
   for name in TrainingOnGpu.OneGpuReachesTheHostsWeights TrainingOnGpu.TwoLogicalGpusReachTwoHostReplicasWeights; do
-    run_gtest ../examples/fashion_mnist/fashion_mnist_test "$name"
+    run_gtest "$gpu_training_test_program" "$name"
     grep -h 'accuracy' <<<"$log_of_last"
   done
 fi
 
 want examples && echo "=== examples"
-want examples && for example in "${examples[@]}"; do
-  exe="$build/examples/$example"
+want examples && for example in "${gpu_example_programs[@]}"; do
+  exe="$build/$example"
   if log=$(timeout 120 "$exe" 2>&1); then
     echo "ok $example"
   else
@@ -92,11 +89,11 @@ want examples && for example in "${examples[@]}"; do
     echo "FAILED example $example"
     echo "$log" | tail -40
   fi
-  [ "$example" = quickstart ] && grep -A2 '^strategy: MirroredStrategy(GPU' <<<"$log"
+  [ "$example" = examples/quickstart ] && grep -A2 '^strategy: MirroredStrategy(GPU' <<<"$log"
 done
 
 want training && echo "=== the training example on GPUs"
-train="$build/examples/fashion_mnist/train_fashion_mnist"
+train="$build/$gpu_training_program"
 if ! want training; then
   :
 elif [ $have_gpu = 0 ]; then
@@ -119,7 +116,7 @@ if want multiworker; then
     failures+=("multi-worker: no mpirun (apt-get install openmpi-bin)")
   else
     for workers in 1 2; do
-      log=$(timeout 300 mpirun --oversubscribe --bind-to none -np $workers "$build/tests/multi_worker_test" \
+      log=$(timeout 300 mpirun --oversubscribe --bind-to none -np $workers "$build/$gpu_multi_worker_program" \
         --local_replicas=1 --device=gpu --gtest_color=no 2>&1)
       rc=$?
       ran=$(grep -c '^\[  PASSED  \]' <<<"$log")
@@ -137,7 +134,6 @@ if want multiworker; then
     # replicas: the same global batches, so the same loss and accuracy. With fewer GPUs than
     # workers, each worker presents itself to NCCL as its own host (NCCL refuses two ranks on one
     # GPU of one host) and they talk through NCCL's socket transport.
-    train="$build/examples/fashion_mnist/train_fashion_mnist"
     if [ $have_gpu = 1 ] && [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
       echo "=== the training example on 2 workers x 1 GPU (mpirun), then on 1 process x 2 replicas"
       gpus=$(nvidia-smi -L | wc -l)
@@ -156,7 +152,7 @@ for f in "${failures[@]}"; do echo "  failed: $f"; done
 
 if want bench; then
   echo "=== gpu_collectives_bench: library against raw NCCL"
-  bench="$build/bench/gpu_collectives_bench"
+  bench="$build/$gpu_bench_program"
   timeout 300 "$bench" --max-bytes 1G || failures+=("gpu_collectives_bench")
   for logical in 2 4; do
     echo "=== gpu_collectives_bench --logical $logical"
