@@ -9,6 +9,7 @@
 //      spends in get_next, as a share of the epoch (goal <= 5%: the next step is prepared while
 //      the current one runs).
 // Times are medians over --repeats (default 7) epochs, bare loop and pipeline alternating.
+// Flags: --help.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,9 +23,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "common.h"
 #include "distribute/distribute.h"
 #include "replica_bench.h"
+
+ABSL_FLAG(int, repeats, 7, "epochs of each kind, >= 1; the table shows the medians");
 
 namespace distribute::bench {
 namespace {
@@ -102,15 +108,16 @@ std::pair<double, double> overlap_epoch(Strategy& strategy, const DistributedDat
   return {seconds_since(start), waiting};
 }
 
-int repeats_from(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--repeats") return std::max(1, std::atoi(argv[i + 1]));
-  }
-  return 7;
-}
-
 int run(int argc, char** argv) {
-  const int repeats = repeats_from(argc, argv);
+  absl::SetProgramUsageMessage("Distributed input on a Fashion-MNIST-sized pipeline: throughput and overlap.");
+  const std::vector<char*> extra = absl::ParseCommandLine(argc, argv);
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  if (extra.size() > 1 || repeats < 1) {
+    std::fprintf(stderr, "%s: %s; see --help\n", argv[0],
+                 extra.size() > 1 ? ("unexpected argument '" + std::string(extra[1]) + "'").c_str()
+                                  : "--repeats must be >= 1");
+    return 2;
+  }
   const Data data;
   MirroredStrategy strategy(cpu_devices(kReplicas));
   const auto dataset = data::Dataset<Example>::from_tensor_slices({data.images, data.labels})

@@ -6,8 +6,7 @@
 // agree, and through DistributedDataset::from_function on the same devices and InputContext
 // without the agreement (each worker on its own, as before it); each with an empty loop body and
 // with a step that runs an all_reduce of a float (the least a training step adds). Prints worker
-// 0's median time per step over the repeats of each, and the agreement's share. Options: --steps
-// N (per epoch, default 20000), --repeats R (default 7), --replicas L (local, default 1).
+// 0's median time per step over the repeats of each, and the agreement's share. Flags: --help.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,7 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "distribute/distribute.h"
+
+ABSL_FLAG(int64_t, steps, 20000, "steps per epoch, >= 1");
+ABSL_FLAG(int, repeats, 7, "timed epochs of each kind, >= 1; the table shows the medians");
+ABSL_FLAG(int, replicas, 1, "replicas per worker (CPU:0..L-1), >= 1");
 
 namespace {
 
@@ -30,22 +36,17 @@ double median(std::vector<double> values) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::int64_t steps = 20000;
-  int repeats = 7;
-  int replicas = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const long value = std::atol(argv[i + 1]);
-    if (flag == "--steps") {
-      steps = value;
-    } else if (flag == "--repeats") {
-      repeats = static_cast<int>(value);
-    } else if (flag == "--replicas") {
-      replicas = static_cast<int>(value);
-    } else {
-      std::fprintf(stderr, "usage: %s [--steps N] [--repeats R] [--replicas L]\n", argv[0]);
-      return 2;
-    }
+  absl::SetProgramUsageMessage(
+      "The per-step cost of the multi-worker input's agreement; run under mpirun with 2 or more processes.");
+  const std::vector<char*> extra = absl::ParseCommandLine(argc, argv);
+  const std::int64_t steps = absl::GetFlag(FLAGS_steps);
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  const int replicas = absl::GetFlag(FLAGS_replicas);
+  if (extra.size() > 1 || steps < 1 || repeats < 1 || replicas < 1) {
+    std::fprintf(stderr, "%s: %s; see --help\n", argv[0],
+                 extra.size() > 1 ? ("unexpected argument '" + std::string(extra[1]) + "'").c_str()
+                                  : "--steps, --repeats and --replicas must be >= 1");
+    return 2;
   }
   MultiWorkerMirroredStrategyOptions options;
   for (int l = 0; l < replicas; ++l) options.local_devices.push_back("CPU:" + std::to_string(l));
