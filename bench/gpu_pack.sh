@@ -100,5 +100,5 @@ RUN
 chmod +x "$root/run.sh"
 
 mkdir -p "$(dirname "$archive")"
-tar -C "$work" -cJf "$archive" distribute-gpu
+tar -C "$work" -caf "$archive" distribute-gpu  # compressed as its suffix says (.tar.xz, .tar)
 echo "gpu_pack: $archive ($(du -h "$archive" | cut -f1)), $(find "$root/build/lib" -type f | wc -l) libraries"
