@@ -18,6 +18,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common.h"
 #include "distribute/distribute.h"
 
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
     std::vector<float> values(static_cast<std::size_t>(size));
     for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000) * 0.001f + k;
     variables.emplace_back(distribute::Tensor::from_vector(std::move(values), {size}, distribute::Device::cpu()));
-    named.emplace_back("v" + std::to_string(k), variables.back());
+    named.emplace_back(absl::StrCat("v", k), variables.back());
   }
   distribute::CheckpointManager manager(distribute::Checkpoint(named), dir, {.max_to_keep = 1});
   const double bytes = 4.0 * static_cast<double>(parameters);
