@@ -24,8 +24,13 @@ cat "$work/reference.log"
 
 timeout -k 5 300 "$here/train_until_done.sh" "${job[@]}" --checkpoint_dir="$work/preempted" >"$work/preempted.log" 2>&1 &
 until_done=$!
-for _ in $(seq 3000); do
-  [ -f "$work/preempted/ckpt.index.json" ] && break
+# The first periodic checkpoint: the preemption handler is installed on both workers by then (a
+# SIGTERM before it is installed ends a worker as SIGTERM does any process). Under a sanitizer on
+# a loaded machine the workers can take minutes to get there.
+wait_limit=$((SECONDS + 240))
+until [ -f "$work/preempted/ckpt.index.json" ]; do
+  [ "$SECONDS" -lt "$wait_limit" ] || { kill "$until_done"; wait "$until_done"; cat "$work/preempted.log";
+                                        fail "no checkpoint within 240 s, so no SIGTERM was sent"; }
   sleep 0.01
 done
 sleep "0.$((RANDOM % 4))"
