@@ -89,9 +89,10 @@ case "$case_name" in
     "$mpirun" --oversubscribe --bind-to none -np 2 "$job" --local_replicas=1 --steps=1000 "${big[@]}" \
       >"$work/killed.log" 2>&1 &
     launcher=$!
-    for _ in $(seq 6000); do
-      # The second save's temporary file: the first checkpoint and its index are complete.
-      if ls "$work/ckpt" 2>/dev/null | grep -q '^ckpt-3\.safetensors\.tmp\.'; then break; fi
+    # The second save's temporary file: the first checkpoint and its index are complete. A
+    # sanitizer build on a loaded machine can take minutes to get there.
+    wait_limit=$((SECONDS + 200))
+    until ls "$work/ckpt" 2>/dev/null | grep -q '^ckpt-3\.safetensors\.tmp\.' || [ "$SECONDS" -ge "$wait_limit" ]; do
       sleep 0.01
     done
     chief=$(ls "$work/ckpt" | grep -o '^ckpt-3\.safetensors\.tmp\.[0-9]*' | head -1 | sed 's/.*tmp\.//')
