@@ -164,9 +164,15 @@ TEST_F(PreemptionTest, AGracePeriodKeepsTrainingUntilShortlyBeforeItsEnd) {
   CheckpointManager manager(Checkpoint({{"w", w}}), dir());
   bool told = false;
   bool exited = false;
+  // exit_fn runs once the save is written: the moment the grace period must not have passed.
+  std::chrono::steady_clock::time_point saved;
   PreemptionCheckpointHandler handler(strategy, manager,
                                       {.termination_watcher_fn = [&] { return told; },
-                                       .exit_fn = [&] { exited = true; },
+                                       .exit_fn =
+                                           [&] {
+                                             saved = std::chrono::steady_clock::now();
+                                             exited = true;
+                                           },
                                        .grace_period = std::chrono::seconds(2)});
   manager.save(0, false);  // a save the handler has timed
   told = true;
@@ -177,7 +183,7 @@ TEST_F(PreemptionTest, AGracePeriodKeepsTrainingUntilShortlyBeforeItsEnd) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ++steps_after;
   }
-  const auto waited = std::chrono::steady_clock::now() - signalled;
+  const auto waited = saved - signalled;
   EXPECT_TRUE(exited);
   EXPECT_GT(steps_after, 1) << "the grace period was used for training";
   EXPECT_LT(waited, std::chrono::seconds(2)) << "the save came before the grace period ended";
