@@ -1046,6 +1046,41 @@ TEST_F(MultiWorker, ReplicaRaisingOnOneWorkerReleasesEveryWorker) {
   expect_still_usable();
 }
 
+// A run that fails through a replica's exception, then one that fails on worker 1 with no replica
+// to blame (its replicas' own timeout): the second report names the worker and all its replicas,
+// not the first run's replica.
+TEST_F(MultiWorker, AFailureWithoutAReplicaDoesNotNameThePreviousRunsReplica) {
+  if (workers() < 2 || local() < 2) GTEST_SKIP() << "needs two workers of two replicas";
+  const int w = worker();
+  EXPECT_ANY_THROW(s.run([w] {
+    ReplicaContext& ctx = *get_replica_context();
+    if (w == 1 && ctx.local_replica_id() == 1) throw std::runtime_error("boom");
+    ctx.all_reduce(ReduceOp::kSum, 1.0f);
+  }));
+  try {
+    s.run([w] {
+      ReplicaContext& ctx = *get_replica_context();
+      if (w != 1) {
+        ctx.all_reduce(ReduceOp::kSum, 1.0f);
+      } else if (ctx.local_replica_id() == 0) {
+        ctx.all_reduce(ReduceOp::kSum, 1.0f, CommunicationOptions{.timeout = std::chrono::milliseconds(300)});
+      } else {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const DeadlineExceededError& e) {
+    const std::string late = std::to_string(2 * local() - 1);
+    const std::string waiting = std::to_string(local());
+    const std::string local_message = "timed out after 0.3 s: replica " + late + " did not arrive while replica " +
+                                      waiting + " waits in all_reduce #1";
+    EXPECT_THAT(e.what(), HasSubstr(w == 1 ? local_message : workers_text(1, 1) + ": " + local_message));
+  } catch (const AbortedError& e) {
+    ADD_FAILURE() << "the timeout was not the run's error: " << e.what();
+  }
+  expect_still_usable();
+}
+
 // merge_fn raises on worker 1 while worker 0's merge_fn is in a cross-replica reduce.
 TEST_F(MultiWorker, MergeFnRaisingOnOneWorkerReleasesTheOthersMidReduce) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";

@@ -161,8 +161,9 @@ void CallAgreement::throw_failure_of(int worker, absl::string_view described) {
     throw InternalError(absl::StrCat("worker ", worker, " failed, and its report does not parse: ", described));
   }
   const absl::string_view message = described.substr(second + 1);
+  // A failure of no single replica (a merge_fn's, a timeout) names the worker's replicas.
   const std::string who =
-      replica >= 0 ? absl::StrCat("worker ", worker, " (replica ", replica, ")") : absl::StrCat("worker ", worker);
+      replica >= 0 ? absl::StrCat("worker ", worker, " (replica ", replica, ")") : workers_->workers_text({worker});
   if (static_cast<absl::StatusCode>(code) == absl::StatusCode::kUnknown) {
     throw AbortedError(absl::StrCat(who, " raised: ", message, "; the other workers were released from their collectives"));
   }

@@ -47,6 +47,7 @@ void ReplicaGroup::prepare_run() {
     rendezvous_.reset();
     MutexLock lock(mu_);
     first_error_ = nullptr;
+    first_error_rank_ = -1;
     failed_.store(false, std::memory_order_release);
   }
   phase_.claim();
