@@ -1249,11 +1249,9 @@ TEST_F(MultiWorker, DifferentLocalReplicaCountsAreAnInvalidArgumentOnEveryWorker
     MultiWorkerMirroredStrategy uneven(options);
     ADD_FAILURE() << "no error";
   } catch (const InvalidArgumentError& e) {
-    const std::string expected =
-        worker() == 0 ? "MultiWorkerMirroredStrategy: worker 1 has " + others + " local replicas but worker 0 has " + more
-                      : "MultiWorkerMirroredStrategy: worker 0 has " + more + " local replicas but worker " +
-                            std::to_string(worker()) + " has " + others;
-    EXPECT_EQ(e.what(), expected + "; every worker needs the same number of local devices");
+    // The same message on every worker.
+    EXPECT_EQ(e.what(), "MultiWorkerMirroredStrategy: worker 1 has " + others + " local replicas but worker 0 has " +
+                            more + "; every worker needs the same number of local devices");
   }
   expect_still_usable();
 }
@@ -1409,6 +1407,40 @@ TEST_F(MultiWorker, AStalledCollectiveActionOutOfTheEnumIsAnInvalidArgument) {
   } catch (const InvalidArgumentError& e) {
     EXPECT_EQ(std::string(e.what()), "MultiWorkerMirroredStrategy: options.on_stalled_collective is 2, which is no "
                                      "StalledCollectiveAction (kEndJob or kFailStrategy)");
+  }
+  expect_still_usable();
+}
+
+// Only the last worker's options are invalid: it throws its own error, and the others, which
+// would otherwise wait for it in the construction's collective steps, are told of it at once.
+TEST_F(MultiWorker, AWorkerWhoseOptionsAreInvalidFailsEveryWorkersConstruction) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int last = workers() - 1;
+  const std::string stall_error = "MultiWorkerMirroredStrategy: options.on_stalled_collective is 2, which is no "
+                                  "StalledCollectiveAction (kEndJob or kFailStrategy)";
+  const std::string timeout_error = "MultiWorkerMirroredStrategy: options.communication.timeout is -1 s";
+  for (const bool bad_timeout : {false, true}) {
+    MultiWorkerMirroredStrategyOptions options;
+    options.local_devices = local_devices();
+    if (worker() == last) {
+      if (bad_timeout) {
+        options.communication.timeout = std::chrono::seconds(-1);
+      } else {
+        options.on_stalled_collective = static_cast<StalledCollectiveAction>(2);
+      }
+    }
+    try {
+      MultiWorkerMirroredStrategy invalid(options);
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidArgumentError& e) {
+      const std::string own = bad_timeout ? timeout_error : stall_error;
+      if (worker() == last) {
+        EXPECT_THAT(e.what(), ::testing::StartsWith(own));
+      } else {
+        EXPECT_THAT(e.what(), ::testing::StartsWith("worker " + std::to_string(last) +
+                                                    " could not construct its strategy: " + own));
+      }
+    }
   }
   expect_still_usable();
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <numeric>
 #include <span>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,59 @@ void exchange_at_construction(detail::WorkerTransport& engine, std::span<const s
   const std::vector<int> missing = engine.exchange(mine, all, detail::deadline_after(timeout));
   DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "MultiWorkerMirroredStrategy: timed out after ",
                    timeout.count(), " s: workers ", absl::StrJoin(missing, ", "), " did not construct their strategy");
+}
+
+// What each worker tells the others at construction: how its own checks ended (an absl::StatusCode,
+// and the size of its message, which follows when a worker failed) and its number of replicas.
+struct ConstructionReport {
+  std::int32_t code;
+  std::int32_t unused;
+  std::uint64_t message_size;
+  std::int64_t local_replicas;
+};
+
+// Every worker's report, exchanged. A worker whose checks failed (`failure`) rethrows its error
+// and every other worker throws one of its type naming it, as after a failed step; workers with
+// different numbers of replicas all throw the same InvalidArgumentError.
+void agree_at_construction(detail::WorkerTransport& engine, std::exception_ptr failure, std::int64_t local,
+                           std::chrono::duration<double> timeout) {
+  std::string message;
+  ConstructionReport mine{0, 0, 0, local};
+  if (failure) {
+    message = detail::describe_exception(failure);
+    absl::StatusCode code = absl::StatusCode::kInternal;
+    try {
+      std::rethrow_exception(failure);
+    } catch (const Error& e) {
+      code = e.code();
+    } catch (...) {
+    }
+    mine = {static_cast<std::int32_t>(code), 0, message.size(), local};
+  }
+  const int workers = engine.num_workers();
+  std::vector<ConstructionReport> all(static_cast<std::size_t>(workers));
+  exchange_at_construction(engine, std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)), timeout);
+  const auto failed = std::find_if(all.begin(), all.end(), [](const ConstructionReport& r) { return r.code != 0; });
+  if (failed != all.end()) {
+    std::vector<std::size_t> sizes;
+    for (const ConstructionReport& r : all) sizes.push_back(r.message_size);
+    std::string messages(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}), '\0');
+    engine.all_gather(message.data(), sizes, messages.data(), detail::deadline_after(timeout),
+                      "the strategy's construction");
+    if (failure) std::rethrow_exception(failure);
+    const auto w = static_cast<std::size_t>(failed - all.begin());
+    const std::size_t at = std::accumulate(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(w), std::size_t{0});
+    throw_status(absl::Status(static_cast<absl::StatusCode>(failed->code),
+                              absl::StrCat("worker ", w, " could not construct its strategy: ",
+                                           messages.substr(at, sizes[w]))));
+  }
+  // Every worker is compared with worker 0, so every worker names the same two.
+  for (int w = 1; w < workers; ++w) {
+    const std::int64_t theirs = all[static_cast<std::size_t>(w)].local_replicas;
+    DISTRIBUTE_CHECK(theirs == all[0].local_replicas, InvalidArgumentError, "MultiWorkerMirroredStrategy: worker ", w,
+                     " has ", theirs, " local replicas but worker 0 has ", all[0].local_replicas,
+                     "; every worker needs the same number of local devices");
+  }
 }
 
 // What names this worker's host to NCCL: NCCL_HOSTID where set (NCCL's own override), else the
@@ -186,37 +240,46 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions options)
     : resolver_(options.cluster_resolver != nullptr ? std::move(options.cluster_resolver)
                                                     : std::make_shared<const MpiClusterResolver>()) {
-  std::vector<Device> devices = detail::parse_mirrored_devices(options.local_devices);
-  // Before the first exchange, which the timeout bounds.
-  detail::check_timeout(options.communication.timeout, "MultiWorkerMirroredStrategy: options.communication.timeout",
-                        "no timeout");
-  const StalledCollectiveAction on_stall = options.on_stalled_collective;
-  DISTRIBUTE_CHECK(on_stall == StalledCollectiveAction::kEndJob || on_stall == StalledCollectiveAction::kFailStrategy,
-                   InvalidArgumentError, "MultiWorkerMirroredStrategy: options.on_stalled_collective is ",
-                   static_cast<int>(on_stall), ", which is no StalledCollectiveAction (kEndJob or kFailStrategy)");
+  // This worker's own checks. One that fails is kept until the other workers have heard of it: a
+  // worker that threw here would leave them in the steps of the construction they take together
+  // (MPI makes communicators in blocking calls), waiting for it.
+  std::exception_ptr failure;
+  std::vector<Device> devices;
+  std::chrono::duration<double> timeout{0};  // until options.communication.timeout is known valid
+  StalledCollectiveAction on_stall = StalledCollectiveAction::kEndJob;
+  try {
+    devices = detail::parse_mirrored_devices(options.local_devices);
+    detail::check_timeout(options.communication.timeout, "MultiWorkerMirroredStrategy: options.communication.timeout",
+                          "no timeout");
+    timeout = options.communication.timeout;
+    on_stall = options.on_stalled_collective;
+    DISTRIBUTE_CHECK(on_stall == StalledCollectiveAction::kEndJob || on_stall == StalledCollectiveAction::kFailStrategy,
+                     InvalidArgumentError, "MultiWorkerMirroredStrategy: options.on_stalled_collective is ",
+                     static_cast<int>(on_stall), ", which is no StalledCollectiveAction (kEndJob or kFailStrategy)");
+  } catch (...) {
+    failure = std::current_exception();
+    on_stall = StalledCollectiveAction::kEndJob;
+  }
   const MpiCommunicator* comm = resolver_->mpi_communicator();
   const MPI_Comm base = comm != nullptr ? comm->comm : MPI_COMM_WORLD;
   auto engine = std::make_unique<detail::MpiWorkerTransport>(base, on_stall);
   const int rank = engine->worker_id();
   const int workers = engine->num_workers();
-  const int tasks = resolver_->cluster_spec().num_tasks("worker") + resolver_->cluster_spec().num_tasks("chief");
-  DISTRIBUTE_CHECK(tasks == workers, InvalidArgumentError, "MultiWorkerMirroredStrategy: the cluster resolver lists ",
-                   tasks, " tasks but MPI launched ", workers, " processes; launch one process per task");
-  const int task = resolver_->task_id();
-  DISTRIBUTE_CHECK(task == rank, InvalidArgumentError, "MultiWorkerMirroredStrategy: the cluster resolver says this "
-                   "process is task ", task, " but it is worker ", rank, " (its rank among the ", workers,
-                   " MPI processes that are the workers); a resolver's task_id() must be that rank");
-  // Every worker must bring as many replicas: a collective's ids and MEANs count on it.
-  const std::int64_t local = static_cast<std::int64_t>(devices.size());
-  std::vector<std::int64_t> all(static_cast<std::size_t>(workers));
-  exchange_at_construction(*engine, std::as_bytes(std::span(&local, 1)), std::as_writable_bytes(std::span(all)),
-                           options.communication.timeout);
-  for (int w = 0; w < workers; ++w) {
-    DISTRIBUTE_CHECK(all[static_cast<std::size_t>(w)] == local, InvalidArgumentError,
-                     "MultiWorkerMirroredStrategy: worker ", w, " has ", all[static_cast<std::size_t>(w)],
-                     " local replicas but worker ", rank, " has ", local,
-                     "; every worker needs the same number of local devices");
+  if (!failure) {
+    try {
+      const int tasks = resolver_->cluster_spec().num_tasks("worker") + resolver_->cluster_spec().num_tasks("chief");
+      DISTRIBUTE_CHECK(tasks == workers, InvalidArgumentError, "MultiWorkerMirroredStrategy: the cluster resolver lists ",
+                       tasks, " tasks but MPI launched ", workers, " processes; launch one process per task");
+      const int task = resolver_->task_id();
+      DISTRIBUTE_CHECK(task == rank, InvalidArgumentError, "MultiWorkerMirroredStrategy: the cluster resolver says this "
+                       "process is task ", task, " but it is worker ", rank, " (its rank among the ", workers,
+                       " MPI processes that are the workers); a resolver's task_id() must be that rank");
+    } catch (...) {
+      failure = std::current_exception();
+    }
   }
+  const auto local = static_cast<std::int64_t>(devices.size());
+  agree_at_construction(*engine, failure, local, timeout);
   if (devices[0].is_gpu()) {
     check_gpus_distinct(*engine, devices, options.communication.timeout);
   }
