@@ -976,6 +976,49 @@ TEST_F(MultiWorker, AChiefThatCannotSaveOrRestoreFailsEveryWorkerAlike) {
   expect_still_usable();
 }
 
+// Worker 1 restores where the others save, by hand and through managers: every worker throws the
+// same InvalidArgumentError before anything is written or sent, and no worker waits for another.
+TEST_F(MultiWorker, WorkersMakingDifferentCheckpointCallsAllFailAlike) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("distribute_mw_calls_" + std::to_string(::getpid()));
+  StrategyScope scope = s.scope();
+  Variable w(Tensor::from_vector<float>({1, 2}, {2}, Device::cpu()), {.name = "w"});
+  Variable b(0.5f, {.name = "b"});
+  std::vector<int> savers;
+  for (int v = 0; v < workers(); ++v) {
+    if (v != 1) savers.push_back(v);
+  }
+  const auto expect_disagreement = [&](const std::function<void()>& call, const std::string& saving,
+                                       const std::string& restoring) {
+    try {
+      call();
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(": " + workers_text(savers) + " called " + saving + " of 'w', 'b' where " +
+                                      workers_text(1, 1) + " called " + restoring +
+                                      " of 'w', 'b'; every worker must make the same checkpoint calls, of the same "
+                                      "entries, in the same order"));
+      EXPECT_THAT(e.what(), ::testing::StartsWith("checkpoint #"));
+    }
+  };
+  const fs::path file = dir / "by_hand.safetensors";
+  if (worker() == 0) fs::create_directories(dir);
+  expect_disagreement(
+      [&] {
+        Checkpoint checkpoint({{"w", w}, {"b", b}});
+        worker() == 1 ? checkpoint.restore(file) : checkpoint.save(file);
+      },
+      "Checkpoint::save", "Checkpoint::restore");
+  if (worker() == 0) EXPECT_FALSE(fs::exists(file)) << "the chief wrote before the workers agreed";
+  CheckpointManager manager(Checkpoint({{"w", w}, {"b", b}}), dir / "managed");
+  expect_disagreement([&] { worker() == 1 ? (void)manager.restore_or_initialize() : (void)manager.save(); },
+                      "CheckpointManager::save", "CheckpointManager::restore_or_initialize");
+  EXPECT_EQ(manager.latest_checkpoint(), std::nullopt);
+  expect_still_usable();
+  if (worker() == 0) fs::remove_all(dir);
+}
+
 // Worker 1's replicas pass float32[12], the others float32[10].
 TEST_F(MultiWorker, ShapeMismatchOnOneWorkerNamesItOnEveryWorker) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";

@@ -14,6 +14,7 @@
 #include <future>
 #include <ios>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -331,6 +332,23 @@ std::vector<Tensor> values_of(const NamedEntries& variables, const Reader& reade
   return values;
 }
 
+// Every strategy of the variables kept between two steps (detail::BetweenRuns) for its lifetime,
+// taken in one order (by address) so that two checkpoints of shared strategies never wait for
+// each other.
+class StepBoundary {
+ public:
+  explicit StepBoundary(const std::vector<std::pair<std::string, Variable>>& variables) {
+    std::vector<StrategyExtended*> strategies;
+    for (const auto& [name, variable] : variables) strategies.push_back(&variable.distribute_strategy().extended());
+    std::sort(strategies.begin(), strategies.end(), std::less<>());
+    strategies.erase(std::unique(strategies.begin(), strategies.end()), strategies.end());
+    for (StrategyExtended* strategy : strategies) held_.push_back(std::make_unique<detail::BetweenRuns>(*strategy));
+  }
+
+ private:
+  std::vector<std::unique_ptr<detail::BetweenRuns>> held_;
+};
+
 }  // namespace
 
 Checkpoint::Checkpoint(std::vector<std::pair<std::string, Variable>> variables,
@@ -360,8 +378,15 @@ void Checkpoint::add(std::string name, Saveable state) {
 
 void Checkpoint::save(const std::filesystem::path& path) const {
   detail::require_cross_replica("Checkpoint::save");
-  const detail::timeline::Span span(detail::timeline::kProgramTrack, "checkpoint_save");
   StrategyExtended* workers = detail::workers_of(variables_);
+  detail::agree_on_operation(workers, "Checkpoint::save", entries_);
+  save_agreed(workers, path);
+}
+
+void Checkpoint::save_agreed(StrategyExtended* workers, const std::filesystem::path& path) const {
+  const detail::timeline::Span span(detail::timeline::kProgramTrack, "checkpoint_save");
+  // The values are the variables' own storage until written: the strategies stay between steps.
+  const StepBoundary boundary(variables_);
   std::vector<Tensor> values = read_all(entries_);
   detail::on_chief(workers, [&] { write(path, entries_, values); });
 }
@@ -369,6 +394,7 @@ void Checkpoint::save(const std::filesystem::path& path) const {
 void Checkpoint::restore(const std::filesystem::path& path) {
   detail::require_cross_replica("Checkpoint::restore");
   StrategyExtended* workers = detail::workers_of(variables_);
+  detail::agree_on_operation(workers, "Checkpoint::restore", entries_);
   std::vector<Tensor> values;
   detail::on_chief(workers, [&] { values = load(path); });
   assign(workers, std::move(values));
@@ -395,6 +421,7 @@ void Checkpoint::assign(StrategyExtended* workers, std::vector<Tensor> values) {
           *workers, chief ? values[k] : Tensor::empty(entry.dtype(), entry.shape(), Device::cpu()));
     }
   }
+  const StepBoundary boundary(variables_);
   for (std::size_t k = 0; k < entries_.size(); ++k) entries_[k].second.write(values[k]);
 }
 

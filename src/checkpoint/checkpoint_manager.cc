@@ -77,6 +77,7 @@ CheckpointManager::CheckpointManager(Checkpoint checkpoint, std::filesystem::pat
   DISTRIBUTE_CHECK(!directory_.empty(), InvalidArgumentError,
                    "CheckpointManager: the directory is empty; give the directory to keep checkpoints in");
   StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
+  detail::agree_on_operation(workers, "CheckpointManager's constructor", checkpoint_.entries_);
   detail::on_chief(workers, [&] {
     std::error_code error;
     std::filesystem::create_directories(directory_, error);
@@ -168,7 +169,9 @@ std::optional<std::filesystem::path> CheckpointManager::save(std::optional<std::
       checkpoint_number.value_or(numbers_.empty() ? 1 : *std::max_element(numbers_.begin(), numbers_.end()) + 1);
   const std::filesystem::path path = path_of(number);
   const auto start = std::chrono::steady_clock::now();
-  checkpoint_.save(path);
+  StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
+  detail::agree_on_operation(workers, "CheckpointManager::save", checkpoint_.entries_);
+  checkpoint_.save_agreed(workers, path);
 
   std::vector<std::int64_t> kept;
   std::copy_if(numbers_.begin(), numbers_.end(), std::back_inserter(kept), [&](std::int64_t n) { return n != number; });
@@ -179,7 +182,6 @@ std::optional<std::filesystem::path> CheckpointManager::save(std::optional<std::
     dropped.assign(kept.begin(), end);
     kept.erase(kept.begin(), end);
   }
-  StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
   detail::on_chief(workers, [&] { write_index(kept); });
   numbers_ = std::move(kept);
   last_save_time_ = std::chrono::steady_clock::now() - start;
@@ -209,6 +211,7 @@ std::vector<std::filesystem::path> CheckpointManager::checkpoints() const {
 std::optional<std::filesystem::path> CheckpointManager::restore_or_initialize() {
   detail::require_cross_replica("CheckpointManager::restore_or_initialize");
   StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
+  detail::agree_on_operation(workers, "CheckpointManager::restore_or_initialize", checkpoint_.entries_);
   std::vector<Tensor> values;
   std::optional<std::int64_t> chosen;
   detail::on_chief(workers, [&] { chosen = load_newest_readable(values); });

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "distribute/errors.h"
+#include "distribute/replica/internal/collective_call.h"
 
 namespace distribute::detail {
 
@@ -28,6 +29,17 @@ std::string chief_bytes(StrategyExtended* workers, std::string bytes) {
   if (chief && n > 0) std::memcpy(words.raw_data(), bytes.data(), n);
   words = first_worker_value(*workers, words);
   return std::string(static_cast<const char*>(words.raw_data()), n);
+}
+
+void agree_on_operation(StrategyExtended* workers, const char* what,
+                        const std::vector<std::pair<std::string, Saveable>>& entries) {
+  if (workers == nullptr) return;
+  std::vector<VariableKey> keys;
+  keys.reserve(entries.size());
+  for (const auto& [name, entry] : entries) {
+    keys.push_back({fixed_hash(name), &name, static_cast<std::uint64_t>(keys.size())});
+  }
+  agree_on_checkpoint(*workers, CallPurpose(what, keys));
 }
 
 void on_chief(StrategyExtended* workers, absl::FunctionRef<void()> part) {

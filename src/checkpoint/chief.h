@@ -11,6 +11,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "distribute/strategy/strategy_extended.h"
+#include "distribute/variables/saveable.h"
 #include "distribute/variables/variable.h"
 
 namespace distribute::detail {
@@ -28,5 +29,13 @@ void on_chief(StrategyExtended* workers, absl::FunctionRef<void()> part);
 
 // The chief's `bytes` on every worker (the argument is ignored elsewhere).
 std::string chief_bytes(StrategyExtended* workers, std::string bytes);
+
+// Agrees with the other workers, before anything is read, written or sent, that every worker calls
+// the checkpoint operation `what` ("Checkpoint::save", "CheckpointManager::save", ...) on the
+// same `entries`: otherwise every worker throws the same InvalidArgumentError naming the workers
+// and their calls (FailedPreconditionError where a worker makes another kind of call). Nothing
+// with one worker.
+void agree_on_operation(StrategyExtended* workers, const char* what,
+                        const std::vector<std::pair<std::string, Saveable>>& entries);
 
 }  // namespace distribute::detail

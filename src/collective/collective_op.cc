@@ -16,6 +16,7 @@ const char* kind_name(CollectiveKind kind) {
     case CollectiveKind::kGatherTo: return "cross-replica gather";
     case CollectiveKind::kBroadcastTo: return "cross-replica broadcast";
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kCheckpoint: return "checkpoint";
   }
   return "?";
 }

@@ -162,9 +162,11 @@ std::exception_ptr field_disagreement(std::span<const RenderedSignature> calls, 
       for (std::size_t c = 1; c < classes.size(); ++c) {
         parts.push_back(absl::StrCat(parties.name(classes[c]), " called ", text(classes[c])));
       }
+      const bool checkpoint = calls[0].kind == collective::kind_name(CollectiveKind::kCheckpoint);
       return invalid(absl::StrCat(name, ": ", parties.name(classes[0]), " called ", text(classes[0]), " where ",
                                   absl::StrJoin(parts, ", "), "; every ", parties.noun,
-                                  " must make the same updates in the same order"));
+                                  checkpoint ? " must make the same checkpoint calls, of the same entries, in the same order"
+                                             : " must make the same updates in the same order"));
     }
     case SignatureField::Kind::kMergeFunction: {
       std::vector<int> others;
@@ -222,7 +224,8 @@ std::uint64_t signature_digest(const CollectiveCall& call) {
     case CollectiveKind::kGatherTo: h = mix(h, static_cast<std::uint64_t>(call_axis(op))); break;
     case CollectiveKind::kMergeCall: h = mix(h, call.merge_type_hash); break;
     case CollectiveKind::kReturn:
-    case CollectiveKind::kBroadcastTo: break;
+    case CollectiveKind::kBroadcastTo:
+    case CollectiveKind::kCheckpoint: break;
   }
   h = mix(h, call.structure_hash);
   h = mix(h, call.leaf_digest);  // which counts the leaves too
@@ -235,7 +238,12 @@ RenderedSignature render_signature(const CollectiveCall& call) {
   const collective::CollectiveOp& op = call.op;
   RenderedSignature out{collective::kind_name(op.kind), op.sequence, "", {}};
   if (op.kind == CollectiveKind::kReturn) return out;
-  if (const CallPurpose* purpose = call.purpose) {
+  if (const CallPurpose* purpose = call.purpose; purpose != nullptr && op.kind == CollectiveKind::kCheckpoint) {
+    // One operation on every entry: the digest tells apart lists that print alike.
+    out.purpose = purpose_text(*purpose);
+    out.fields.push_back({Kind::kPurpose, "operation", "", absl::StrCat(out.purpose, " (", hex(purpose->digest), ")"),
+                          out.purpose, ""});
+  } else if (purpose != nullptr) {
     out.purpose = purpose_text(*purpose);
     const std::size_t n = purpose->variables.size();
     for (std::size_t k = 0; k < n; ++k) {
@@ -265,7 +273,8 @@ RenderedSignature render_signature(const CollectiveCall& call) {
                             call.merge_type_info != nullptr ? type_name(*call.merge_type_info) : "", ""});
       break;
     case CollectiveKind::kReturn:
-    case CollectiveKind::kBroadcastTo: break;
+    case CollectiveKind::kBroadcastTo:
+    case CollectiveKind::kCheckpoint: break;
   }
   if (call.describe_structure != nullptr) {
     out.fields.push_back({Kind::kStructure, "structure", "", call.describe_structure(call.value), "",
@@ -289,7 +298,7 @@ RenderedSignature render_signature(const CollectiveCall& call) {
                           absl::StrCat(dtype_name(in.dtype), in.shape->compact()), std::move(hint)});
   }
   if (op.kind != CollectiveKind::kReduceTo && op.kind != CollectiveKind::kGatherTo &&
-      op.kind != CollectiveKind::kBroadcastTo) {
+      op.kind != CollectiveKind::kBroadcastTo && op.kind != CollectiveKind::kCheckpoint) {
     out.fields.push_back({Kind::kOptions, "options", "",
                           absl::StrCat("options {implementation=", implementation_name(op.options.implementation),
                                        ", bytes_per_pack=", op.options.bytes_per_pack, "}"),

@@ -286,6 +286,7 @@ class MirroredExtended final : public StrategyExtended {
     return &levels_[0]->group.communicator();
   }
   detail::CallAgreement* call_agreement() override { return agreement_.get(); }
+  detail::Mutex* run_mutex() override { return &level0_->run_mu; }
   std::weak_ptr<input::internal::WorkerAgreement> input_agreement() const override { return input_agreement_; }
 
  private:

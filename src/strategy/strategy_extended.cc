@@ -8,8 +8,10 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/mutex.h"
 #include "collective/communicator.h"
 #include "device/kernels.h"
+#include "distribute/replica/internal/context_stack.h"
 #include "distribute/strategy/strategy.h"
 #include "replica/call_signature.h"
 #include "replica/call_agreement.h"
@@ -171,6 +173,30 @@ Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine) {
 }
 
 CallAgreement* call_agreement_of(StrategyExtended& extended) { return extended.call_agreement(); }
+
+void agree_on_checkpoint(StrategyExtended& extended, const CallPurpose& purpose) {
+  CallAgreement* agreement = extended.call_agreement();
+  if (agreement == nullptr || agreement->workers().num_workers() == 1) return;
+  CollectiveCall call;
+  call.op.kind = collective::CollectiveKind::kCheckpoint;
+  call.op.sequence = agreement->next_cross_replica_sequence();
+  call.op.options.timeout = CommunicationOptions{}.merged_with(extended.default_options_).timeout;
+  call.purpose = &purpose;
+  call.leaf_digest = LeafDigest().value();
+  call.signature = signature_digest(call);
+  agreement->agree(CallAgreement::Status::kCall, call);
+}
+
+BetweenRuns::BetweenRuns(StrategyExtended& extended) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const ThreadMode& mode = current_mode();
+  if (mode.strategy == &extended.container_strategy() && mode.run_depth > 0) return;
+  held_ = extended.run_mutex();
+  if (held_ != nullptr) held_->lock();
+}
+
+BetweenRuns::~BetweenRuns() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (held_ != nullptr) held_->unlock();
+}
 
 }  // namespace detail
 

@@ -63,6 +63,8 @@ class Checkpoint {
 
  private:
   friend class CheckpointManager;
+  // save once the workers agreed on the call, which CheckpointManager makes its own.
+  void save_agreed(StrategyExtended* workers, const std::filesystem::path& path) const;
   // restore's two halves, which CheckpointManager takes apart to choose a file on the chief: the
   // file's values, every rule checked (on the chief); then every worker's entries set to the
   // chief's values (on every worker).

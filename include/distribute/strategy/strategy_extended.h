@@ -41,6 +41,27 @@ Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine);
 // How this worker agrees with the others on each step; null for a strategy of one process. For the
 // layers above the strategy that ride on the agreement (a preemption's stop request).
 CallAgreement* call_agreement_of(StrategyExtended& extended);
+struct CallPurpose;  // distribute/replica/internal/collective_call.h
+// Agrees with the other workers, before anything is read, written or sent, that every worker makes
+// the checkpoint operation that `purpose` names (its method and entries): workers whose operations
+// differ all throw the same error naming them, as for collectives that differ. In cross-replica
+// context; nothing for a strategy of one worker.
+void agree_on_checkpoint(StrategyExtended& extended, const CallPurpose& purpose);
+class Mutex;  // src/base/mutex.h
+// Keeps a strategy between two steps for its lifetime: waits for a run in progress on another
+// thread to end and keeps the next from starting, so that what a checkpoint reads or writes is
+// one step's state, never parts of two. Inside a merge_fn of the strategy it holds nothing: the
+// run's own thread holds the strategy, and every replica waits in merge_call.
+class BetweenRuns {
+ public:
+  explicit BetweenRuns(StrategyExtended& extended);
+  ~BetweenRuns();
+  BetweenRuns(const BetweenRuns&) = delete;
+  BetweenRuns& operator=(const BetweenRuns&) = delete;
+
+ private:
+  Mutex* held_ = nullptr;
+};
 }  // namespace detail
 namespace input::internal {
 class WorkerAgreement;  // distribute/input/internal/worker_agreement.h
@@ -136,6 +157,9 @@ class StrategyExtended {
   // How this worker agrees with the others on each call, and through it the workers; null for a
   // strategy of one process.
   virtual detail::CallAgreement* call_agreement() { return nullptr; }
+  // Held by the thread of each top-level run for the whole run; null for a strategy whose runs
+  // are not serialised (the single-replica strategies run on the caller's thread).
+  virtual detail::Mutex* run_mutex() { return nullptr; }
   // What the iterators of the strategy's distributed datasets agree on each step through; none
   // for a strategy of one worker, whose input needs no agreement.
   virtual std::weak_ptr<input::internal::WorkerAgreement> input_agreement() const { return {}; }
@@ -144,6 +168,8 @@ class StrategyExtended {
   friend class Strategy;
   friend Tensor detail::first_worker_value(StrategyExtended& extended, const Tensor& mine);
   friend detail::CallAgreement* detail::call_agreement_of(StrategyExtended& extended);
+  friend void detail::agree_on_checkpoint(StrategyExtended& extended, const detail::CallPurpose& purpose);
+  friend class detail::BetweenRuns;
   // The cross-replica operations behind Strategy::reduce / gather and reduce_to / gather_to:
   // checks, then the backend. `what` names the public method in error messages.
   Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,

@@ -24,7 +24,8 @@ namespace distribute::collective {
 // replica's fn returns). kReduceTo, kGatherTo and kBroadcastTo are the steps across workers of the
 // cross-replica reduce and gather (Strategy::reduce, extended().reduce_to, ...) and of the first
 // worker's value reaching the others (a variable's ONLY_FIRST_REPLICA or NONE update), which no
-// backend sees.
+// backend sees. kCheckpoint moves no data either: the workers agree on a checkpoint operation
+// (its method and entries) before the chief reads or writes a file.
 enum class CollectiveKind : std::uint8_t {
   kAllReduce,
   kAllGather,
@@ -33,11 +34,12 @@ enum class CollectiveKind : std::uint8_t {
   kReduceTo,
   kGatherTo,
   kBroadcastTo,
-  kReduceScatter
+  kReduceScatter,
+  kCheckpoint
 };
 
 // "all_reduce", "all_gather", "merge_call", "return", "cross-replica reduce", "cross-replica gather",
-// "cross-replica broadcast", "reduce_scatter".
+// "cross-replica broadcast", "reduce_scatter", "checkpoint".
 const char* kind_name(CollectiveKind kind);
 
 // One input leaf: `shape` elements of `dtype` at `data`, in the replica device's memory (host
