@@ -577,6 +577,24 @@ TEST_F(Variable2, UsingAVariableInAReplicaOfAnotherStrategyIsAFailedPrecondition
                                         {"Variable 'w': value called in a replica of"});
 }
 
+// TF's ReduceOp.from_variable_aggregation: the aggregations that combine values map to their op;
+// the others, and values outside the enum, are an InvalidArgumentError saying why.
+TEST(Variable, ReduceOpFromVariableAggregation) {
+  EXPECT_EQ(reduce_op_from_variable_aggregation(VariableAggregation::kSum), ReduceOp::kSum);
+  EXPECT_EQ(reduce_op_from_variable_aggregation(VariableAggregation::kMean), ReduceOp::kMean);
+  expect_error<InvalidArgumentError>(
+      [] { reduce_op_from_variable_aggregation(VariableAggregation::kNone); },
+      {"reduce_op_from_variable_aggregation: aggregation NONE has no ReduceOp: its updates combine no values (they "
+       "take the one value every replica passes); only SUM and MEAN map to a ReduceOp (kSum, kMean)"});
+  expect_error<InvalidArgumentError>(
+      [] { reduce_op_from_variable_aggregation(VariableAggregation::kOnlyFirstReplica); },
+      {"reduce_op_from_variable_aggregation: aggregation ONLY_FIRST_REPLICA has no ReduceOp: its updates combine "
+       "no values (they take replica 0's value); only SUM and MEAN map to a ReduceOp (kSum, kMean)"});
+  expect_error<InvalidArgumentError>(
+      [] { reduce_op_from_variable_aggregation(static_cast<VariableAggregation>(7)); },
+      {"reduce_op_from_variable_aggregation: 7 is no VariableAggregation; use SUM or MEAN"});
+}
+
 // ---- printing
 
 TEST_F(Variable2, PrintsLikeTf) {

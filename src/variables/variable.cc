@@ -87,10 +87,6 @@ const char* update_name(VariableUpdate op) {
   return "update";
 }
 
-ReduceOp reduce_op_of(VariableAggregation aggregation) {
-  return aggregation == VariableAggregation::kMean ? ReduceOp::kMean : ReduceOp::kSum;
-}
-
 // The replica context `method` runs in, or nullptr in cross-replica context (a scope, a merge_fn,
 // or no strategy in scope: the default context, where a variable has its cross-replica meaning).
 ReplicaContext* replica_context_for(const VariableState& s, const char* method) {
@@ -301,6 +297,22 @@ std::ostream& operator<<(std::ostream& os, VariableAggregation aggregation) {
   return os << aggregation_name(aggregation);
 }
 
+ReduceOp reduce_op_from_variable_aggregation(VariableAggregation aggregation) {
+  switch (aggregation) {
+    case VariableAggregation::kSum: return ReduceOp::kSum;
+    case VariableAggregation::kMean: return ReduceOp::kMean;
+    case VariableAggregation::kNone:
+    case VariableAggregation::kOnlyFirstReplica:
+      throw InvalidArgumentError(absl::StrCat(
+          "reduce_op_from_variable_aggregation: aggregation ", aggregation_name(aggregation),
+          " has no ReduceOp: its updates combine no values (they take ",
+          aggregation == VariableAggregation::kNone ? "the one value every replica passes" : "replica 0's value",
+          "); only SUM and MEAN map to a ReduceOp (kSum, kMean)"));
+  }
+  throw InvalidArgumentError(absl::StrCat("reduce_op_from_variable_aggregation: ", static_cast<int>(aggregation),
+                                          " is no VariableAggregation; use SUM or MEAN"));
+}
+
 Variable::Variable(const Tensor& initial_value, VariableOptions options) {
   std::string name = options.name.empty() ? "Variable" : std::move(options.name);
   Strategy& strategy = get_strategy();
@@ -384,8 +396,8 @@ Tensor Variable::value() const {
                    "passed to Strategy::run, read component(i), or give it an aggregation (SUM, MEAN, "
                    "ONLY_FIRST_REPLICA)");
   // Across every worker's components where the strategy spans several.
-  return strategy.extended().reduce_to(reduce_op_of(s.aggregation), DistributedValues<Tensor>(s.components),
-                                          Device::cpu());
+  return strategy.extended().reduce_to(reduce_op_from_variable_aggregation(s.aggregation),
+                                       DistributedValues<Tensor>(s.components), Device::cpu());
 }
 
 Tensor Variable::read_value() const {
@@ -426,7 +438,7 @@ void Variable::update(VariableUpdate op, const Tensor& value, const char* method
   switch (s.aggregation) {
     case VariableAggregation::kSum:
     case VariableAggregation::kMean:
-      apply(mine, op, ctx->all_reduce(reduce_op_of(s.aggregation), local));
+      apply(mine, op, ctx->all_reduce(reduce_op_from_variable_aggregation(s.aggregation), local));
       return;
     case VariableAggregation::kNone:
     case VariableAggregation::kOnlyFirstReplica:

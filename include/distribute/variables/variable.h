@@ -69,6 +69,7 @@
 #include <utility>
 #include <vector>
 
+#include "distribute/device/reduce_op.h"
 #include "distribute/device/tensor.h"
 #include "distribute/strategy/strategy.h"
 
@@ -83,6 +84,12 @@ const char* synchronization_name(VariableSynchronization synchronization);
 const char* aggregation_name(VariableAggregation aggregation);
 std::ostream& operator<<(std::ostream& os, VariableSynchronization synchronization);
 std::ostream& operator<<(std::ostream& os, VariableAggregation aggregation);
+
+// The ReduceOp that combines values as `aggregation` combines the replicas' updates (TF's
+// ReduceOp.from_variable_aggregation): SUM -> kSum, MEAN -> kMean. NONE and ONLY_FIRST_REPLICA
+// combine nothing (an update takes one value: the one every replica passes, or replica 0's), so
+// they have no ReduceOp: InvalidArgumentError, as for a value outside the enum.
+ReduceOp reduce_op_from_variable_aggregation(VariableAggregation aggregation);
 
 namespace detail {
 struct VariableState;  // what the handles of one variable share (variable.cc)
