@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -35,6 +36,7 @@
 #include <string>
 #include <thread>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "distribute/distribute.h"
@@ -1394,19 +1396,139 @@ class WrongTaskId : public ClusterResolver {
   int task_;
 };
 
-TEST_F(MultiWorker, ResolverNamingAnotherTaskThanTheRankIsAnInvalidArgument) {
+// Constructs a strategy with `resolver` on every worker and checks that each throws
+// InvalidArgumentError with `message` (before any exchange, so no worker waits for another).
+void expect_resolver_refused(std::shared_ptr<const ClusterResolver> resolver, const std::string& message) {
   MultiWorkerMirroredStrategyOptions options;
   options.local_devices = local_devices();
-  options.cluster_resolver = std::make_shared<WrongTaskId>(workers(), worker() + workers());
+  options.cluster_resolver = std::move(resolver);
   try {
-    MultiWorkerMirroredStrategy mismatched(options);
-    ADD_FAILURE() << "no error";
+    MultiWorkerMirroredStrategy refused(options);
+    ADD_FAILURE() << "no error; expected: " << message;
   } catch (const InvalidArgumentError& e) {
-    EXPECT_EQ(std::string(e.what()), "MultiWorkerMirroredStrategy: the cluster resolver says this process is task " +
-                                         std::to_string(worker() + workers()) + " but it is worker " +
-                                         std::to_string(worker()) + " (its rank among the " +
-                                         std::to_string(workers()) + " MPI processes that are the workers); a "
-                                         "resolver's task_id() must be that rank");
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+}
+
+TEST_F(MultiWorker, ResolverNamingAnotherTaskThanTheRankIsAnInvalidArgument) {
+  // A task id past the job's tasks.
+  const std::string task = "(\"worker\", " + std::to_string(worker() + workers()) + ")";
+  expect_resolver_refused(std::make_shared<WrongTaskId>(workers(), worker() + workers()),
+                          "MultiWorkerMirroredStrategy: the cluster resolver says this process is task " + task +
+                              " but the cluster spec lists " + std::to_string(workers()) + " \"worker\" task" +
+                              (workers() == 1 ? "" : "s") + " (task ids 0 to " + std::to_string(workers() - 1) +
+                              "); a resolver's task_id() is an index into its job's tasks");
+  // A task of the job whose worker is another process's rank.
+  if (workers() > 1) {
+    const int other = (worker() + 1) % workers();
+    expect_resolver_refused(
+        std::make_shared<WrongTaskId>(workers(), other),
+        "MultiWorkerMirroredStrategy: the cluster resolver says this process is task (\"worker\", " +
+            std::to_string(other) + "), which is worker " + std::to_string(other) + " of the collective group (the "
+            "chief is worker 0, then the \"worker\" tasks in task id order), but it is worker " +
+            std::to_string(worker()) + " (its rank among the " + std::to_string(workers()) + " MPI processes that "
+            "are the workers); give each process the task whose worker is its rank");
+  }
+  expect_still_usable();
+}
+
+// A cluster spec's jobs and their tasks' addresses.
+using Jobs = std::map<std::string, std::vector<std::string>>;
+
+// A resolver of the given spec that names the given task as this process.
+class GivenTask : public ClusterResolver {
+ public:
+  GivenTask(ClusterSpec spec, std::string task_type, int task_id)
+      : spec_(std::move(spec)), task_type_(std::move(task_type)), task_id_(task_id) {}
+  ClusterSpec cluster_spec() const override { return spec_; }
+  std::string task_type() const override { return task_type_; }
+  int task_id() const override { return task_id_; }
+
+ private:
+  ClusterSpec spec_;
+  std::string task_type_;
+  int task_id_;
+};
+
+// TF's layout with a chief: {"chief": [host0], "worker": [host1, ...]} for `workers` workers,
+// with `extra` jobs beside.
+ClusterSpec chief_layout(int workers, Jobs extra = {}) {
+  extra["chief"] = {"host0"};
+  for (int w = 1; w < workers; ++w) extra["worker"].push_back("host" + std::to_string(w));
+  return ClusterSpec(std::move(extra));
+}
+
+// The task TF's numbering gives worker w of the chief layout: the chief, then the "worker" tasks.
+std::shared_ptr<const ClusterResolver> chief_layout_task(int workers, int w,
+                                                         Jobs extra = {}) {
+  return std::make_shared<GivenTask>(chief_layout(workers, std::move(extra)), w == 0 ? "chief" : "worker",
+                                     w == 0 ? 0 : w - 1);
+}
+
+TEST_F(MultiWorker, AClusterWithAChiefHasTheChiefAsWorkerZeroThenTheWorkersInOrder) {
+  const auto check_strategy = [&](std::shared_ptr<const ClusterResolver> resolver) {
+    MultiWorkerMirroredStrategyOptions options;
+    options.local_devices = local_devices();
+    options.cluster_resolver = std::move(resolver);
+    MultiWorkerMirroredStrategy with_chief(options);
+    EXPECT_EQ(with_chief.extended().worker_id(), worker());
+    EXPECT_EQ(with_chief.extended().num_workers(), workers());
+    EXPECT_EQ(with_chief.extended().should_checkpoint(), worker() == 0);  // TF's is_chief
+    EXPECT_EQ(with_chief.cluster_resolver().task_type(), worker() == 0 ? "chief" : "worker");
+    const PerReplica<int> ids = with_chief.run([] {
+      ReplicaContext& ctx = *get_replica_context();
+      return ctx.all_reduce(ReduceOp::kSum, ctx.replica_id_in_sync_group());
+    });
+    for (int l = 0; l < local(); ++l) EXPECT_EQ(ids[l], n() * (n() - 1) / 2);
+  };
+  check_strategy(chief_layout_task(workers(), worker()));
+  // Evaluator and parameter-server tasks may be listed; they are no workers.
+  check_strategy(chief_layout_task(workers(), worker(), {{"evaluator", {"eval0"}}, {"ps", {"ps0", "ps1"}}}));
+  expect_still_usable();
+}
+
+TEST_F(MultiWorker, TasksThatTfPlacesNowhereInTheCollectiveGroupAreInvalidArguments) {
+  const std::string prefix = "MultiWorkerMirroredStrategy: the cluster resolver says this process is task ";
+  const Jobs others = {{"evaluator", {"eval0"}}, {"ps", {"ps0"}}};
+  expect_resolver_refused(std::make_shared<GivenTask>(chief_layout(workers(), others), "ps", 0),
+                          prefix + "(\"ps\", 0), but only \"chief\" and \"worker\" tasks are workers of the "
+                          "collective group; a parameter server has no place in it (every worker keeps its own copy "
+                          "of the variables): construct the strategy in the chief and worker tasks only");
+  expect_resolver_refused(std::make_shared<GivenTask>(chief_layout(workers(), others), "evaluator", 0),
+                          prefix + "(\"evaluator\", 0), but only \"chief\" and \"worker\" tasks are workers of "
+                          "the collective group; an evaluator runs outside the collective group, as in TF: give it a "
+                          "strategy of its own (MirroredStrategy or OneDeviceStrategy) instead of a "
+                          "MultiWorkerMirroredStrategy");
+  expect_resolver_refused(std::make_shared<GivenTask>(chief_layout(workers()), "master", 0),
+                          prefix + "(\"master\", 0), but only \"chief\" and \"worker\" tasks are workers of the "
+                          "collective group; the task types are \"chief\" (worker 0) and \"worker\" (the others), "
+                          "beside \"evaluator\" and \"ps\" tasks, which are no workers");
+  // Two chiefs.
+  expect_resolver_refused(std::make_shared<GivenTask>(ClusterSpec(Jobs{{"chief", {"host0", "host1"}}}), "chief", 0),
+                          "MultiWorkerMirroredStrategy: the cluster spec lists 2 \"chief\" tasks; a cluster has at "
+                          "most one chief (worker 0 of the collective group): list the others under \"worker\"");
+  // A task id outside its job: the chief's, and one below 0.
+  expect_resolver_refused(std::make_shared<GivenTask>(chief_layout(workers()), "chief", 1),
+                          prefix + "(\"chief\", 1) but the cluster spec lists 1 \"chief\" task (task ids 0 to "
+                          "0); a resolver's task_id() is an index into its job's tasks");
+  expect_resolver_refused(std::make_shared<GivenTask>(ClusterSpec(Jobs{{"chief", {"host0"}}}), "worker", -1),
+                          prefix + "(\"worker\", -1) but the cluster spec lists no \"worker\" task; a resolver's "
+                          "task_id() is an index into its job's tasks");
+  // A job TF does not know.
+  expect_resolver_refused(std::make_shared<GivenTask>(chief_layout(workers(), {{"trainer", {"t0"}}}), "chief", 0),
+                          "MultiWorkerMirroredStrategy: the cluster spec has a job \"trainer\", which is no task "
+                          "type of a cluster (TF knows \"chief\", \"worker\", \"evaluator\" and \"ps\"); list the "
+                          "workers under \"chief\" (at most one, worker 0) and \"worker\"");
+  // Each process names the task of the next rank.
+  if (workers() > 1) {
+    const int other = (worker() + 1) % workers();
+    const std::string task = other == 0 ? "(\"chief\", 0)" : "(\"worker\", " + std::to_string(other - 1) + ")";
+    expect_resolver_refused(chief_layout_task(workers(), other),
+                            prefix + task + ", which is worker " + std::to_string(other) + " of the collective "
+                            "group (the chief is worker 0, then the \"worker\" tasks in task id order), but it is "
+                            "worker " + std::to_string(worker()) + " (its rank among the " +
+                            std::to_string(workers()) + " MPI processes that are the workers); give each process "
+                            "the task whose worker is its rank");
   }
   expect_still_usable();
 }

@@ -577,6 +577,64 @@ TEST_F(Variable2, UsingAVariableInAReplicaOfAnotherStrategyIsAFailedPrecondition
                                         {"Variable 'w': value called in a replica of"});
 }
 
+// As TF reads a plain tf.Variable inside strategy.run: a variable made outside every strategy's
+// scope (the default strategy's) is read as it is in another strategy's replicas, through every
+// read, and later updates outside run show in the next run; writing it inside run stays an error
+// naming the variable and the strategy, and changes nothing.
+TEST_F(Variable2, AVariableMadeOutsideEveryStrategyIsReadInsideRunButNotWritten) {
+  Variable plain(Tensor::from_vector<float>({1, 2}), {.name = "plain"});
+  const std::vector<float> initial{1, 2};
+  const PerReplica<std::vector<float>> values = strategy.run([&] { return plain.value().to_vector<float>(); });
+  const PerReplica<std::vector<float>> copies = strategy.run([&] { return plain.read_value().to_vector<float>(); });
+  // A read is a tensor like any other: here summed across the replicas.
+  const PerReplica<std::vector<float>> sums = strategy.run([&] {
+    return get_replica_context()->all_reduce(ReduceOp::kSum, plain.value().to(get_replica_context()->device()))
+        .to_vector<float>();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(values[r], initial) << "replica " << r;
+    EXPECT_EQ(copies[r], initial) << "replica " << r;
+    EXPECT_EQ(sums[r], (std::vector<float>{2, 4})) << "replica " << r;
+  }
+  plain.assign(Tensor::from_vector<float>({3, 4}));
+  EXPECT_EQ(strategy.run([&] { return plain.value().to_vector<float>(); })[1], (std::vector<float>{3, 4}));
+  OneDeviceStrategy one("CPU:1");
+  EXPECT_EQ(one.run([&] { return plain.value().to_vector<float>(); })[0], (std::vector<float>{3, 4}));
+
+  expect_error<FailedPreconditionError>(
+      [&] { strategy.run([&] { plain.assign_add(Tensor::from_vector<float>({1, 1})); }); },
+      {"Variable 'plain': assign_add called in a replica of MirroredStrategy(CPU:0, CPU:1) but the variable was "
+       "made outside every strategy's scope (for the DefaultStrategy): inside run it can be read, not written, "
+       "since every replica would write its one copy; create it under the scope of the strategy that runs the "
+       "step, or update it outside run"});
+  expect_error<FailedPreconditionError>(
+      [&] { strategy.run([&] { plain.assign(Tensor::from_vector<float>({5, 5})); }); },
+      {"Variable 'plain': assign called in a replica of MirroredStrategy(CPU:0, CPU:1)"});
+  expect_error<FailedPreconditionError>(
+      [&] { one.run([&] { plain.assign_sub(Tensor::from_vector<float>({1, 1})); }); },
+      {"Variable 'plain': assign_sub called in a replica of OneDeviceStrategy(CPU:1)",
+       "inside run it can be read, not written"});
+  EXPECT_EQ(plain.value().to_vector<float>(), (std::vector<float>{3, 4}));
+}
+
+// TF's ReduceOp.from_variable_aggregation: the aggregations that combine values map to their op;
+// the others, and values outside the enum, are an InvalidArgumentError saying why.
+TEST(Variable, ReduceOpFromVariableAggregation) {
+  EXPECT_EQ(reduce_op_from_variable_aggregation(VariableAggregation::kSum), ReduceOp::kSum);
+  EXPECT_EQ(reduce_op_from_variable_aggregation(VariableAggregation::kMean), ReduceOp::kMean);
+  expect_error<InvalidArgumentError>(
+      [] { reduce_op_from_variable_aggregation(VariableAggregation::kNone); },
+      {"reduce_op_from_variable_aggregation: aggregation NONE has no ReduceOp: its updates combine no values (they "
+       "take the one value every replica passes); only SUM and MEAN map to a ReduceOp (kSum, kMean)"});
+  expect_error<InvalidArgumentError>(
+      [] { reduce_op_from_variable_aggregation(VariableAggregation::kOnlyFirstReplica); },
+      {"reduce_op_from_variable_aggregation: aggregation ONLY_FIRST_REPLICA has no ReduceOp: its updates combine "
+       "no values (they take replica 0's value); only SUM and MEAN map to a ReduceOp (kSum, kMean)"});
+  expect_error<InvalidArgumentError>(
+      [] { reduce_op_from_variable_aggregation(static_cast<VariableAggregation>(7)); },
+      {"reduce_op_from_variable_aggregation: 7 is no VariableAggregation; use SUM or MEAN"});
+}
+
 // ---- printing
 
 TEST_F(Variable2, PrintsLikeTf) {

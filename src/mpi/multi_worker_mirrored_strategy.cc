@@ -18,6 +18,7 @@
 #include "device/gpu_runtime.h"
 #include "distribute/device/gpu.h"
 #include "distribute/mpi/mpi_cluster_resolver.h"
+#include "mpi/cluster_resolver.h"
 #include "mpi/mpi_worker_transport.h"
 #include "strategy/mirrored_extended.h"
 
@@ -267,13 +268,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   const int workers = engine->num_workers();
   if (!failure) {
     try {
-      const int tasks = resolver_->cluster_spec().num_tasks("worker") + resolver_->cluster_spec().num_tasks("chief");
-      DISTRIBUTE_CHECK(tasks == workers, InvalidArgumentError, "MultiWorkerMirroredStrategy: the cluster resolver lists ",
-                       tasks, " tasks but MPI launched ", workers, " processes; launch one process per task");
-      const int task = resolver_->task_id();
-      DISTRIBUTE_CHECK(task == rank, InvalidArgumentError, "MultiWorkerMirroredStrategy: the cluster resolver says this "
-                       "process is task ", task, " but it is worker ", rank, " (its rank among the ", workers,
-                       " MPI processes that are the workers); a resolver's task_id() must be that rank");
+      detail::check_cluster_resolver(*resolver_, rank, workers);
     } catch (...) {
       failure = std::current_exception();
     }

@@ -87,21 +87,34 @@ const char* update_name(VariableUpdate op) {
   return "update";
 }
 
-ReduceOp reduce_op_of(VariableAggregation aggregation) {
-  return aggregation == VariableAggregation::kMean ? ReduceOp::kMean : ReduceOp::kSum;
-}
+// Whether `s` was made outside every strategy's scope: the default strategy's variable, TF's
+// plain tf.Variable, with one component.
+bool made_outside_strategies(const VariableState& s) { return s.strategy == detail::default_strategy().identity(); }
+
+enum class Access { kRead, kWrite };
 
 // The replica context `method` runs in, or nullptr in cross-replica context (a scope, a merge_fn,
 // or no strategy in scope: the default context, where a variable has its cross-replica meaning).
-ReplicaContext* replica_context_for(const VariableState& s, const char* method) {
+// A variable made outside every strategy is read in another strategy's replicas as it is, as TF
+// reads a plain tf.Variable there (nullptr: its cross-replica value, its one component); writing
+// it there is refused, since every replica would write that one component.
+ReplicaContext* replica_context_for(const VariableState& s, const char* method, Access access) {
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr || !has_strategy()) return nullptr;
   s.live_strategy();
-  DISTRIBUTE_CHECK(ctx->strategy().identity()->id() == s.strategy->id(), FailedPreconditionError, "Variable '",
-                   s.name, "': ", method, " called in a replica of ", ctx->strategy().name(),
-                   " but the variable was created for ", s.strategy->name(),
-                   "; use a variable created under the scope of the strategy that runs the step");
-  return ctx;
+  if (ctx->strategy().identity()->id() == s.strategy->id()) return ctx;
+  if (made_outside_strategies(s)) {
+    DISTRIBUTE_CHECK(access == Access::kRead, FailedPreconditionError, "Variable '", s.name, "': ", method,
+                     " called in a replica of ", ctx->strategy().name(), " but the variable was made outside every "
+                     "strategy's scope (for the DefaultStrategy): inside run it can be read, not written, since "
+                     "every replica would write its one copy; create it under the scope of the strategy that runs "
+                     "the step, or update it outside run");
+    return nullptr;
+  }
+  throw FailedPreconditionError(absl::StrCat("Variable '", s.name, "': ", method, " called in a replica of ",
+                                             ctx->strategy().name(), " but the variable was created for ",
+                                             s.strategy->name(), "; use a variable created under the scope of the "
+                                             "strategy that runs the step"));
 }
 
 void check_value(const VariableState& s, const Tensor& value, const char* method) {
@@ -151,8 +164,7 @@ void update_cross_replica(const VariableState& s, VariableUpdate op, const Tenso
   const Strategy& strategy = s.live_strategy();
   // Under another strategy's scope, or in its merge_fn, the variable is not this context's.
   const Strategy* context = get_cross_replica_context();
-  const bool default_variable = s.strategy == detail::default_strategy().identity();
-  DISTRIBUTE_CHECK(context == nullptr || default_variable || context->identity()->id() == s.strategy->id(),
+  DISTRIBUTE_CHECK(context == nullptr || made_outside_strategies(s) || context->identity()->id() == s.strategy->id(),
                    FailedPreconditionError,
                    "Variable '", s.name, "': ", method, ": Mixing different distribute::Strategy objects: the variable "
                    "was created for ", s.strategy->name(), " but this thread is in the cross-replica context of ",
@@ -301,6 +313,22 @@ std::ostream& operator<<(std::ostream& os, VariableAggregation aggregation) {
   return os << aggregation_name(aggregation);
 }
 
+ReduceOp reduce_op_from_variable_aggregation(VariableAggregation aggregation) {
+  switch (aggregation) {
+    case VariableAggregation::kSum: return ReduceOp::kSum;
+    case VariableAggregation::kMean: return ReduceOp::kMean;
+    case VariableAggregation::kNone:
+    case VariableAggregation::kOnlyFirstReplica:
+      throw InvalidArgumentError(absl::StrCat(
+          "reduce_op_from_variable_aggregation: aggregation ", aggregation_name(aggregation),
+          " has no ReduceOp: its updates combine no values (they take ",
+          aggregation == VariableAggregation::kNone ? "the one value every replica passes" : "replica 0's value",
+          "); only SUM and MEAN map to a ReduceOp (kSum, kMean)"));
+  }
+  throw InvalidArgumentError(absl::StrCat("reduce_op_from_variable_aggregation: ", static_cast<int>(aggregation),
+                                          " is no VariableAggregation; use SUM or MEAN"));
+}
+
 Variable::Variable(const Tensor& initial_value, VariableOptions options) {
   std::string name = options.name.empty() ? "Variable" : std::move(options.name);
   Strategy& strategy = get_strategy();
@@ -369,7 +397,7 @@ const Tensor& Variable::component(int i) const {
 
 Tensor Variable::value() const {
   const VariableState& s = state("value");
-  if (const ReplicaContext* ctx = replica_context_for(s, "value")) {
+  if (const ReplicaContext* ctx = replica_context_for(s, "value", Access::kRead)) {
     return s.components[static_cast<std::size_t>(ctx->local_replica_id())];
   }
   Strategy& strategy = s.live_strategy();
@@ -384,8 +412,8 @@ Tensor Variable::value() const {
                    "passed to Strategy::run, read component(i), or give it an aggregation (SUM, MEAN, "
                    "ONLY_FIRST_REPLICA)");
   // Across every worker's components where the strategy spans several.
-  return strategy.extended().reduce_to(reduce_op_of(s.aggregation), DistributedValues<Tensor>(s.components),
-                                          Device::cpu());
+  return strategy.extended().reduce_to(reduce_op_from_variable_aggregation(s.aggregation),
+                                       DistributedValues<Tensor>(s.components), Device::cpu());
 }
 
 Tensor Variable::read_value() const {
@@ -404,7 +432,7 @@ void Variable::assign_sub(const Tensor& delta) { update(VariableUpdate::kSub, de
 void Variable::update(VariableUpdate op, const Tensor& value, const char* method) const {
   const VariableState& s = state(method);
   check_value(s, value, method);
-  ReplicaContext* ctx = replica_context_for(s, method);
+  ReplicaContext* ctx = replica_context_for(s, method, Access::kWrite);
   if (ctx == nullptr) {
     if (const Tensor* target = update_target(s)) {
       apply(*target, op, on_host(value));
@@ -426,7 +454,7 @@ void Variable::update(VariableUpdate op, const Tensor& value, const char* method
   switch (s.aggregation) {
     case VariableAggregation::kSum:
     case VariableAggregation::kMean:
-      apply(mine, op, ctx->all_reduce(reduce_op_of(s.aggregation), local));
+      apply(mine, op, ctx->all_reduce(reduce_op_from_variable_aggregation(s.aggregation), local));
       return;
     case VariableAggregation::kNone:
     case VariableAggregation::kOnlyFirstReplica:

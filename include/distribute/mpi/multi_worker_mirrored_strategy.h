@@ -42,13 +42,20 @@ struct MpiCommunicator;
 // Who is in the job and who this process is (tf.distribute.cluster_resolver.ClusterResolver). The
 // workers talk over MPI whatever the resolver: a resolver describes the job (its tasks and their
 // addresses, and which task this process is), and says which MPI processes are the workers.
+//
+// The workers are the "chief" and "worker" tasks, numbered as TF numbers them: the chief (at most
+// one) is worker 0, then the "worker" tasks in task id order; so {"chief": [a], "worker": [b, c]}
+// has the workers ("chief", 0), ("worker", 0), ("worker", 1). The spec may also list "evaluator"
+// and "ps" tasks, which are no workers (they construct no MultiWorkerMirroredStrategy). The
+// strategy's constructor checks this (InvalidArgumentError for other jobs, two chiefs, a task
+// type that is no chief or worker, a task id outside its job, a number of chief and worker tasks
+// other than of MPI processes, or a task whose worker is not the process's rank among them).
 class ClusterResolver {
  public:
   virtual ~ClusterResolver();
   virtual ClusterSpec cluster_spec() const = 0;
-  virtual std::string task_type() const = 0;  // "worker" or "chief"
-  // This process's task; MultiWorkerMirroredStrategy checks that it is the process's rank among
-  // the workers (InvalidArgumentError otherwise).
+  // This process's task: its job ("chief" or "worker") and its index in that job's tasks.
+  virtual std::string task_type() const = 0;
   virtual int task_id() const = 0;
   // The communicator whose ranks are the workers; null: MPI_COMM_WORLD's.
   virtual const MpiCommunicator* mpi_communicator() const { return nullptr; }

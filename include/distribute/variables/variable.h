@@ -41,11 +41,15 @@
 // of the N components (integers: x in component 0, zeros elsewhere) so that the read gives x,
 // and assign_add / assign_sub are a FailedPreconditionError. A variable is used only in its own
 // strategy's replicas, and updated only under its own strategy's scope or under none
-// (FailedPreconditionError otherwise). Created inside run, it is created once for all replicas:
-// every replica must create it (a collective, like an update), with the same dtype, shape and
-// options, and its initial value is global replica 0's. Inside extended().update(v, fn), a write
-// or read through any variable of the strategy acts on the component being updated, as TF's
-// update context routes it. A variable holds its strategy by
+// (FailedPreconditionError otherwise), with one exception, as in TF: a variable made outside
+// every strategy's scope (the default strategy's, one component) is read in any strategy's
+// replicas (value() and read_value() give its one component as it is) and updated under any
+// scope, but writing it inside another strategy's run is a FailedPreconditionError naming it and
+// that strategy (every replica would write its one copy). Created inside run, it is created once
+// for all replicas: every replica must create it (a collective, like an update), with the same
+// dtype, shape and options, and its initial value is global replica 0's. Inside
+// extended().update(v, fn), a write or read through any variable of the strategy acts on the
+// component being updated, as TF's update context routes it. A variable holds its strategy by
 // identity, not by address: once the strategy is destroyed, updates, value() and
 // distribute_strategy() are a FailedPreconditionError naming the variable, while component(i) and
 // printing still show its last values.
@@ -69,6 +73,7 @@
 #include <utility>
 #include <vector>
 
+#include "distribute/device/reduce_op.h"
 #include "distribute/device/tensor.h"
 #include "distribute/strategy/strategy.h"
 
@@ -83,6 +88,12 @@ const char* synchronization_name(VariableSynchronization synchronization);
 const char* aggregation_name(VariableAggregation aggregation);
 std::ostream& operator<<(std::ostream& os, VariableSynchronization synchronization);
 std::ostream& operator<<(std::ostream& os, VariableAggregation aggregation);
+
+// The ReduceOp that combines values as `aggregation` combines the replicas' updates (TF's
+// ReduceOp.from_variable_aggregation): SUM -> kSum, MEAN -> kMean. NONE and ONLY_FIRST_REPLICA
+// combine nothing (an update takes one value: the one every replica passes, or replica 0's), so
+// they have no ReduceOp: InvalidArgumentError, as for a value outside the enum.
+ReduceOp reduce_op_from_variable_aggregation(VariableAggregation aggregation);
 
 namespace detail {
 struct VariableState;  // what the handles of one variable share (variable.cc)
