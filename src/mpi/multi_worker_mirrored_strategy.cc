@@ -8,8 +8,10 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <span>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -50,6 +52,25 @@ void exchange_at_construction(detail::WorkerTransport& engine, std::span<const s
   const std::vector<int> missing = engine.exchange(mine, all, detail::deadline_after(timeout));
   DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "MultiWorkerMirroredStrategy: timed out after ",
                    timeout.count(), " s: workers ", absl::StrJoin(missing, ", "), " did not construct their strategy");
+}
+
+// "worker 0 has 3 local replicas, workers 1, 2 have 2": the workers grouped by their count, in the
+// order of the first worker of each group. Made from the exchanged counts alone, so that every
+// worker says the same.
+std::string local_replica_counts_text(const std::vector<std::int64_t>& counts) {
+  std::vector<std::pair<std::int64_t, std::vector<int>>> groups;
+  for (std::size_t w = 0; w < counts.size(); ++w) {
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == counts[w]; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {counts[w], {}});
+    group->second.push_back(static_cast<int>(w));
+  }
+  std::vector<std::string> parts;
+  for (const auto& [count, workers] : groups) {
+    const bool one = workers.size() == 1;
+    parts.push_back(absl::StrCat(one ? "worker " : "workers ", absl::StrJoin(workers, ", "), one ? " has " : " have ",
+                                 count, parts.empty() ? " local replicas" : ""));
+  }
+  return absl::StrJoin(parts, ", ");
 }
 
 // What names this worker's host to NCCL: NCCL_HOSTID where set (NCCL's own override), else the
@@ -211,12 +232,9 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   std::vector<std::int64_t> all(static_cast<std::size_t>(workers));
   exchange_at_construction(*engine, std::as_bytes(std::span(&local, 1)), std::as_writable_bytes(std::span(all)),
                            options.communication.timeout);
-  for (int w = 0; w < workers; ++w) {
-    DISTRIBUTE_CHECK(all[static_cast<std::size_t>(w)] == local, InvalidArgumentError,
-                     "MultiWorkerMirroredStrategy: worker ", w, " has ", all[static_cast<std::size_t>(w)],
-                     " local replicas but worker ", rank, " has ", local,
-                     "; every worker needs the same number of local devices");
-  }
+  DISTRIBUTE_CHECK(std::adjacent_find(all.begin(), all.end(), std::not_equal_to<>()) == all.end(),
+                   InvalidArgumentError, "MultiWorkerMirroredStrategy: ", local_replica_counts_text(all),
+                   "; every worker needs the same number of local devices");
   if (devices[0].is_gpu()) {
     check_gpus_distinct(*engine, devices, options.communication.timeout);
   }
