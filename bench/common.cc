@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <sstream>
 #include <stdexcept>
@@ -44,24 +45,6 @@ constexpr std::size_t kAlignment = 64;
                "  --ops K           operations per timed repeat (default: 16 MiB / size, 1..1000)\n",
                description, program);
   std::exit(error.empty() ? 0 : 2);
-}
-
-std::size_t parse_size(std::string_view text) {
-  std::size_t multiplier = 1;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'K': case 'k': multiplier = kKiB; break;
-      case 'M': case 'm': multiplier = kMiB; break;
-      case 'G': case 'g': multiplier = 1024 * kMiB; break;
-      default: break;
-    }
-    if (multiplier != 1) text.remove_suffix(1);
-  }
-  std::size_t used = 0;
-  const std::string digits(text);
-  const unsigned long long value = std::stoull(digits, &used);
-  if (used != digits.size() || digits.empty() || digits[0] == '-') throw std::invalid_argument(digits);
-  return static_cast<std::size_t>(value) * multiplier;
 }
 
 int parse_int(const std::string& text, int min) {
@@ -98,6 +81,25 @@ void wait_for(const std::atomic<std::uint64_t>& counter, std::uint64_t target) {
       std::this_thread::yield();
     }
   }
+}
+
+std::size_t parse_size(std::string_view text) {
+  std::size_t multiplier = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K': case 'k': multiplier = kKiB; break;
+      case 'M': case 'm': multiplier = kMiB; break;
+      case 'G': case 'g': multiplier = 1024 * kMiB; break;
+      default: break;
+    }
+    if (multiplier != 1) text.remove_suffix(1);
+  }
+  std::size_t used = 0;
+  const std::string digits(text);
+  const unsigned long long value = std::stoull(digits, &used);
+  if (used != digits.size() || digits.empty() || digits[0] == '-') throw std::invalid_argument(digits);
+  if (value > std::numeric_limits<std::size_t>::max() / multiplier) throw std::out_of_range(digits);
+  return static_cast<std::size_t>(value) * multiplier;
 }
 
 Options parse_options(int argc, char** argv, const char* description, std::vector<int> default_replicas) {

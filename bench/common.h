@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -37,6 +38,10 @@ struct Options {
 // --check 0/1 --ops K (sizes take K, M, G suffixes, powers of 1024). Prints the usage and exits
 // on --help or a bad argument.
 Options parse_options(int argc, char** argv, const char* description, std::vector<int> default_replicas);
+
+// "64K" -> 65536: digits with an optional K, M or G suffix (powers of 1024). Throws
+// std::invalid_argument or std::out_of_range for anything else.
+std::size_t parse_size(std::string_view text);
 
 // min_bytes, min_bytes * factor, ... up to max_bytes.
 std::vector<std::size_t> sweep_sizes(const Options& options);

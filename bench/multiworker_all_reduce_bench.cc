@@ -1,26 +1,67 @@
 // MultiWorkerMirroredStrategy's all_reduce beside raw MPI, in one launch of four processes:
-//   mpirun -np 4 --bind-to none ./build/default/bench/multiworker_all_reduce_bench
+//   mpirun -np 4 --bind-to none ./build/default/bench/multiworker_all_reduce_bench --max_bytes=64M --factor=4
 // For each size, alternately and on buffers of the same size: the library's all_reduce (float32,
 // sum) by ranks 0 and 1 as 2 workers x 2 local replicas (--replicas 2) on a sub-communicator; raw
 // MPI_Allreduce in place by the same 2 processes (the cross-process step the library's one thread
 // per worker performs); and flat MPI_Allreduce by all 4 processes, one per replica. Ranks 2 and 3
 // sleep while the 2-process rows run. nccl-tests columns, with the same-run 2-thread memcpy
 // bandwidth measured by rank 0 while the others sleep; busbw counts the library's 4 replicas and
-// MPI's ranks. Under `mpirun -np 2` the flat rows are left out.
+// MPI's ranks. Under `mpirun -np 2` the flat rows are left out. Flags: --help.
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "common.h"
 #include "mpi_barrier.h"
 #include "distribute/distribute.h"
 #include "distribute/mpi/mpi_cluster_resolver.h"
+
+namespace distribute::bench {
+
+// A size on the command line: 4, 64K, 16M, 1G (powers of 1024).
+struct Bytes {
+  std::size_t value = 0;
+};
+
+bool AbslParseFlag(absl::string_view text, Bytes* bytes, std::string* error) {
+  try {
+    bytes->value = parse_size(std::string(text));
+    return true;
+  } catch (const std::logic_error&) {  // invalid_argument and out_of_range
+    *error = "a size is digits with an optional K, M or G (powers of 1024)";
+    return false;
+  }
+}
+
+std::string AbslUnparseFlag(Bytes bytes) {
+  for (const auto& [unit, suffix] : {std::pair{1024 * kMiB, "G"}, std::pair{kMiB, "M"}, std::pair{kKiB, "K"}}) {
+    if (bytes.value >= unit && bytes.value % unit == 0) return std::to_string(bytes.value / unit) + suffix;
+  }
+  return std::to_string(bytes.value);
+}
+
+}  // namespace distribute::bench
+
+using distribute::bench::Bytes;
+ABSL_FLAG(int, replicas, 2, "local replicas of each of the 2 workers (CPU:0..L-1), >= 1");
+ABSL_FLAG(Bytes, min_bytes, Bytes{4}, "smallest size (suffixes K, M, G: powers of 1024)");
+ABSL_FLAG(Bytes, max_bytes, Bytes{256 * distribute::bench::kMiB}, "largest size, >= --min_bytes");
+ABSL_FLAG(int, factor, 2, "size multiplier between rows, >= 2");
+ABSL_FLAG(int, iters, 5, "timed repeats per size, >= 1 (every rank times as many)");
+ABSL_FLAG(int, warmup, 2, "untimed repeats before the timed ones, >= 0");
+ABSL_FLAG(bool, check, true, "count the wrong elements of the library's all_reduce after timing");
+ABSL_FLAG(int, ops, 0, "operations per timed repeat; 0: 16 MiB / size, 1..1000");
 
 namespace distribute::bench {
 namespace {
@@ -40,26 +81,41 @@ double slowest(const std::function<void()>& unit, MPI_Comm comm) {
 
 namespace {
 
+// The flags as the benchmarks' options; what is wrong with them, if anything, in `error`.
+distribute::bench::Options options_from_flags(const std::vector<char*>& extra, std::string& error) {
+  distribute::bench::Options options;
+  options.replicas = {absl::GetFlag(FLAGS_replicas)};
+  options.min_bytes = absl::GetFlag(FLAGS_min_bytes).value;
+  options.max_bytes = absl::GetFlag(FLAGS_max_bytes).value;
+  options.factor = static_cast<std::size_t>(std::max(absl::GetFlag(FLAGS_factor), 0));
+  options.iters = absl::GetFlag(FLAGS_iters);
+  options.warmup = absl::GetFlag(FLAGS_warmup);
+  options.check = absl::GetFlag(FLAGS_check);
+  options.ops = absl::GetFlag(FLAGS_ops);
+  if (extra.size() > 1) {
+    error = "unexpected argument '" + std::string(extra[1]) + "'";
+  } else if (options.min_bytes == 0 || options.min_bytes > options.max_bytes) {
+    error = "need 0 < --min_bytes <= --max_bytes";
+  } else if (options.replicas[0] < 1 || options.factor < 2 || options.iters < 1 || options.warmup < 0 ||
+             options.ops < 0) {
+    error = "need --replicas >= 1, --factor >= 2, --iters >= 1, --warmup >= 0, --ops >= 0";
+  }
+  return options;
+}
+
 // Everything between MPI_Init_thread and MPI_Finalize, so that the strategy is gone before MPI.
-int run(int argc, char** argv) {
+int run(const distribute::bench::Options& options) {
   using namespace distribute;
   using namespace distribute::bench;
   int rank = 0;
   int processes = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &processes);
-  Options options = parse_options(argc, argv,
-                                  "MultiWorkerMirroredStrategy all_reduce (float32, sum) by 2 workers beside "
-                                  "MPI_Allreduce by the same 2 processes and by 4; launch with mpirun -np 4 (or 2); "
-                                  "--replicas L sets the local replicas (default 2)",
-                                  {2});
   if (processes != 2 && processes != 4) {
     if (rank == 0) std::fprintf(stderr, "multiworker_all_reduce_bench: launch 4 processes (or 2), not %d\n", processes);
     return 2;
   }
-  // Every rank must time as many repeats: no adaptive count.
-  if (options.iters == 0) options.iters = 5;
-  const int local = options.replicas.empty() ? 2 : options.replicas[0];
+  const int local = options.replicas[0];
   const int flat = processes == 4 ? 4 : 0;
   const std::vector<std::size_t> sizes = sweep_sizes(options);
 
@@ -179,9 +235,20 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before MPI starts, so that --help and a bad flag end every process at once.
+  absl::SetProgramUsageMessage(
+      "MultiWorkerMirroredStrategy all_reduce (float32, sum) by 2 workers beside MPI_Allreduce by the same 2 "
+      "processes and by 4; launch with mpirun -np 4 (or 2).");
+  const std::vector<char*> extra = absl::ParseCommandLine(argc, argv);
+  std::string error;
+  const distribute::bench::Options options = options_from_flags(extra, error);
+  if (!error.empty()) {
+    std::fprintf(stderr, "%s: %s; see --help\n", argv[0], error.c_str());
+    return 2;
+  }
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  const int rc = run(argc, argv);
+  const int rc = run(options);
   MPI_Finalize();
   return rc;
 }

@@ -1284,19 +1284,21 @@ TEST_F(MultiWorker, DifferentLocalReplicaCountsAreAnInvalidArgumentOnEveryWorker
   if (g_device_type == "GPU:" && g_first_gpu + local() >= num_physical_gpus()) {
     GTEST_SKIP() << "needs a GPU more than the replicas of worker 0 use";
   }
-  // Worker 0 brings one replica more than the others; every worker learns it at construction.
+  // Worker 0 brings one replica more than the others; every worker learns it at construction, in
+  // the same words.
   MultiWorkerMirroredStrategyOptions options;
   options.local_devices = local_devices();
   if (worker() == 0) options.local_devices.push_back(local_device(local()));
-  const std::string others = std::to_string(local());
-  const std::string more = std::to_string(local() + 1);
+  std::string others = workers() == 2 ? "worker 1 has " : "workers 1";
+  for (int w = 2; w < workers(); ++w) others += ", " + std::to_string(w);
+  if (workers() > 2) others += " have ";
   try {
     MultiWorkerMirroredStrategy uneven(options);
     ADD_FAILURE() << "no error";
   } catch (const InvalidArgumentError& e) {
-    // The same message on every worker.
-    EXPECT_EQ(e.what(), "MultiWorkerMirroredStrategy: worker 1 has " + others + " local replicas but worker 0 has " +
-                            more + "; every worker needs the same number of local devices");
+    EXPECT_EQ(e.what(), "MultiWorkerMirroredStrategy: worker 0 has " + std::to_string(local() + 1) +
+                            " local replicas, " + others + std::to_string(local()) +
+                            "; every worker needs the same number of local devices");
   }
   expect_still_usable();
 }

@@ -8,9 +8,11 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <span>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -52,6 +54,25 @@ void exchange_at_construction(detail::WorkerTransport& engine, std::span<const s
   const std::vector<int> missing = engine.exchange(mine, all, detail::deadline_after(timeout));
   DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "MultiWorkerMirroredStrategy: timed out after ",
                    timeout.count(), " s: workers ", absl::StrJoin(missing, ", "), " did not construct their strategy");
+}
+
+// "worker 0 has 3 local replicas, workers 1, 2 have 2": the workers grouped by their count, in the
+// order of the first worker of each group. Made from the exchanged counts alone, so that every
+// worker says the same.
+std::string local_replica_counts_text(const std::vector<std::int64_t>& counts) {
+  std::vector<std::pair<std::int64_t, std::vector<int>>> groups;
+  for (std::size_t w = 0; w < counts.size(); ++w) {
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == counts[w]; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {counts[w], {}});
+    group->second.push_back(static_cast<int>(w));
+  }
+  std::vector<std::string> parts;
+  for (const auto& [count, workers] : groups) {
+    const bool one = workers.size() == 1;
+    parts.push_back(absl::StrCat(one ? "worker " : "workers ", absl::StrJoin(workers, ", "), one ? " has " : " have ",
+                                 count, parts.empty() ? " local replicas" : ""));
+  }
+  return absl::StrJoin(parts, ", ");
 }
 
 // What each worker tells the others at construction: how its own checks ended (an absl::StatusCode,
@@ -98,13 +119,11 @@ void agree_at_construction(detail::WorkerTransport& engine, std::exception_ptr f
                               absl::StrCat("worker ", w, " could not construct its strategy: ",
                                            messages.substr(at, sizes[w]))));
   }
-  // Every worker is compared with worker 0, so every worker names the same two.
-  for (int w = 1; w < workers; ++w) {
-    const std::int64_t theirs = all[static_cast<std::size_t>(w)].local_replicas;
-    DISTRIBUTE_CHECK(theirs == all[0].local_replicas, InvalidArgumentError, "MultiWorkerMirroredStrategy: worker ", w,
-                     " has ", theirs, " local replicas but worker 0 has ", all[0].local_replicas,
-                     "; every worker needs the same number of local devices");
-  }
+  std::vector<std::int64_t> counts;
+  for (const ConstructionReport& r : all) counts.push_back(r.local_replicas);
+  DISTRIBUTE_CHECK(std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end(),
+                   InvalidArgumentError, "MultiWorkerMirroredStrategy: ", local_replica_counts_text(counts),
+                   "; every worker needs the same number of local devices");
 }
 
 // What names this worker's host to NCCL: NCCL_HOSTID where set (NCCL's own override), else the
