@@ -4,15 +4,17 @@
 // every track, one process per worker named after it and its host, every collective on each of the
 // four replicas' tracks with the same sequence number, and on each worker's cross-worker track the
 // vote and the data phase across the workers; the clock alignment is stated; a failing run still
-// writes a balanced file with the replica's error. With --worker_1_stays_away (a second ctest
-// entry, a strategy timeout of 2 s) worker 1 records nothing and never calls stop(): worker 0's
-// stop() gives up on it after the timeout and writes its own events, naming worker 1 as missing.
+// writes a balanced file with the replica's error, also when its message is not UTF-8. With
+// --worker_1_stays_away (a second ctest entry, a strategy timeout of 2 s) worker 1 records nothing
+// and never calls stop(): worker 0's stop() gives up on it after the timeout and writes its own
+// events, naming worker 1 as missing.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -133,6 +135,35 @@ TEST(TimelineMultiWorker, AFailingRunStillWritesABalancedFileWithTheError) {
     if (e.at("ph") == "i" && e.at("pid") == 1 && e.at("tid") == 3) errors_of_3.push_back(e.at("args").at("message"));
   }
   EXPECT_EQ(errors_of_3, std::vector<std::string>{"replica 3 gave up"});
+  for (int replica = 0; replica < 4; ++replica) EXPECT_EQ(count(events, replica / 2, replica, "run", "E"), 1);
+  std::filesystem::remove(path);
+}
+
+// Worker 1's part of the file crosses to worker 0 as text: a message that is not UTF-8 must not
+// stop worker 1 from sending it (it once threw nlohmann::json::type_error there, and worker 0
+// waited for its part until the timeout).
+TEST(TimelineMultiWorker, AnErrorMessageThatIsNotUtf8ReachesWorker0WithTheInvalidBytesReplaced) {
+  const std::string path = job_path("timeline_2x2_not_utf8");
+  Timeline::start(path);
+  EXPECT_ANY_THROW(strategy().run([] {
+    ReplicaContext* ctx = get_replica_context();
+    if (ctx->replica_id_in_sync_group() == 3) throw std::runtime_error("bad \xff byte");
+    ctx->all_reduce(ReduceOp::kSum, 1.0f);
+  }));
+  bool stopped = false;
+  EXPECT_NO_THROW(stopped = Timeline::stop());
+  EXPECT_TRUE(stopped);
+  if (rank() != 0) return;
+
+  EXPECT_TRUE(testing::python_loads(path));
+  const json trace = testing::read_trace(path);
+  const std::vector<json> events = check_schema(trace);
+  EXPECT_FALSE(trace.at("otherData").contains("missing_workers"));
+  std::vector<std::string> errors_of_3;
+  for (const json& e : events) {
+    if (e.at("ph") == "i" && e.at("pid") == 1 && e.at("tid") == 3) errors_of_3.push_back(e.at("args").at("message"));
+  }
+  EXPECT_EQ(errors_of_3, std::vector<std::string>{"bad \uFFFD byte"});
   for (int replica = 0; replica < 4; ++replica) EXPECT_EQ(count(events, replica / 2, replica, "run", "E"), 1);
   std::filesystem::remove(path);
 }

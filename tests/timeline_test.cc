@@ -1,9 +1,10 @@
 // distribute::Timeline: the file is Chrome trace-event JSON (name, ph, ts, pid, tid; begins and
 // ends paired on every track), every replica's track holds the run's collectives with the same
-// sequence numbers, a failing run still writes a balanced file with an error event, the ring
-// buffer's drop count is exact, DISTRIBUTE_TIMELINE starts one that is written at exit, and the
-// misuses (an unwritable path, given to start or in DISTRIBUTE_TIMELINE, starting twice, stopping
-// without a start, an empty ring, a write that fails) are errors or no-ops as documented.
+// sequence numbers, a failing run still writes a balanced file with an error event (its message
+// valid UTF-8 whatever bytes the exception held), the ring buffer's drop count is exact,
+// DISTRIBUTE_TIMELINE starts one that is written at exit, and the misuses (an unwritable path,
+// given to start or in DISTRIBUTE_TIMELINE, starting twice, stopping without a start, an empty
+// ring, a write that fails) are errors or no-ops as documented.
 #include "distribute/timeline.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,6 +143,37 @@ TEST(Timeline, AFailingRunWritesABalancedFileWithAnErrorEvent) {
   ASSERT_EQ(errors_of_1.size(), 1u);
   EXPECT_EQ(errors_of_1[0], "replica 1 gave up");
   EXPECT_EQ(count(events, 0, "error", "i"), 1);  // replica 0's release
+  EXPECT_EQ(count(events, 0, "run", "E"), 1);
+  EXPECT_EQ(count(events, 1, "run", "E"), 1);
+  std::filesystem::remove(path);
+}
+
+// An exception's message is the user's bytes: one that is not UTF-8 is written with each invalid
+// byte replaced by U+FFFD, and the trace keeps every event (it once lost the whole file to a
+// nlohmann::json::type_error thrown from stop()).
+TEST(Timeline, AnErrorMessageThatIsNotUtf8IsWrittenWithTheInvalidBytesReplaced) {
+  const std::string path = temp_path("timeline_not_utf8");
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  Timeline::start(path);
+  EXPECT_THROW(strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    if (ctx->replica_id_in_sync_group() == 1) throw std::runtime_error("bad \xff byte");
+    ctx->all_reduce(ReduceOp::kSum, Tensor::scalar(1.0f));  // replica 0 is released from this one
+  }),
+               std::runtime_error);
+  bool stopped = false;
+  EXPECT_NO_THROW(stopped = Timeline::stop());
+  EXPECT_TRUE(stopped);
+
+  EXPECT_TRUE(testing::python_loads(path));
+  const std::vector<json> events = check_schema(read_trace(path));
+  std::map<int, std::vector<std::string>> errors;
+  for (const json& e : events) {
+    if (e.at("ph") == "i") errors[e.at("tid").get<int>()].push_back(e.at("args").at("message"));
+  }
+  EXPECT_EQ(errors[1], std::vector<std::string>{"bad \uFFFD byte"});
+  ASSERT_EQ(errors[0].size(), 1u);
+  EXPECT_NE(errors[0][0].find("replica 1 raised: bad \uFFFD byte"), std::string::npos) << errors[0][0];
   EXPECT_EQ(count(events, 0, "run", "E"), 1);
   EXPECT_EQ(count(events, 1, "run", "E"), 1);
   std::filesystem::remove(path);

@@ -3,7 +3,11 @@
 
     DISTRIBUTE_TIMELINE=/tmp/timeline.json ./build/default/examples/fashion_mnist/train_fashion_mnist
     python3 tools/timeline_gantt.py /tmp/timeline.json                  # writes /tmp/timeline.png
-    python3 tools/timeline_gantt.py /tmp/timeline.json --from-ms 40 --to-ms 55 -o step.png
+    python3 tools/timeline_gantt.py /tmp/timeline.json --first-step 4 --steps 2 -o steps.png
+    python3 tools/timeline_gantt.py /tmp/timeline.json --from-ms 40 --to-ms 55 -o window.png
+
+The whole trace by default; --steps N draws N steps from --first-step (a step is a strategy.run:
+step k spans every replica's k-th run), --from-ms and --to-ms a window of the trace's time.
 
 One row per thread of the trace, grouped by worker: each replica, then the worker's cross-worker,
 input and program threads. Spans nest as narrower bars inside their parent, coloured by what they
@@ -60,10 +64,35 @@ def read_spans(path):
     return spans, instants, names
 
 
+def step_window(path, spans, first, count):
+    """The window (start_ms, end_ms) from the start of step `first` (from 1) to the end of step
+    first + count - 1, where step k is every replica's k-th run (a run inside a run does not
+    count), with a margin of 2 % on each side; exits naming how many steps the trace holds when
+    it holds fewer."""
+    runs = {}
+    for track, track_spans in spans.items():
+        mine = sorted((s for s in track_spans if s[0] == "run" and s[3] == 0), key=lambda s: s[1])
+        if mine:
+            runs[track] = mine
+    held = min((len(r) for r in runs.values()), default=0)
+    last = first + count - 1
+    if first < 1 or count < 1:
+        sys.exit(f"--first-step {first} --steps {count}: both count from 1")
+    if last > held:
+        sys.exit(f"{path}: the trace holds {held} steps (runs of every replica); "
+                 f"--first-step {first} --steps {count} asks for steps {first} to {last}")
+    lo = min(r[first - 1][1] for r in runs.values())
+    hi = max(r[last - 1][2] for r in runs.values())
+    margin = 0.02 * (hi - lo)
+    return lo - margin, hi + margin
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace", help="the JSON file a timeline wrote")
     parser.add_argument("-o", "--output", help="the PNG to write (default: the trace's path with .png)")
+    parser.add_argument("--steps", type=int, help="draw this many steps (runs), from --first-step")
+    parser.add_argument("--first-step", type=int, default=1, help="with --steps, the first step drawn (default 1)")
     parser.add_argument("--from-ms", type=float, help="the window's start, in ms from the trace's first event")
     parser.add_argument("--to-ms", type=float, help="the window's end, in ms")
     parser.add_argument("--title", default=None, help="the chart's title (default: the file's name)")
@@ -72,8 +101,13 @@ def main():
     spans, instants, names = read_spans(args.trace)
     if not spans and not instants:
         sys.exit(f"{args.trace}: no events to draw")
-    lo = args.from_ms if args.from_ms is not None else min(s[1] for ss in spans.values() for s in ss)
-    hi = args.to_ms if args.to_ms is not None else max(s[2] for ss in spans.values() for s in ss)
+    if args.steps is not None:
+        if args.from_ms is not None or args.to_ms is not None:
+            sys.exit("--steps chooses the window: give it or --from-ms/--to-ms, not both")
+        lo, hi = step_window(args.trace, spans, args.first_step, args.steps)
+    else:
+        lo = args.from_ms if args.from_ms is not None else min(s[1] for ss in spans.values() for s in ss)
+        hi = args.to_ms if args.to_ms is not None else max(s[2] for ss in spans.values() for s in ss)
     if hi <= lo:
         sys.exit(f"--from-ms {lo} is not before --to-ms {hi}")
 
@@ -118,7 +152,7 @@ def main():
     fig.tight_layout()
     output = args.output or str(pathlib.Path(args.trace).with_suffix(".png"))
     fig.savefig(output, dpi=110)
-    print(f"wrote {output}")
+    print(f"wrote {output}: {lo:.1f} to {hi:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@
 //
 // Each thread keeps its events in a ring buffer of TimelineOptions::events_per_thread events: when
 // it is full the oldest events go, and the file says how many ("dropped_events"). While the
-// timeline is off an event site costs one relaxed atomic load.
+// timeline is off an event site costs one relaxed atomic load. stop() writes the file event by
+// event, so it takes little memory beyond the events; text the trace holds that is not valid
+// UTF-8 (an exception's message) is written with each invalid byte replaced by U+FFFD.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 // distribute::Timeline and the event sites' recording: per-thread ring buffers, and the Chrome
-// trace-event JSON written at stop().
+// trace-event JSON written at stop(), event by event, so that writing a trace takes little memory
+// beyond the events themselves.
 #include "distribute/timeline.h"
 
 #include <unistd.h>
@@ -11,12 +12,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <queue>
 #include <set>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -60,16 +63,14 @@ class Buffer {
     ++written_;
   }
 
-  // The events oldest first, and how many the ring dropped.
+  // The events oldest first, and how many the ring dropped; rotated in place, not copied.
   std::vector<Event> take(std::uint64_t& dropped) {
     MutexLock lock(mu_);
     dropped = written_ - events_.size();
-    std::vector<Event> out;
-    out.reserve(events_.size());
-    const std::size_t oldest = events_.size() < capacity_ ? 0 : written_ % capacity_;
-    for (std::size_t i = 0; i < events_.size(); ++i) out.push_back(std::move(events_[(oldest + i) % events_.size()]));
-    events_.clear();
-    return out;
+    if (events_.size() == capacity_) {
+      std::rotate(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(written_ % capacity_), events_.end());
+    }
+    return std::exchange(events_, {});
   }
 
  private:
@@ -121,12 +122,14 @@ std::string host_name() {
 }
 
 // One thread's events with every end whose begin the ring dropped left out, and every begin
-// still open closed at `stop_ns`, so that begins and ends pair up on every track.
+// still open closed at `stop_ns` (or at the thread's last event, should it have recorded one after
+// stop_ns was read), so that begins and ends pair up on every track and the events stay in time
+// order. In place: a trace's events are most of the memory stop() takes.
 void balance(std::vector<Event>& events, std::int64_t stop_ns) {
   std::map<int, std::vector<const char*>> open;  // per track, the names begun and not ended
-  std::vector<Event> kept;
-  kept.reserve(events.size());
-  for (Event& event : events) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    Event& event = events[i];
     if (event.phase == 'B') {
       open[event.track].push_back(event.name);
     } else if (event.phase == 'E') {
@@ -134,34 +137,89 @@ void balance(std::vector<Event>& events, std::int64_t stop_ns) {
       if (stack.empty()) continue;
       stack.pop_back();
     }
-    kept.push_back(std::move(event));
+    if (kept != i) events[kept] = std::move(event);
+    ++kept;
   }
+  events.resize(kept);
+  const std::int64_t close_ns = events.empty() ? stop_ns : std::max(stop_ns, events.back().ns);
   for (auto& [track, stack] : open) {
     while (!stack.empty()) {
-      kept.push_back(Event{.ns = stop_ns, .name = stack.back(), .phase = 'E', .track = track});
+      events.push_back(Event{.ns = close_ns, .name = stack.back(), .phase = 'E', .track = track});
       stack.pop_back();
     }
   }
-  events = std::move(kept);
 }
 
-nlohmann::json to_json(const Event& event, int pid, std::int64_t offset_ns) {
-  nlohmann::json out = {{"name", event.name},
-                        {"ph", std::string(1, event.phase)},
-                        {"ts", event.ns + offset_ns},  // ns of worker 0's clock until write_trace
-                        {"pid", pid},
-                        {"tid", event.track}};
-  if (event.phase == 'i') {
-    out["s"] = "t";  // scoped to its thread
-    out["args"] = {{"message", event.message}};
-  } else if (event.phase == 'B' && event.args.kind != nullptr) {
-    out["args"] = {{"kind", event.args.kind},
-                   {"sequence", event.args.sequence},
-                   {"bytes", event.args.bytes},
-                   {"backend", std::string(event.args.backend)}};
+// One worker's events as stop() took them: each thread's in time order.
+struct WorkerEvents {
+  std::vector<std::vector<Event>> threads;
+  std::uint64_t dropped = 0;  // by the rings
+};
+
+// The time of the worker's first event, on the clock that `offset_ns` leads to; the largest
+// time when it has none.
+std::int64_t first_ns(const WorkerEvents& events, std::int64_t offset_ns) {
+  std::int64_t first = std::numeric_limits<std::int64_t>::max();
+  for (const std::vector<Event>& thread : events.threads) {
+    if (!thread.empty()) first = std::min(first, thread.front().ns + offset_ns);
   }
-  return out;
+  return first;
 }
+
+// JSON text of `value`, with every byte that is not UTF-8 (an exception's message, a host name)
+// replaced by U+FFFD, so that no string can keep a trace from being written.
+std::string to_text(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Where a trace's text goes as it is made: into a string (a worker's part, sent to worker 0), or
+// into a file, written out in chunks as the text grows, so that the file's text is never in memory
+// whole.
+class TraceText {
+ public:
+  // Into a string, take() returns it.
+  TraceText() = default;
+  // Into `file`, which it owns: close() writes the rest and closes it; the destructor closes it
+  // unwritten, if close() was not reached (a worker that leaves the writing to worker 0, or an
+  // exception).
+  TraceText(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+  ~TraceText() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  TraceText(const TraceText&) = delete;
+  TraceText& operator=(const TraceText&) = delete;
+
+  void append(std::string_view text) {
+    text_ += text;
+    if (file_ != nullptr && text_.size() >= kChunk) write_out();
+  }
+  std::string take() { return std::move(text_); }
+  // Writes the rest and closes the file; InternalError naming the path when the system refused a
+  // write or the close.
+  void close() {
+    write_out();
+    if (error_ == 0 && std::fflush(file_) != 0) error_ = errno;
+    if (std::fclose(std::exchange(file_, nullptr)) != 0 && error_ == 0) error_ = errno;
+    DISTRIBUTE_CHECK(error_ == 0, InternalError, "Timeline::stop: writing the timeline to \"", path_,
+                     "\" failed: ", std::strerror(error_));
+  }
+
+ private:
+  static constexpr std::size_t kChunk = std::size_t{1} << 16;
+
+  // After a failed write the rest is dropped: close() reports the first failure.
+  void write_out() {
+    if (error_ == 0 && !text_.empty() && std::fwrite(text_.data(), 1, text_.size(), file_) != text_.size()) {
+      error_ = errno;
+    }
+    text_.clear();
+  }
+
+  std::FILE* file_ = nullptr;
+  std::string path_;
+  std::string text_;
+  int error_ = 0;  // errno of the first failed write
+};
 
 // How this worker's steady clock relates to worker 0's: offset_ns added to a reading of this
 // worker's gives worker 0's at the same moment, to within error_ns.
@@ -179,60 +237,65 @@ std::string track_name(int track) {
   }
 }
 
-// One worker's part of the file: its trace events (metadata first, then by time, "ts" in ns of
-// worker 0's clock) and what otherData says of it.
-nlohmann::json worker_part(std::vector<Event> events, int pid, const std::string& host, std::uint64_t dropped,
-                           const ClockSample& clock) {
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.ns < b.ns; });
-  nlohmann::json trace_events = nlohmann::json::array();
-  trace_events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"ts", 0},
-                          {"args", {{"name", absl::StrCat("worker ", pid, " on ", host)}}}});
+// Appends one worker's trace events, comma-separated: its metadata first, then its events in time
+// order (a thread's before a later thread's at the same time), "ts" in µs from `start_ns` of worker
+// 0's clock, which `offset_ns` leads this worker's to.
+void write_worker_events(TraceText& out, const WorkerEvents& events, int pid, const std::string& host,
+                         std::int64_t offset_ns, std::int64_t start_ns) {
+  out.append(to_text({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"ts", 0},
+                      {"args", {{"name", absl::StrCat("worker ", pid, " on ", host)}}}}));
   std::set<int> tracks;
-  for (const Event& event : events) tracks.insert(event.track);
-  for (int track : tracks) {
-    trace_events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", track}, {"ts", 0},
-                            {"args", {{"name", track_name(track)}}}});
+  for (const std::vector<Event>& thread : events.threads) {
+    for (const Event& event : thread) tracks.insert(event.track);
   }
-  for (const Event& event : events) trace_events.push_back(to_json(event, pid, clock.offset_ns));
-  return {{"worker", pid},
-          {"events", std::move(trace_events)},
-          {"dropped", dropped},
-          {"clock_offset_ns", clock.offset_ns},
-          {"clock_error_ns", clock.error_ns}};
+  for (int track : tracks) {
+    out.append(",");
+    out.append(to_text({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", track}, {"ts", 0},
+                        {"args", {{"name", track_name(track)}}}}));
+  }
+  // The threads merged by time: the next event of each thread that has one, the earliest on top.
+  using Next = std::pair<std::int64_t, std::size_t>;  // its time and its thread
+  std::priority_queue<Next, std::vector<Next>, std::greater<>> next;
+  std::vector<std::size_t> position(events.threads.size(), 0);
+  for (std::size_t t = 0; t < events.threads.size(); ++t) {
+    if (!events.threads[t].empty()) next.emplace(events.threads[t].front().ns, t);
+  }
+  while (!next.empty()) {
+    const std::size_t t = next.top().second;
+    next.pop();
+    const std::vector<Event>& thread = events.threads[t];
+    const Event& event = thread[position[t]];
+    nlohmann::json json = {{"name", event.name},
+                           {"ph", std::string(1, event.phase)},
+                           {"ts", static_cast<double>(event.ns + offset_ns - start_ns) / 1000.0},
+                           {"pid", pid},
+                           {"tid", event.track}};
+    if (event.phase == 'i') {
+      json["s"] = "t";  // scoped to its thread
+      json["args"] = {{"message", event.message}};
+    } else if (event.phase == 'B' && event.args.kind != nullptr) {
+      json["args"] = {{"kind", event.args.kind},
+                      {"sequence", event.args.sequence},
+                      {"bytes", event.args.bytes},
+                      {"backend", std::string(event.args.backend)}};
+    }
+    out.append(",");
+    out.append(to_text(json));
+    if (++position[t] < thread.size()) next.emplace(thread[position[t]].ns, t);
+  }
 }
 
-// Writes the workers' parts (the chief's alone for one process) as one trace, times in µs from
-// the first event, and closes `file`; InternalError naming `path` when the system refuses.
-// `job_data` goes into otherData.
-void write_trace(std::FILE* file, const std::string& path, std::vector<nlohmann::json> parts, std::size_t capacity,
-                 nlohmann::json job_data) {
-  std::int64_t start_ns = std::numeric_limits<std::int64_t>::max();
-  for (const nlohmann::json& part : parts) {
-    for (const nlohmann::json& event : part.at("events")) {
-      if (event.at("ph") != "M") start_ns = std::min(start_ns, event.at("ts").get<std::int64_t>());
-    }
-  }
-  nlohmann::json trace_events = nlohmann::json::array();
-  std::uint64_t dropped = 0;
-  for (nlohmann::json& part : parts) {
-    dropped += part.at("dropped").get<std::uint64_t>();
-    for (nlohmann::json& event : part.at("events")) {
-      if (event.at("ph") != "M") event["ts"] = static_cast<double>(event.at("ts").get<std::int64_t>() - start_ns) / 1000.0;
-      trace_events.push_back(std::move(event));
-    }
-  }
-  nlohmann::json other = {{"dropped_events", dropped}, {"events_per_thread", capacity}};
-  other.update(job_data);
-  const nlohmann::json trace = {
-      {"traceEvents", std::move(trace_events)}, {"displayTimeUnit", "ms"}, {"otherData", std::move(other)}};
-  const std::string text = trace.dump();
-  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size() && std::fflush(file) == 0;
-  const int error = errno;
-  const bool closed = std::fclose(file) == 0;
-  if (!written || !closed) {
-    throw InternalError(absl::StrCat("Timeline::stop: writing the timeline to \"", path,
-                                     "\" failed: ", std::strerror(written ? errno : error)));
-  }
+// Writes a trace into `out`'s file and closes it: the trace events that write_events appends
+// (comma-separated), then `other` as otherData. InternalError naming the path when the system
+// refuses.
+template <typename WriteEvents>
+void write_trace(TraceText& out, WriteEvents&& write_events, const nlohmann::json& other) {
+  out.append("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
+  std::forward<WriteEvents>(write_events)(out);
+  out.append("],\"otherData\":");
+  out.append(to_text(other));
+  out.append("}");
+  out.close();
 }
 
 // Set once and kept until exit, like the MPI communicators it works on.
@@ -264,65 +327,105 @@ std::vector<int> measure_clock(Job& workers, Deadline deadline, ClockSample& sam
   return {};
 }
 
-// Brings every worker's part to worker 0: there, `parts` is each worker's in worker order.
-// Returns the workers that did not answer; throws what the transport's data step throws.
-std::vector<int> gather(Job& workers, const std::string& mine, Deadline deadline, std::vector<std::string>& parts) {
-  std::vector<std::int64_t> sizes(static_cast<std::size_t>(workers.num_workers()));
-  std::vector<int> missing = workers.exchange(static_cast<std::int64_t>(mine.size()), sizes, deadline);
+// Brings every worker's part to worker 0: there, `all` holds them in worker order, worker w's
+// sizes[w] bytes long. Returns the workers that did not answer; throws what the transport's data
+// step throws.
+std::vector<int> gather(Job& workers, const std::string& mine, Deadline deadline, std::string& all,
+                        std::vector<std::size_t>& sizes) {
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(workers.num_workers()));
+  std::vector<int> missing = workers.exchange(static_cast<std::int64_t>(mine.size()), counts, deadline);
   if (!missing.empty()) return missing;
-  const std::vector<std::size_t> counts(sizes.begin(), sizes.end());
-  const std::string all = workers.all_gather(mine, counts, deadline);
-  parts.clear();
-  std::size_t from = 0;
-  for (std::size_t count : counts) {
-    parts.push_back(all.substr(from, count));
-    from += count;
-  }
+  sizes.assign(counts.begin(), counts.end());
+  all = workers.all_gather(mine, sizes, deadline);
   return {};
 }
 
-// Timeline::stop() on a worker of a multi-worker job: measures the clocks, and worker 0 writes
-// every worker's events into its file; the others close theirs unwritten, unless worker 0 did not
-// answer (then each writes its own). A worker that does not answer within the job's timeout is
-// left out, and named in otherData.missing_workers.
-void stop_job(Session& stopped, std::vector<Event> events, std::uint64_t dropped, Job& workers) {
+// What otherData says of one worker, and how its part of the gathered text starts (a line of its
+// own).
+nlohmann::json part_header(int worker_id, std::uint64_t dropped, const ClockSample& clock) {
+  return {{"worker", worker_id},
+          {"dropped", dropped},
+          {"clock_offset_ns", clock.offset_ns},
+          {"clock_error_ns", clock.error_ns}};
+}
+
+// Timeline::stop() on a worker of a multi-worker job: measures the clocks, agrees on the job's
+// first event (the trace's time 0), and worker 0 writes every worker's events into its file; the
+// others close theirs unwritten, unless worker 0 did not answer (then each writes its own). A
+// worker that does not answer within the job's timeout is left out, and named in
+// otherData.missing_workers.
+void stop_job(TraceText& file, std::size_t capacity, const WorkerEvents& events, Job& workers) {
   const Deadline deadline = deadline_after(workers.timeout());
   const int me = workers.worker_id();
+  const std::string host = workers.host();
   ClockSample clock;
   std::vector<int> missing = measure_clock(workers, deadline, clock);
-  nlohmann::json mine = worker_part(std::move(events), me, workers.host(), dropped, clock);
-  std::vector<std::string> parts;
+  std::int64_t start_ns = first_ns(events, clock.offset_ns);
+  if (missing.empty()) {
+    std::vector<std::int64_t> firsts(static_cast<std::size_t>(workers.num_workers()));
+    missing = workers.exchange(start_ns, firsts, deadline);
+    if (missing.empty()) start_ns = *std::min_element(firsts.begin(), firsts.end());
+  }
+  std::string all;  // every worker's part, at worker 0
+  std::vector<std::size_t> sizes;
   std::string failure;
   if (missing.empty()) {
+    TraceText mine;
+    mine.append(to_text(part_header(me, events.dropped, clock)));
+    mine.append("\n");
+    write_worker_events(mine, events, me, host, clock.offset_ns, start_ns);
     try {
-      missing = gather(workers, mine.dump(), deadline, parts);
+      missing = gather(workers, mine.take(), deadline, all, sizes);
     } catch (const Error& e) {
       failure = e.what();
     }
   }
   const bool gathered = missing.empty() && failure.empty();
-  if (me != 0 && std::find(missing.begin(), missing.end(), 0) == missing.end()) {
-    std::fclose(stopped.file);
-    return;
-  }
-  std::vector<nlohmann::json> written;
+  if (me != 0 && std::find(missing.begin(), missing.end(), 0) == missing.end()) return;  // file closes unwritten
+  // Each written part's header, and where its events' text lies in `all`.
+  std::vector<nlohmann::json> headers;
+  std::vector<std::string_view> texts;
   if (gathered) {
-    for (const std::string& part : parts) written.push_back(nlohmann::json::parse(part));
+    std::size_t from = 0;
+    for (std::size_t size : sizes) {
+      const std::string_view part(all.data() + from, size);
+      const std::size_t line_end = part.find('\n');
+      headers.push_back(nlohmann::json::parse(part.substr(0, line_end)));
+      texts.push_back(part.substr(line_end + 1));
+      from += size;
+    }
   } else {
-    written.push_back(std::move(mine));
+    headers.push_back(part_header(me, events.dropped, clock));
   }
-  nlohmann::json job_data = {
+  std::uint64_t dropped = 0;
+  nlohmann::json other = {
+      {"events_per_thread", capacity},
       {"workers", workers.num_workers()},
       {"clock_sync", absl::StrCat("each worker's clock is aligned to worker 0's by the shortest of ", kClockRounds,
                                   " round trips to it at stop(); the error is at most clock_error_us")}};
-  for (const nlohmann::json& part : written) {
-    const std::string id = std::to_string(part.at("worker").get<int>());
-    job_data["clock_offset_us"][id] = static_cast<double>(part.at("clock_offset_ns").get<std::int64_t>()) / 1000.0;
-    job_data["clock_error_us"][id] = static_cast<double>(part.at("clock_error_ns").get<std::int64_t>()) / 1000.0;
+  for (const nlohmann::json& header : headers) {
+    const std::string id = std::to_string(header.at("worker").get<int>());
+    dropped += header.at("dropped").get<std::uint64_t>();
+    other["clock_offset_us"][id] = static_cast<double>(header.at("clock_offset_ns").get<std::int64_t>()) / 1000.0;
+    other["clock_error_us"][id] = static_cast<double>(header.at("clock_error_ns").get<std::int64_t>()) / 1000.0;
   }
-  if (!missing.empty()) job_data["missing_workers"] = missing;
-  if (!failure.empty()) job_data["gather_error"] = failure;
-  write_trace(stopped.file, stopped.path, std::move(written), stopped.capacity, std::move(job_data));
+  other["dropped_events"] = dropped;
+  if (!missing.empty()) other["missing_workers"] = missing;
+  if (!failure.empty()) other["gather_error"] = failure;
+  write_trace(
+      file,
+      [&](TraceText& out) {
+        if (!gathered) {
+          // Alone: its time 0 is its own first event.
+          write_worker_events(out, events, me, host, clock.offset_ns, first_ns(events, clock.offset_ns));
+          return;
+        }
+        for (std::size_t w = 0; w < texts.size(); ++w) {
+          if (w > 0) out.append(",");
+          out.append(texts[w]);
+        }
+      },
+      other);
 }
 
 }  // namespace
@@ -394,22 +497,26 @@ bool Timeline::stop() {
     the_job = job;
   }
   const std::int64_t stop_ns = now_ns();
-  std::vector<Event> events;
-  std::uint64_t dropped = 0;
+  WorkerEvents events;
   for (const std::shared_ptr<Buffer>& buffer : stopped.buffers) {
-    std::uint64_t buffer_dropped = 0;
-    std::vector<Event> mine = buffer->take(buffer_dropped);
-    dropped += buffer_dropped;
-    balance(mine, stop_ns);
-    std::move(mine.begin(), mine.end(), std::back_inserter(events));
+    std::uint64_t dropped = 0;
+    events.threads.push_back(buffer->take(dropped));
+    events.dropped += dropped;
+    balance(events.threads.back(), stop_ns);
   }
+  stopped.buffers.clear();
+  TraceText file(stopped.file, stopped.path);
   if (the_job != nullptr && the_job->num_workers() > 1 && the_job->reachable()) {
-    stop_job(stopped, std::move(events), dropped, *the_job);
+    stop_job(file, stopped.capacity, events, *the_job);
     return true;
   }
-  std::vector<nlohmann::json> parts;
-  parts.push_back(worker_part(std::move(events), worker.load(std::memory_order_relaxed), host_name(), dropped, {}));
-  write_trace(stopped.file, stopped.path, std::move(parts), stopped.capacity, nlohmann::json::object());
+  const nlohmann::json other = {{"dropped_events", events.dropped}, {"events_per_thread", stopped.capacity}};
+  write_trace(
+      file,
+      [&](TraceText& out) {
+        write_worker_events(out, events, worker.load(std::memory_order_relaxed), host_name(), 0, first_ns(events, 0));
+      },
+      other);
   return true;
 }
 

@@ -35,6 +35,7 @@ struct Args {
 };
 
 // On the recording thread; `name` has static storage. `track` is the replica's global id.
+// `message` may hold any bytes: stop() writes those that are not UTF-8 as U+FFFD.
 void begin(int track, const char* name, const Args& args);
 void end(int track, const char* name);
 void instant(int track, const char* name, std::string message);
