@@ -59,14 +59,15 @@ std::chrono::nanoseconds grace_in_ns(std::chrono::seconds grace_period) {
 
 class PreemptionCheckpointHandler::SigtermWatch {
  public:
-  // Calls `clear` between the check that no other handler watches SIGTERM (whose signal it would
-  // clear) and the installation (after which no signal may be cleared: it would be lost).
-  explicit SigtermWatch(absl::FunctionRef<void()> clear) {
+  // Calls `reset` (of the flags a signal raises) between the check that no other handler watches
+  // SIGTERM (whose flags they are until then) and the installation (after which a reset could
+  // lose a signal).
+  explicit SigtermWatch(absl::FunctionRef<void()> reset) {
     detail::MutexLock lock(g_sigterm_mu);
     DISTRIBUTE_CHECK(!g_sigterm_watched, FailedPreconditionError,
                      "PreemptionCheckpointHandler: another handler watches SIGTERM already; make one handler per "
                      "process, or give this one a termination_watcher_fn");
-    clear();
+    reset();
     struct sigaction action {};
     action.sa_handler = on_sigterm;
     sigemptyset(&action.sa_mask);
@@ -101,12 +102,15 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
   DISTRIBUTE_CHECK(config_.grace_period.count() >= 0, InvalidArgumentError,
                    "PreemptionCheckpointHandler: grace_period is ", config_.grace_period.count(),
                    " s; give 0 (save at the next step) or more");
-  g_stop_at_once.store(config_.grace_period.count() == 0);
-  if (config_.termination_watcher_fn) {
+  const auto reset = [this] {
+    g_stop_at_once.store(config_.grace_period.count() == 0);
     clear_stop();
+  };
+  if (config_.termination_watcher_fn) {
+    reset();
   } else {
     // A member, so that its destructor puts the disposition back however the constructor ends.
-    sigterm_watch_ = std::make_unique<SigtermWatch>([this] { clear_stop(); });
+    sigterm_watch_ = std::make_unique<SigtermWatch>(reset);
   }
   std::shared_ptr<std::int64_t> count = total_run_calls_;
   manager_.checkpoint().add(
