@@ -175,7 +175,8 @@ std::optional<std::filesystem::path> CheckpointManager::save(std::optional<std::
   DISTRIBUTE_CHECK(checkpoint_number || largest < std::numeric_limits<std::int64_t>::max(), OutOfRangeError,
                    "CheckpointManager::save: the largest number kept is ", largest,
                    ", and no int64 follows it; pass a checkpoint_number, or save in another directory");
-  const std::int64_t number = checkpoint_number.value_or(largest + 1);
+  // Not value_or, which would compute largest + 1 for a given number too.
+  const std::int64_t number = checkpoint_number ? *checkpoint_number : largest + 1;
   const std::filesystem::path path = path_of(number);
   const auto start = std::chrono::steady_clock::now();
   checkpoint_.save(path);
