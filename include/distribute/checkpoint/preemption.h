@@ -58,8 +58,8 @@ struct TerminationConfig {
   // each step, the handler stops once what is left of the period (counted from the signal) is at
   // most 2 x (the last save's time + the last step's time), a step lasting from one step's start
   // to the next's, both as this worker measured them. Before any save was timed it stops at the
-  // next step. A period too long to count
-  // in nanoseconds (seconds::max(), about 292 years and more) counts as the longest that is.
+  // next step. A period too long to count in nanoseconds (seconds::max(), about 292 years and
+  // more) counts as the longest that is.
   std::chrono::seconds grace_period{0};
 };
 
