@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,6 +93,30 @@ TEST_F(CheckpointManagerTest, ExplicitNumbersAndANumberSavedAgain) {
   w.assign(0.0f);
   EXPECT_EQ(manager.restore_or_initialize(), file("ckpt-10.safetensors"));
   EXPECT_EQ(w.value().item<float>(), 5.0f);
+}
+
+// The default number after INT64_MAX does not exist: the save is refused before anything is
+// written, and the directory still serves a restarted job.
+TEST_F(CheckpointManagerTest, ADefaultNumberPastTheLargestInt64IsOutOfRangeAndWritesNothing) {
+  constexpr std::int64_t kLargest = std::numeric_limits<std::int64_t>::max();
+  Variable w(1.0f, {.name = "w"});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  const std::string largest = "ckpt-" + std::to_string(kLargest) + ".safetensors";
+  EXPECT_EQ(manager.save(kLargest), file(largest));
+  const std::vector<std::string> before = files();
+  const std::string index = read_bytes(file("ckpt.index.json"));
+  expect_error<OutOfRangeError>([&] { manager.save(); },
+                                {"CheckpointManager::save: the largest number kept is 9223372036854775807",
+                                 "pass a checkpoint_number"});
+  EXPECT_EQ(files(), before) << "nothing written";
+  EXPECT_EQ(read_bytes(file("ckpt.index.json")), index);
+  EXPECT_EQ(manager.checkpoints(), paths({largest}));
+  EXPECT_EQ(manager.save(3), file("ckpt-3.safetensors")) << "an explicit number still saves";
+  w.assign(0.0f);
+  CheckpointManager restarted(Checkpoint({{"w", w}}), dir());
+  EXPECT_EQ(restarted.checkpoints(), paths({largest, "ckpt-3.safetensors"}));
+  EXPECT_EQ(restarted.restore_or_initialize(), file("ckpt-3.safetensors"));
+  EXPECT_EQ(w.value().item<float>(), 1.0f);
 }
 
 TEST_F(CheckpointManagerTest, ANewManagerOnTheSameDirectoryContinuesTheNumbering) {
@@ -361,6 +387,23 @@ TEST_F(CheckpointManagerTest, ACorruptIndexIsDataLossAtConstruction) {
   fs::create_directories(file("ckpt.index.json") / "inside");
   expect_error<DataLossError>([&] { CheckpointManager m(checkpoint, dir()); },
                               {"CheckpointManager: the index \"" + index + "\" is not a regular file"});
+}
+
+// Only the number save writes names a checkpoint, so that each number has one file name: "ckpt-02"
+// is not "ckpt-2" (the manager would delete or restore another file than the index names).
+TEST_F(CheckpointManagerTest, AnIndexNamingANumberSpelledAnotherWayIsDataLoss) {
+  const Checkpoint checkpoint({{"w", Variable(1.0f)}});
+  fs::create_directories(dir());
+  const std::string index = file("ckpt.index.json").string();
+  for (const std::string name : {"ckpt-02.safetensors", "ckpt-00.safetensors", "ckpt--0.safetensors",
+                                 "ckpt-+2.safetensors", "ckpt- 2.safetensors", "ckpt-2 .safetensors",
+                                 "ckpt-9223372036854775808.safetensors"}) {
+    write_bytes(index, "{\"all_checkpoints\": [\"ckpt-1.safetensors\", \"" + name + "\"]}");
+    expect_error<DataLossError>([&] { CheckpointManager m(checkpoint, dir()); },
+                                {"CheckpointManager: the index \"" + index + "\" lists \"" + name +
+                                     "\", which is no \"ckpt-<number>.safetensors\" file name",
+                                 "<number> as save writes it: decimal digits without a sign or leading zeros"});
+  }
 }
 
 TEST_F(CheckpointManagerTest, SaveAndRestoreInsideAReplicaAreFailedPreconditions) {

@@ -925,13 +925,23 @@ void expect_thrown(Fn&& fn, const std::vector<std::string>& words) {
   }
 }
 
+// A scratch directory of the chief's, named after its process id (the same on every worker):
+// the path every worker's CheckpointManager returns.
+std::filesystem::path chief_scratch(MultiWorkerMirroredStrategy& s, const std::string& stem) {
+  const int pid = s.run([&] {
+    ReplicaContext& ctx = *get_replica_context();
+    return ctx.all_reduce(ReduceOp::kSum, ctx.replica_id_in_sync_group() == 0 ? static_cast<int>(::getpid()) : 0);
+  })[0];
+  return std::filesystem::temp_directory_path() / (stem + std::to_string(pid));
+}
+
 // The chief (worker 0) alone touches the checkpoint's directory: the other workers are given
 // paths that do not exist, as on hosts without the chief's file system, and never create them.
 TEST_F(MultiWorker, CheckpointsAreWrittenAndReadByTheChiefAlone) {
   namespace fs = std::filesystem;
   const fs::path missing = fs::path("/nonexistent_distribute") / std::to_string(worker());
-  const fs::path dir =
-      worker() == 0 ? fs::temp_directory_path() / ("distribute_mw_ckpt_" + std::to_string(::getpid())) : missing;
+  const fs::path chief_dir = chief_scratch(s, "distribute_mw_ckpt_");
+  const fs::path dir = worker() == 0 ? chief_dir : missing;
   if (worker() == 0) fs::remove_all(dir);
   StrategyScope scope = s.scope();
   Variable w(Tensor::from_vector<float>({1, 2, 3}, {3}, Device::cpu()), {.name = "w"});
@@ -942,14 +952,14 @@ TEST_F(MultiWorker, CheckpointsAreWrittenAndReadByTheChiefAlone) {
   const float total = static_cast<float>(n() * (n() + 1) / 2);
   {
     CheckpointManager manager(Checkpoint({{"w", w}, {"seen", seen}}), dir, {.max_to_keep = 1});
-    EXPECT_EQ(manager.save(), dir / "ckpt-1.safetensors");
-    EXPECT_EQ(manager.save(), dir / "ckpt-2.safetensors") << "the chief's numbering on every worker";
+    EXPECT_EQ(manager.save(), chief_dir / "ckpt-1.safetensors");
+    EXPECT_EQ(manager.save(), chief_dir / "ckpt-2.safetensors") << "the chief's numbering on every worker";
   }
   w.assign(Tensor::zeros(DType::kFloat32, Shape{3}, Device::cpu()));
   seen.assign(0.0f);
   CheckpointManager relaunched(Checkpoint({{"w", w}, {"seen", seen}}), dir);
-  EXPECT_EQ(relaunched.checkpoints(), std::vector<fs::path>{dir / "ckpt-2.safetensors"}) << "the chief's index";
-  EXPECT_EQ(relaunched.restore_or_initialize(), dir / "ckpt-2.safetensors");
+  EXPECT_EQ(relaunched.checkpoints(), std::vector<fs::path>{chief_dir / "ckpt-2.safetensors"}) << "the chief's index";
+  EXPECT_EQ(relaunched.restore_or_initialize(), chief_dir / "ckpt-2.safetensors");
   EXPECT_EQ(w.value().to_vector<float>(), (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(seen.value().item<float>(), total) << "the aggregate over every worker's replicas, saved and restored";
   Checkpoint({{"w", w}, {"seen", seen}}).restore(worker() == 0 ? dir / "ckpt-2.safetensors" : missing / "any");
@@ -959,6 +969,36 @@ TEST_F(MultiWorker, CheckpointsAreWrittenAndReadByTheChiefAlone) {
     fs::remove_all(dir);
   } else {
     EXPECT_FALSE(fs::exists(missing.parent_path())) << "a worker other than the chief touched its path";
+  }
+}
+
+// Every worker's manager answers with the chief's paths, whatever directory string it was given
+// (another path, a relative one): the checkpoints are the chief's files, named as the chief names
+// them.
+TEST_F(MultiWorker, EveryWorkerReturnsTheChiefsPathsWhateverItsDirectoryString) {
+  namespace fs = std::filesystem;
+  const fs::path chief_dir = chief_scratch(s, "distribute_mw_paths_");
+  const fs::path dir = worker() == 0 ? chief_dir : fs::path("elsewhere") / std::to_string(worker());
+  if (worker() == 0) fs::remove_all(dir);
+  StrategyScope scope = s.scope();
+  Variable w(1.0f, {.name = "w"});
+  {
+    CheckpointManager manager(Checkpoint({{"w", w}}), dir, {.max_to_keep = 2});
+    EXPECT_EQ(manager.directory(), chief_dir);
+    EXPECT_EQ(manager.save(), chief_dir / "ckpt-1.safetensors");
+    EXPECT_EQ(manager.save(5), chief_dir / "ckpt-5.safetensors");
+    EXPECT_EQ(manager.latest_checkpoint(), chief_dir / "ckpt-5.safetensors");
+    EXPECT_EQ(manager.checkpoints(),
+              (std::vector<fs::path>{chief_dir / "ckpt-1.safetensors", chief_dir / "ckpt-5.safetensors"}));
+  }
+  CheckpointManager relaunched(Checkpoint({{"w", w}}), dir);
+  EXPECT_EQ(relaunched.directory(), chief_dir);
+  EXPECT_EQ(relaunched.restore_or_initialize(), chief_dir / "ckpt-5.safetensors");
+  EXPECT_EQ(relaunched.latest_checkpoint(), chief_dir / "ckpt-5.safetensors");
+  if (worker() == 0) {
+    fs::remove_all(dir);
+  } else {
+    EXPECT_FALSE(fs::exists("elsewhere")) << "a worker other than the chief touched its path";
   }
 }
 

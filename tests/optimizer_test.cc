@@ -560,6 +560,42 @@ TEST(Optimizer, GetSlotErrors) {
   expect_error<InvalidArgumentError>([&] { (void)plain.get_slot(w, "momentum"); }, {"its slots: none"});
 }
 
+// A checkpoint of the state holds every slot, or is refused: asked before the slots exist (before
+// build or the first step) the state would lack them, and one taken before slots were made for
+// another variable would save and restore without those.
+TEST(Optimizer, CheckpointStateWithoutEverySlotIsAFailedPrecondition) {
+  Variable w(floats({1, 2}), {.name = "w"});
+  Variable b(floats({3}), {.name = "b"});
+  Adam adam;
+  expect_error<FailedPreconditionError>([&] { (void)adam.checkpoint_state(); },
+                                        {"Adam.checkpoint_state: the optimizer has no slots yet (m, v)",
+                                         "call build(variables) with the variables it trains first"});
+  SGD momentum(0.1, 0.9);
+  expect_error<FailedPreconditionError>([&] { (void)momentum.checkpoint_state(); },
+                                        {"SGD.checkpoint_state: the optimizer has no slots yet (momentum)"});
+  SGD plain(0.1);
+  EXPECT_EQ(plain.checkpoint_state().size(), 1u) << "without momentum there is no slot to wait for";
+
+  adam.build({w});
+  const std::vector<std::pair<std::string, Saveable>> state = adam.checkpoint_state();
+  std::vector<std::string> names;
+  for (const auto& [name, saveable] : state) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"Adam/iterations", "Adam/w/m", "Adam/w/v"}));
+  EXPECT_EQ(state[0].second.read().item<std::int64_t>(), 0);
+  adam.apply_gradients({{floats({1}), b}});  // makes b's slots, after the state was taken
+  const std::vector<std::string> stale = {"Adam.checkpoint_state: slots were made for 'b' after this state was taken",
+                                          "take checkpoint_state() again"};
+  expect_error<FailedPreconditionError>([&] { (void)state[0].second.read(); }, stale);
+  expect_error<FailedPreconditionError>(
+      [&] { state[0].second.write(Tensor::scalar(std::int64_t{0}, Device::cpu())); }, stale);
+  names.clear();
+  for (const auto& [name, saveable] : adam.checkpoint_state()) {
+    names.push_back(name);
+    EXPECT_TRUE(saveable.read().defined()) << name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"Adam/iterations", "Adam/w/m", "Adam/w/v", "Adam/b/m", "Adam/b/v"}));
+}
+
 TEST(Optimizer, ABadGradientOnOneReplicaEndsTheRunWithItsError) {
   Watchdog watchdog(kHangLimit, current_test_name());
   MirroredStrategy strategy(cpu_devices(3));

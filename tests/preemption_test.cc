@@ -2,13 +2,16 @@
 // SIGTERM) saves after the next step and calls exit_fn; a new handler restores the step count;
 // a signal during a save leaves a whole file and asks for another save; run returns what
 // strategy.run returns; save_checkpoint_if_preempted counts and saves; a grace
-// period keeps training before it saves; the SIGTERM disposition is restored; every error by type
-// and message. Killed and relaunched jobs, on several workers too, are in preemption_test.sh.
+// period keeps training before it saves (an endless one too); the SIGTERM disposition is restored,
+// also by a constructor that throws, and a SIGTERM that no save answered reaches it; every error by
+// type and message. Killed and relaunched jobs, on several workers too, are in preemption_test.sh.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <limits>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -34,6 +37,35 @@ class PreemptionTest : public testing::ScratchDirectoryTest {
     const float sum = ctx.all_reduce(ReduceOp::kSum, static_cast<float>(ctx.replica_id_in_sync_group() + 1));
     w.assign_add(sum);
   }
+};
+
+// Counts the SIGTERMs delivered to the disposition it installs, which stands for whatever the
+// process had before a handler (SIG_DFL would end the test binary); puts the original back.
+class CountingSigterm {
+ public:
+  CountingSigterm() {
+    count_ = 0;
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    EXPECT_EQ(::sigaction(SIGTERM, &action, &original_), 0);
+  }
+  ~CountingSigterm() { ::sigaction(SIGTERM, &original_, nullptr); }
+  CountingSigterm(const CountingSigterm&) = delete;
+  CountingSigterm& operator=(const CountingSigterm&) = delete;
+
+  int count() const { return count_; }
+  // Whether SIGTERM's disposition is this counter's.
+  bool installed() const {
+    struct sigaction now {};
+    EXPECT_EQ(::sigaction(SIGTERM, nullptr, &now), 0);
+    return now.sa_handler == on_signal;
+  }
+
+ private:
+  static void on_signal(int) { count_ = count_ + 1; }
+  static inline volatile std::sig_atomic_t count_ = 0;
+  struct sigaction original_ {};
 };
 
 TEST_F(PreemptionTest, AWatcherThatFiresSavesAfterTheStepAndCallsExitFn) {
@@ -233,6 +265,111 @@ TEST_F(PreemptionTest, Errors) {
   expect_error<InvalidArgumentError>(
       [&] { PreemptionCheckpointHandler handler(strategy, later, {.termination_watcher_fn = [] { return false; }}); },
       {"'preemption/total_run_calls': in the checkpoint, not in the file"});
+}
+
+// A constructor that throws after it installed its SIGTERM handler (restoring a checkpoint
+// without the step count, or one that cannot be read) puts the previous disposition back: a
+// SIGTERM then reaches it, and the next handler may watch SIGTERM.
+TEST_F(PreemptionTest, AConstructorThatThrowsPutsTheSigtermDispositionBack) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w"});
+  CheckpointManager plain(Checkpoint({{"w", w}}), dir() / "plain");
+  plain.save();
+  CheckpointManager corrupt(Checkpoint({{"w", w}}), dir() / "corrupt");
+  corrupt.save();
+  testing::write_bytes(dir() / "corrupt" / "ckpt-1.safetensors", "not a checkpoint");
+  CountingSigterm previous;
+  {
+    CheckpointManager without_count(Checkpoint({{"w", w}}), dir() / "plain");
+    expect_error<InvalidArgumentError>([&] { PreemptionCheckpointHandler handler(strategy, without_count); },
+                                       {"'preemption/total_run_calls': in the checkpoint, not in the file"});
+  }
+  EXPECT_TRUE(previous.installed()) << "the handler's SIGTERM handler was left behind";
+  {
+    CheckpointManager unreadable(Checkpoint({{"w", w}}), dir() / "corrupt");
+    expect_error<DataLossError>([&] { PreemptionCheckpointHandler handler(strategy, unreadable); },
+                                {"CheckpointManager::restore_or_initialize: none of the 1 checkpoints"});
+  }
+  EXPECT_TRUE(previous.installed()) << "the handler's SIGTERM handler was left behind";
+  ASSERT_EQ(::raise(SIGTERM), 0);
+  EXPECT_EQ(previous.count(), 1) << "SIGTERM reaches the disposition from before the handlers";
+  CheckpointManager fresh(Checkpoint({{"w", w}}), dir() / "fresh");
+  PreemptionCheckpointHandler next(strategy, fresh);
+  EXPECT_FALSE(previous.installed()) << "the next handler watches SIGTERM";
+}
+
+// A SIGTERM that arrived while a handler watched, and that no save answered, is raised again once
+// the previous disposition is back: the process ends (or handles it) as it would have without the
+// handler. A SIGTERM that a save answered is not.
+TEST_F(PreemptionTest, ASigtermNoSaveAnsweredReachesThePreviousDispositionWhenTheHandlerGoes) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w", .aggregation = VariableAggregation::kOnlyFirstReplica});
+  CountingSigterm previous;
+  {
+    CheckpointManager manager(Checkpoint({{"w", w}}), dir() / "answered");
+    int exits = 0;
+    PreemptionCheckpointHandler handler(strategy, manager, {.exit_fn = [&] { ++exits; }});
+    ASSERT_EQ(::raise(SIGTERM), 0);
+    handler.run([&] { step(w); });
+    EXPECT_EQ(exits, 1);
+  }
+  EXPECT_EQ(previous.count(), 0) << "the save answered the signal";
+  {
+    CheckpointManager manager(Checkpoint({{"w", w}}), dir() / "pending");
+    PreemptionCheckpointHandler handler(strategy, manager, {.exit_fn = [] {}});
+    handler.run([&] { step(w); });
+    ASSERT_EQ(::raise(SIGTERM), 0);
+    EXPECT_EQ(previous.count(), 0) << "the handler's flag took it";
+  }
+  EXPECT_EQ(previous.count(), 1) << "the pending SIGTERM was raised again after the disposition came back";
+  EXPECT_TRUE(previous.installed());
+}
+
+// seconds::max() is a grace period longer than any job: training goes on (no overflow into a
+// period already over).
+TEST_F(PreemptionTest, AnEndlessGracePeriodKeepsTraining) {
+  MirroredStrategy strategy(cpu_devices(1));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w"});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  int exits = 0;
+  PreemptionCheckpointHandler handler(strategy, manager,
+                                      {.termination_watcher_fn = [] { return true; },
+                                       .exit_fn = [&] { ++exits; },
+                                       .grace_period = std::chrono::seconds::max()});
+  manager.save(0, false);  // a save the handler has timed
+  for (int s = 0; s < 5; ++s) handler.run([] {});
+  EXPECT_EQ(exits, 0) << "the grace period has not ended";
+  EXPECT_EQ(handler.total_run_calls(), 5);
+}
+
+// Inside a replica's fn each replica would count the step (and poll, and save) on its own thread:
+// run and save_checkpoint_if_preempted belong after Strategy::run, like the constructor.
+TEST_F(PreemptionTest, RunAndSaveCheckpointIfPreemptedInsideAReplicaAreFailedPreconditions) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w"});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  int polls = 0;
+  PreemptionCheckpointHandler handler(strategy, manager, {.termination_watcher_fn = [&] {
+                                                            ++polls;
+                                                            return false;
+                                                          }});
+  expect_error<FailedPreconditionError>(
+      [&] { strategy.run([&] { handler.save_checkpoint_if_preempted(); }); },
+      {"PreemptionCheckpointHandler::save_checkpoint_if_preempted: called inside a replica's fn",
+       "call it once per step, after Strategy::run returns"});
+  expect_error<FailedPreconditionError>(
+      [&] { strategy.run([&] { handler.run([] {}); }); },
+      {"PreemptionCheckpointHandler::run: called inside a replica's fn",
+       "call it in place of Strategy::run, outside any replica's fn"});
+  EXPECT_EQ(handler.total_run_calls(), 0) << "no step was counted";
+  EXPECT_EQ(polls, 0) << "the watcher is polled once per step, outside the replicas";
+  strategy.run([] {});
+  handler.save_checkpoint_if_preempted();
+  EXPECT_EQ(handler.total_run_calls(), 1);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <set>
 #include <string_view>
 #include <system_error>
@@ -35,7 +36,9 @@ constexpr const char* kExtension = ".safetensors";
 constexpr const char* kLatestKey = "latest_checkpoint";
 constexpr const char* kAllKey = "all_checkpoints";
 
-// "<name>-<number>.safetensors" -> number; nullopt for any other file name.
+// "<name>-<number>.safetensors" -> number; nullopt for any other file name, and for a number
+// spelled otherwise than save spells it ("02", "-0"): each number has one file, which the index
+// must name.
 std::optional<std::int64_t> number_of(std::string_view file, std::string_view name) {
   const std::string_view extension = kExtension;
   if (!file.starts_with(name) || !file.ends_with(extension)) return std::nullopt;
@@ -46,6 +49,7 @@ std::optional<std::int64_t> number_of(std::string_view file, std::string_view na
   std::int64_t number = 0;
   const auto [end, error] = std::from_chars(file.data(), file.data() + file.size(), number);
   if (error != std::errc() || end != file.data() + file.size() || number < 0) return std::nullopt;
+  if (absl::StrCat(number) != file) return std::nullopt;
   return number;
 }
 
@@ -100,6 +104,8 @@ CheckpointManager::CheckpointManager(Checkpoint checkpoint, std::filesystem::pat
                        "CheckpointManager: the chief's checkpoint numbers do not parse: ", numbers);
       numbers_.push_back(number);
     }
+    // The paths every worker returns name the chief's files, whatever directory string it was given.
+    directory_ = detail::chief_bytes(workers, directory_.string());
   }
 }
 
@@ -135,7 +141,8 @@ void CheckpointManager::read_index() {
     const std::optional<std::int64_t> number =
         file.is_string() ? number_of(file.get_ref<const std::string&>(), options_.checkpoint_name) : std::nullopt;
     DISTRIBUTE_CHECK(number.has_value(), DataLossError, corrupt(), "lists ", file.dump(), ", which is no \"",
-                     options_.checkpoint_name, "-<number>", kExtension, "\" file name");
+                     options_.checkpoint_name, "-<number>", kExtension,
+                     "\" file name (<number> as save writes it: decimal digits without a sign or leading zeros)");
     DISTRIBUTE_CHECK(seen.insert(*number).second, DataLossError, corrupt(), "lists ", file.dump(), " twice");
     numbers_.push_back(*number);
   }
@@ -165,8 +172,12 @@ std::optional<std::filesystem::path> CheckpointManager::save(std::optional<std::
       return std::nullopt;
     }
   }
-  const std::int64_t number =
-      checkpoint_number.value_or(numbers_.empty() ? 1 : *std::max_element(numbers_.begin(), numbers_.end()) + 1);
+  const std::int64_t largest = numbers_.empty() ? 0 : *std::max_element(numbers_.begin(), numbers_.end());
+  DISTRIBUTE_CHECK(checkpoint_number || largest < std::numeric_limits<std::int64_t>::max(), OutOfRangeError,
+                   "CheckpointManager::save: the largest number kept is ", largest,
+                   ", and no int64 follows it; pass a checkpoint_number, or save in another directory");
+  // Not value_or, which would compute largest + 1 for a given number too.
+  const std::int64_t number = checkpoint_number ? *checkpoint_number : largest + 1;
   const std::filesystem::path path = path_of(number);
   const auto start = std::chrono::steady_clock::now();
   StrategyExtended* workers = detail::workers_of(checkpoint_.variables());

@@ -8,11 +8,12 @@
 
 namespace distribute::detail {
 
-// FailedPreconditionError naming `method` inside a replica's fn.
-inline void require_cross_replica(const char* method) {
+// FailedPreconditionError naming `method` inside a replica's fn, then telling where it belongs.
+inline void require_cross_replica(
+    const char* method,
+    const char* where = "save and restore in cross-replica context (in scope or outside Strategy::run)") {
   if (get_replica_context() != nullptr && has_strategy()) {
-    throw FailedPreconditionError(absl::StrCat(method, ": called inside a replica's fn; save and restore in "
-                                               "cross-replica context (in scope or outside Strategy::run)"));
+    throw FailedPreconditionError(absl::StrCat(method, ": called inside a replica's fn; ", where));
   }
 }
 

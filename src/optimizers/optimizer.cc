@@ -98,7 +98,7 @@ Optimizer::Optimizer(std::string name, double learning_rate, std::vector<std::st
       iterations_(std::int64_t{0}, VariableOptions{.name = name_ + "/iterations",
                                                    .trainable = false,
                                                    .aggregation = VariableAggregation::kOnlyFirstReplica}),
-      slots_(std::make_unique<SlotTable>()) {}
+      slots_(std::make_shared<SlotTable>()) {}
 
 Optimizer::~Optimizer() = default;
 
@@ -124,8 +124,37 @@ void Optimizer::require_unsharded(const char* method) const {
 }
 
 std::vector<std::pair<std::string, Saveable>> Optimizer::checkpoint_state() const {
+  DISTRIBUTE_CHECK(slot_names_.empty() || !slots_->entries.empty(), FailedPreconditionError, name_,
+                   ".checkpoint_state: the optimizer has no slots yet (", absl::StrJoin(slot_names_, ", "),
+                   "), so a checkpoint of this state would lack them; call build(variables) with the variables it "
+                   "trains first");
+  // The list of entries is fixed now, and a checkpoint of it would save and restore without the
+  // slots made later: its step count, read and written at every save and restore, says so.
+  const std::shared_ptr<const SlotTable> table = slots_;
+  const std::size_t taken = table->entries.size();
+  const auto require_no_later_slots = [table, taken, name = name_] {
+    if (table->entries.size() == taken) return;
+    std::vector<std::string> later;
+    for (std::size_t k = taken; k < table->entries.size(); ++k) {
+      later.push_back(absl::StrCat("'", table->entries[k].variable.name(), "'"));
+    }
+    throw FailedPreconditionError(absl::StrCat(
+        name, ".checkpoint_state: slots were made for ", absl::StrJoin(later, ", "),
+        " after this state was taken, so a checkpoint of it would lack them; take checkpoint_state() again (after "
+        "build(variables) with every variable the optimizer trains)"));
+  };
   std::vector<std::pair<std::string, Saveable>> out;
-  out.emplace_back(iterations_.name(), iterations_);
+  out.emplace_back(iterations_.name(),
+                   Saveable(
+                       iterations_.dtype(), iterations_.shape(),
+                       [require_no_later_slots, iterations = iterations_] {
+                         require_no_later_slots();
+                         return iterations.value();
+                       },
+                       [require_no_later_slots, iterations = iterations_](const Tensor& value) mutable {
+                         require_no_later_slots();
+                         iterations.assign(value);
+                       }));
   for (const SlotTable::Entry& entry : slots_->entries) {
     for (std::size_t s = 0; s < slot_names_.size(); ++s) {
       if (!shard_state_) {

@@ -23,8 +23,10 @@
 // order. The chief (worker 0) alone touches the directory: it creates it, reads the index and
 // sends the list of checkpoints to the others, writes each checkpoint and the index, and on
 // restore reads the file and broadcasts its values. So the other workers need no copy of the
-// directory (no shared file system), and every worker returns the same paths: the chief's. An
-// error on the chief (a directory it cannot write) is thrown on every worker, of the same type.
+// directory (no shared file system), and every worker returns the same paths, the chief's: from
+// save, latest_checkpoint, checkpoints, restore_or_initialize and directory, whatever directory
+// string it was given. An error on the chief (a directory it cannot write) is thrown on every
+// worker, of the same type.
 #pragma once
 
 #include <chrono>
@@ -54,17 +56,20 @@ class CheckpointManager {
   // Creates `directory` when it does not exist and reads its index. InvalidArgumentError naming it
   // when the directory cannot be created or written (checked by creating a file in it) or is not a
   // directory, and for options out of range (an empty or path-like checkpoint_name, a
-  // checkpoint_interval <= 0); DataLossError when the index exists but cannot be parsed.
+  // checkpoint_interval <= 0); DataLossError when the index exists but cannot be parsed, or names a
+  // file that save would not have named (another name, or a number spelled otherwise: "ckpt-02").
   CheckpointManager(Checkpoint checkpoint, std::filesystem::path directory, CheckpointManagerOptions options = {});
 
-  // Saves the checkpoint as number `checkpoint_number` (>= 0; default: one more than the last
-  // saved, 0 for the first) and returns its path, or nullopt when check_interval and
-  // checkpoint_interval are set and the step has not advanced by the interval since the last save
-  // (the first save always writes). Saving a number again replaces its file, which becomes the
-  // latest. InvalidArgumentError for a negative number, or for check_interval with an interval
-  // and no number (the step the interval counts). Checkpoint::save's errors otherwise; after any
-  // error the index and this manager are as they were, and so are the files the index names but
-  // that of a number saved again, which may hold the new values.
+  // Saves the checkpoint as number `checkpoint_number` (>= 0; default: one more than the largest
+  // number kept, 1 when none is, as TF's save_counter numbers from 1) and returns its path, or
+  // nullopt when check_interval and checkpoint_interval are set and the step has not advanced by
+  // the interval since the last save (the first save always writes). Saving a number again
+  // replaces its file, which becomes the latest. InvalidArgumentError for a negative number, or for
+  // check_interval with an interval and no number (the step the interval counts); OutOfRangeError,
+  // before anything is written, for the default number when the largest kept is INT64_MAX.
+  // Checkpoint::save's errors otherwise; after any error the index and this manager are as they
+  // were, and so are the files the index names but that of a number saved again, which may hold
+  // the new values.
   std::optional<std::filesystem::path> save(std::optional<std::int64_t> checkpoint_number = {},
                                             bool check_interval = true);
 
@@ -81,6 +86,7 @@ class CheckpointManager {
   // dtypes or shapes differ), which no older checkpoint would mend.
   std::optional<std::filesystem::path> restore_or_initialize();
 
+  // The directory given, or in a multi-worker job the chief's.
   const std::filesystem::path& directory() const { return directory_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   // For adding entries (Checkpoint::add) before the first save or restore.

@@ -46,14 +46,20 @@ inline constexpr int kRestartExitCode = 42;
 struct TerminationConfig {
   // Polled before each step; true: this worker has been told to terminate. Unset: the handler
   // installs a SIGTERM handler (async-signal-safe: it only raises a flag), and the previous
-  // SIGTERM disposition is restored when the handler object goes.
+  // SIGTERM disposition is restored when the handler object goes, or when its constructor throws.
+  // A SIGTERM that arrived by then and that no save answered is raised again once that
+  // disposition is back, so that it does what it would have done without the handler (by
+  // default, end the process).
   std::function<bool()> termination_watcher_fn;
   // Called once the checkpoint is saved. Unset: std::exit(kRestartExitCode). A function that
   // returns lets the loop go on (the next termination signal saves again).
   std::function<void()> exit_fn;
-  // > 0: training goes on after the signal, until shortly before the grace period ends: the stop
-  // comes when what is left of it is twice the last save's time and the last step's (from one
-  // step's start to the next's). Before any save was timed the handler saves at once.
+  // > 0: training goes on after the signal, until shortly before the grace period ends: before
+  // each step, the handler stops once what is left of the period (counted from the signal) is at
+  // most 2 x (the last save's time + the last step's time), a step lasting from one step's start
+  // to the next's, both as this worker measured them. Before any save was timed it stops at the
+  // next step. A period too long to count in nanoseconds (seconds::max(), about 292 years and
+  // more) counts as the longest that is.
   std::chrono::seconds grace_period{0};
 };
 
@@ -63,7 +69,8 @@ class PreemptionCheckpointHandler {
   // (CheckpointManager::restore_or_initialize, with its errors). InvalidArgumentError for a negative
   // grace_period; FailedPreconditionError when another handler watches SIGTERM already (with no
   // termination_watcher_fn) or when called inside a replica's fn; Checkpoint::add's
-  // InvalidArgumentError for a manager that had a handler already (one handler per manager).
+  // InvalidArgumentError for a manager that had a handler already (one handler per manager). When
+  // it throws, SIGTERM's disposition is the one from before.
   PreemptionCheckpointHandler(Strategy& strategy, CheckpointManager& manager, TerminationConfig config = {});
   ~PreemptionCheckpointHandler();
   PreemptionCheckpointHandler(const PreemptionCheckpointHandler&) = delete;
@@ -71,21 +78,29 @@ class PreemptionCheckpointHandler {
 
   // strategy.run(fn, args...), counted as one step; when any worker has been told to terminate,
   // every worker saves after the same step and calls exit_fn. Returns what strategy.run returns.
+  // FailedPreconditionError inside a replica's fn: it takes the place of Strategy::run.
   template <class Fn, class... Args>
   auto run(Fn&& fn, Args&&... args);
 
   // The steps run so far, those of the restored checkpoint included.
   std::int64_t total_run_calls() const { return *total_run_calls_; }
 
-  // For loops that call strategy.run themselves: call it once after each step. Counts the step;
-  // saves and calls exit_fn when a worker has been told to terminate (on several workers the
-  // signal is seen one step later than through run, in the next step's vote).
+  // For loops that call strategy.run themselves: call it once after each step, after run returns.
+  // Counts the step; saves and calls exit_fn when a worker has been told to terminate (on several
+  // workers the signal is seen one step later than through run, in the next step's vote).
+  // FailedPreconditionError inside a replica's fn, where every replica would count the step.
   void save_checkpoint_if_preempted();
 
  private:
+  // Installs the SIGTERM handler and puts the previous disposition back (preemption.cc).
+  class SigtermWatch;
+
+  // The public method that runs a step, for the error that names it.
+  enum class StepCaller { kRun, kSaveCheckpointIfPreempted };
   // Before a step: polls the watcher and, when this worker is told to terminate and its grace
-  // period is over, raises the stop request that the step's votes carry.
-  void before_step();
+  // period is over, raises the stop request that the step's votes carry. FailedPreconditionError
+  // naming the caller inside a replica's fn.
+  void before_step(StepCaller caller);
   // After a step: counts it, and saves and exits when the workers agreed to stop.
   void after_step();
   bool stop_agreed();
@@ -98,12 +113,13 @@ class PreemptionCheckpointHandler {
   // The loop's last step, from one before_step to the next (its input and its own work included).
   std::optional<std::chrono::steady_clock::time_point> last_step_start_;
   std::chrono::steady_clock::duration last_step_{};
-  bool watches_sigterm_ = false;
+  // Set when there is no termination_watcher_fn.
+  std::unique_ptr<SigtermWatch> sigterm_watch_;
 };
 
 template <class Fn, class... Args>
 auto PreemptionCheckpointHandler::run(Fn&& fn, Args&&... args) {
-  before_step();
+  before_step(StepCaller::kRun);
   if constexpr (std::is_void_v<decltype(strategy_.run(std::forward<Fn>(fn), std::forward<Args>(args)...))>) {
     strategy_.run(std::forward<Fn>(fn), std::forward<Args>(args)...);
     after_step();

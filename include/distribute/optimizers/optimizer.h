@@ -106,7 +106,11 @@ class Optimizer {
   // variable's name ("Adam/w/m"). Slots kept in shards are read whole (gathered from every
   // replica, across workers too: every worker must save) and written back into the shards, so a
   // checkpoint of an optimizer with sharded state restores into one without, and the other way
-  // round, with any number of replicas.
+  // round, with any number of replicas. Take it once the slots exist (after build(variables) with
+  // every variable the optimizer trains, or after the first step): FailedPreconditionError when
+  // the optimizer has slot names (momentum, Adam) and no slots yet; and a state taken before slots
+  // were made for another variable throws FailedPreconditionError naming it when it is saved or
+  // restored, rather than leave those slots out.
   std::vector<std::pair<std::string, Saveable>> checkpoint_state() const;
   // Whether the slots are kept in shards (OptimizerOptions::shard_state).
   bool shards_state() const { return shard_state_; }
@@ -171,8 +175,9 @@ class Optimizer {
   std::vector<std::string> slot_names_;
   bool shard_state_;
   Variable iterations_;
-  // Written only in cross-replica context or in the merge_fn, while every replica waits.
-  std::unique_ptr<SlotTable> slots_;
+  // Written only in cross-replica context or in the merge_fn, while every replica waits. Shared
+  // with the states checkpoint_state() gave, which check that no slots were made after them.
+  std::shared_ptr<SlotTable> slots_;
 };
 
 }  // namespace distribute::optimizers
