@@ -348,6 +348,12 @@ TEST_F(CheckpointManagerTest, OptionsOutOfRange) {
         [&] { CheckpointManager m(checkpoint, dir(), {.checkpoint_name = name}); },
         {"CheckpointManager: checkpoint_name " + quoted + " is no file name; give a non-empty name without '/'"});
   }
+  // The index is JSON: a name that is not UTF-8 is refused before anything is written.
+  expect_error<InvalidArgumentError>(
+      [&] { CheckpointManager m(checkpoint, dir(), {.checkpoint_name = "ckpt\xff"}); },
+      {"CheckpointManager: checkpoint_name \"ckpt\xef\xbf\xbd\" is not valid UTF-8 (the invalid bytes shown as "
+       "U+FFFD); the index is JSON, whose strings are UTF-8"});
+  EXPECT_FALSE(fs::exists(dir())) << "nothing is made for a name that is refused";
   for (std::int64_t interval : {0, -5}) {
     expect_error<InvalidArgumentError>(
         [&] { CheckpointManager m(checkpoint, dir(), {.checkpoint_interval = interval}); },

@@ -363,6 +363,10 @@ TEST_F(CheckpointTest, ConstructorChecks) {
   expect_error<InvalidArgumentError>(
       [&] { Checkpoint c({{"__metadata__", w}}); },
       {"Checkpoint: entry 0 is named '__metadata__', the key safetensors keeps for the header's metadata"});
+  // A name that is not UTF-8 could not go into the JSON header: refused here, not at the first save.
+  expect_error<InvalidArgumentError>([&] { Checkpoint c({{"w", w}, {"b\xff", w}}); },
+                                     {"Checkpoint: entry 1's name \"b\xef\xbf\xbd\" is not valid UTF-8 (the invalid "
+                                      "bytes shown as U+FFFD); the file's header is JSON, whose names are UTF-8"});
   expect_error<InvalidArgumentError>([&] { Checkpoint c({{"v", Variable()}}); },
                                      {"Checkpoint: the variable named 'v' is undefined (default-constructed)"});
   EXPECT_EQ(Checkpoint({{"a", w}}).variables().size(), 1u);

@@ -26,6 +26,7 @@
 #include "base/timeline.h"
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/chief.h"
+#include "checkpoint/json_text.h"
 #include "checkpoint/require_cross_replica.h"
 
 namespace distribute {
@@ -367,6 +368,9 @@ void Checkpoint::check_name(const std::string& name) const {
   DISTRIBUTE_CHECK(!name.empty(), InvalidArgumentError, "Checkpoint: entry ", entries_.size(), " has an empty name");
   DISTRIBUTE_CHECK(name != kMetadataKey, InvalidArgumentError, "Checkpoint: entry ", entries_.size(), " is named '",
                    kMetadataKey, "', the key safetensors keeps for the header's metadata");
+  DISTRIBUTE_CHECK(detail::is_valid_utf8(name), InvalidArgumentError, "Checkpoint: entry ", entries_.size(),
+                   "'s name ", detail::quoted(name), " is not valid UTF-8 (the invalid bytes shown as U+FFFD); the "
+                   "file's header is JSON, whose names are UTF-8");
   const bool repeated = std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == name; });
   DISTRIBUTE_CHECK(!repeated, InvalidArgumentError, "Checkpoint: the name '", name, "' is given twice");
 }

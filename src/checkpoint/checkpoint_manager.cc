@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/chief.h"
+#include "checkpoint/json_text.h"
 #include "checkpoint/require_cross_replica.h"
 #include "distribute/check.h"
 #include "distribute/errors.h"
@@ -73,8 +74,11 @@ CheckpointManager::CheckpointManager(Checkpoint checkpoint, std::filesystem::pat
     : checkpoint_(std::move(checkpoint)), directory_(std::move(directory)), options_(std::move(options)) {
   const std::string& name = options_.checkpoint_name;
   DISTRIBUTE_CHECK(!name.empty() && name.find_first_of(std::string_view("/\0", 2)) == std::string::npos,
-                   InvalidArgumentError, "CheckpointManager: checkpoint_name ", nlohmann::json(name).dump(),
+                   InvalidArgumentError, "CheckpointManager: checkpoint_name ", detail::quoted(name),
                    " is no file name; give a non-empty name without '/'");
+  DISTRIBUTE_CHECK(detail::is_valid_utf8(name), InvalidArgumentError, "CheckpointManager: checkpoint_name ",
+                   detail::quoted(name), " is not valid UTF-8 (the invalid bytes shown as U+FFFD); the index is "
+                   "JSON, whose strings are UTF-8");
   DISTRIBUTE_CHECK(!options_.checkpoint_interval || *options_.checkpoint_interval > 0, InvalidArgumentError,
                    "CheckpointManager: checkpoint_interval is ", options_.checkpoint_interval.value_or(0),
                    "; give a number of steps > 0, or leave it unset to save at every call");
