@@ -1,6 +1,8 @@
 // The error taxonomy: statuses to exceptions, and exceptions described in messages.
 #include "distribute/errors.h"
 
+#include "base/error_code.h"
+
 namespace distribute {
 
 Error::Error(absl::StatusCode code, const std::string& message)
@@ -32,6 +34,16 @@ std::string describe_exception(const std::exception_ptr& error) {
     return e.what();
   } catch (...) {
     return "an exception not derived from std::exception";
+  }
+}
+
+absl::StatusCode status_code_of(const std::exception_ptr& error, absl::StatusCode otherwise) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e.code();
+  } catch (...) {
+    return otherwise;
   }
 }
 

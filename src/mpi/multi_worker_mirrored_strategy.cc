@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/error_code.h"
 #include "base/timeline.h"
 #include "device/gpu_runtime.h"
 #include "distribute/device/gpu.h"
@@ -93,13 +94,7 @@ void agree_at_construction(detail::WorkerTransport& engine, std::exception_ptr f
   ConstructionReport mine{0, 0, 0, local};
   if (failure) {
     message = detail::describe_exception(failure);
-    absl::StatusCode code = absl::StatusCode::kInternal;
-    try {
-      std::rethrow_exception(failure);
-    } catch (const Error& e) {
-      code = e.code();
-    } catch (...) {
-    }
+    const absl::StatusCode code = detail::status_code_of(failure, absl::StatusCode::kInternal);
     mine = {static_cast<std::int32_t>(code), 0, message.size(), local};
   }
   const int workers = engine.num_workers();

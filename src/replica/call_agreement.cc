@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/error_code.h"
 #include "base/stop_request.h"
 #include "distribute/collective/internal/collective_op.h"
 #include "distribute/errors.h"
@@ -16,13 +17,7 @@ namespace {
 
 // A failed worker's description: its error's code, message and replica.
 std::string describe_failure(std::exception_ptr error, int failed_replica) {
-  absl::StatusCode code = absl::StatusCode::kUnknown;
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    code = e.code();
-  } catch (...) {
-  }
+  const absl::StatusCode code = status_code_of(error, absl::StatusCode::kUnknown);
   return absl::StrCat(static_cast<int>(code), "\n", failed_replica, "\n", describe_exception(error));
 }
 
