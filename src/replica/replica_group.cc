@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "base/cycle_clock.h"
 #include "base/timeline.h"
 #include "device/gpu_runtime.h"
 #include "distribute/errors.h"
@@ -165,14 +166,14 @@ void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
 bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   bool small = false;
   publish(rank, call, small);
-  // When this replica began to wait; it stays unset for the replica that finds every other one
-  // there (the rendezvous's completer, or the small path's replica whose peers' lines had all
-  // come), so that the last to arrive reads no clock.
-  Clock::time_point waited_from{};
+  // When this replica began to wait, in cycle_now() ticks; it stays 0 for the replica that finds
+  // every other one there (the rendezvous's completer, or the small path's replica whose peers'
+  // lines had all come), so that the last to arrive reads no clock.
+  std::int64_t waited_from = 0;
   bool completer = false;
   // Runs once, on the path that waits first.
   const auto meanwhile = [&] {
-    if (!completer && waited_from == Clock::time_point{}) waited_from = Clock::now();
+    if (!completer && waited_from == 0) waited_from = cycle_now();
     if (!call.while_waiting) return;
     (*call.while_waiting)();
     call.while_waiting.reset();
@@ -190,7 +191,7 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
     }
   }
   if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [&] {
-        completer = waited_from == Clock::time_point{};
+        completer = waited_from == 0;
         phase_.claim();
         complete_phase();
       }, meanwhile) !=
@@ -201,16 +202,16 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   return true;
 }
 
-void ReplicaGroup::count_collective(int rank, Clock::time_point waited_from) {
+void ReplicaGroup::count_collective(int rank, std::int64_t waited_from) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   const auto add = [](std::atomic<std::int64_t>& counter, std::int64_t n) {
     counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   };
   add(slot.collectives, 1);
-  if (waited_from == Clock::time_point{}) {
+  if (waited_from == 0) {
     add(slot.last_arrivals, 1);
   } else {
-    add(slot.wait_ns, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - waited_from).count());
+    add(slot.wait_ticks, std::max<std::int64_t>(0, cycle_now() - waited_from));
   }
 }
 
@@ -220,12 +221,12 @@ ReplicaCollectiveStats ReplicaGroup::stats(int rank) const {
       .replica_id = first_id_ + rank,
       .collectives = slot.collectives.load(std::memory_order_relaxed),
       .last_arrivals = slot.last_arrivals.load(std::memory_order_relaxed),
-      .wait_seconds = static_cast<double>(slot.wait_ns.load(std::memory_order_relaxed)) * 1e-9};
+      .wait_seconds = static_cast<double>(slot.wait_ticks.load(std::memory_order_relaxed)) / cycle_ticks_per_second()};
 }
 
 void ReplicaGroup::reset_stats() {
   for (Slot& slot : slots_) {
-    for (std::atomic<std::int64_t>* counter : {&slot.collectives, &slot.last_arrivals, &slot.wait_ns}) {
+    for (std::atomic<std::int64_t>* counter : {&slot.collectives, &slot.last_arrivals, &slot.wait_ticks}) {
       counter->store(0, std::memory_order_relaxed);
     }
   }

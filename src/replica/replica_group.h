@@ -104,9 +104,9 @@ class ReplicaGroup {
   // the workers' calls differ or one of them failed.
   bool agree_across_workers(std::exception_ptr local_mismatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
 
-  // Counts a collective of replica `rank`, which waited from `waited_from`, or, when that is
-  // unset, found every other replica there (arrived last).
-  void count_collective(int rank, Clock::time_point waited_from);
+  // Counts a collective of replica `rank`, which waited from `waited_from` (cycle_now() ticks),
+  // or, when that is 0, found every other replica there (arrived last).
+  void count_collective(int rank, std::int64_t waited_from);
 
   struct alignas(64) Slot {
     CollectiveCall* call = nullptr;
@@ -116,7 +116,7 @@ class ReplicaGroup {
     // read-modify-write), read and reset by the caller's between runs.
     std::atomic<std::int64_t> collectives{0};
     std::atomic<std::int64_t> last_arrivals{0};
-    std::atomic<std::int64_t> wait_ns{0};
+    std::atomic<std::int64_t> wait_ticks{0};  // of cycle_now()
   };
 
   const int size_;

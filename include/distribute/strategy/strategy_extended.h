@@ -133,7 +133,9 @@ class StrategyExtended {
 
   // Straggler figures of this worker's replicas over their collectives since the strategy was made
   // or reset_collective_stats() last ran (distribute/replica/collective_stats.h): always kept, at
-  // a clock reading per waiting replica per collective. OneDeviceStrategy and the default
+  // two readings of the CPU's tick counter per waiting replica per collective (a few nanoseconds
+  // each). The first call in a process takes about 5 ms more, to measure the counter's rate
+  // against std::chrono::steady_clock. OneDeviceStrategy and the default
   // strategy have no replicas to list. Outside a run's function, as reduce_to. A multi-worker
   // strategy lists this worker's replicas only.
   virtual CollectiveStats collective_stats() const;
