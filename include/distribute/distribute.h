@@ -32,7 +32,6 @@
 #include "distribute/strategy/context.h"
 #include "distribute/strategy/default_strategy.h"
 #include "distribute/strategy/mirrored_strategy.h"
-#include "distribute/mpi/multi_worker_mirrored_strategy.h"
 #include "distribute/strategy/one_device_strategy.h"
 #include "distribute/strategy/strategy.h"
 #include "distribute/strategy/strategy_extended.h"
@@ -41,3 +40,11 @@
 #include "distribute/values/value_context.h"
 #include "distribute/variables/variable.h"
 #include "distribute/version.h"
+
+// The MPI component's strategy when it was built; otherwise names that say so when used.
+#include "distribute/config.h"
+#if DISTRIBUTE_HAS_MPI
+#include "distribute/mpi/multi_worker_mirrored_strategy.h"
+#else
+#include "distribute/mpi/unavailable.h"
+#endif

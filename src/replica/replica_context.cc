@@ -8,20 +8,15 @@
 namespace distribute {
 
 ReplicaContext::ReplicaContext(Strategy& strategy, int replica_id, int num_replicas, detail::ReplicaGroup* group,
-                               Device device, int run_depth, int local_replica_id)
+                               Device device, int run_depth, int local_replica_id, bool default_context)
     : strategy_(&strategy),
       replica_id_(replica_id),
       local_replica_id_(local_replica_id < 0 ? replica_id : local_replica_id),
       num_replicas_(num_replicas),
       group_(group),
       device_(std::move(device)),
-      run_depth_(run_depth) {}
-
-std::unique_ptr<ReplicaContext> ReplicaContext::make_default(Strategy& default_strategy) {
-  auto context = std::make_unique<ReplicaContext>(default_strategy, 0, 1, nullptr, Device::cpu(), 0);
-  context->default_context_ = true;
-  return context;
-}
+      run_depth_(run_depth),
+      default_context_(default_context) {}
 
 void ReplicaContext::require_current(const char* method) const {
   const detail::ThreadMode& mode = detail::current_mode();

@@ -9,6 +9,7 @@
 #include "distribute/replica/internal/context_stack.h"
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/default_strategy.h"
+#include "replica/strategy_replica_context.h"
 
 namespace distribute {
 namespace detail {
@@ -16,7 +17,7 @@ namespace {
 
 // Never destroyed: replica threads may still consult it during static destruction.
 ReplicaContext& default_replica_context() {
-  static ReplicaContext* context = ReplicaContext::make_default(default_strategy()).release();
+  static ReplicaContext* context = StrategyReplicaContext::make_default(default_strategy());
   return *context;
 }
 

@@ -1,6 +1,7 @@
 // The default strategy and single-replica run on the calling thread (also OneDeviceStrategy's).
 #include "distribute/strategy/default_strategy.h"
 
+#include "replica/strategy_replica_context.h"
 #include "strategy/inline_extended.h"
 
 namespace distribute {
@@ -11,7 +12,7 @@ void InlineExtended::call_for_each_replica(absl::FunctionRef<void(ReplicaContext
   require_cross_replica_or_default("extended().call_for_each_replica");
   const ThreadMode& mode = current_mode();
   const int depth = mode.cross_replica ? mode.run_depth : 0;
-  ReplicaContext context(container_strategy(), 0, 1, nullptr, worker_devices()[0], depth);
+  StrategyReplicaContext context(container_strategy(), 0, 1, nullptr, worker_devices()[0], depth);
   ScopedMode replica_mode(ThreadMode{&container_strategy(), &context, false, depth});
   if (!replica_device_) {
     fn(context);

@@ -18,6 +18,7 @@
 #include "replica/call_agreement.h"
 #include "replica/replica_group.h"
 #include "replica/replica_runner.h"
+#include "replica/strategy_replica_context.h"
 #include "strategy/cross_device_ops.h"
 #include "strategy/mirrored_extended.h"
 #if DISTRIBUTE_HAS_NCCL
@@ -151,7 +152,7 @@ struct RunLevel {
     const int global = agreement ? agreement->workers().num_workers() * local : local;
     contexts.reserve(devices.size());
     for (int r = 0; r < local; ++r) {
-      contexts.push_back(std::make_unique<ReplicaContext>(strategy, first_id + r, global, &group,
+      contexts.push_back(std::make_unique<detail::StrategyReplicaContext>(strategy, first_id + r, global, &group,
                                                           devices[static_cast<std::size_t>(r)], depth, r));
     }
   }
@@ -192,7 +193,7 @@ struct RunLevel {
   detail::WaitPolicy policy;
   detail::ReplicaRunner runner;
   detail::ReplicaGroup group;
-  std::vector<std::unique_ptr<ReplicaContext>> contexts;
+  std::vector<std::unique_ptr<detail::StrategyReplicaContext>> contexts;
 };
 
 class MirroredExtended final : public StrategyExtended {

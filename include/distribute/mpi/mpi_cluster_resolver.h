@@ -14,11 +14,12 @@
 //   }
 #pragma once
 
+// First: without the MPI component it stops the compilation, saying so, before <mpi.h> is looked for.
+#include "distribute/mpi/multi_worker_mirrored_strategy.h"
+
 #include <mpi.h>
 
 #include <memory>
-
-#include "distribute/mpi/multi_worker_mirrored_strategy.h"
 
 namespace distribute {
 

@@ -10,6 +10,11 @@
 // (find_package(distribute CONFIG REQUIRED COMPONENTS mpi)); this header does not include <mpi.h>.
 #pragma once
 
+#include "distribute/config.h"
+#if !DISTRIBUTE_HAS_MPI
+#error "this build of distribute has no MPI component: install Open MPI (Debian: libopenmpi-dev openmpi-bin), configure distribute with -DDISTRIBUTE_WITH_MPI=ON, reinstall it, and link distribute::mpi"
+#endif
+
 #include <map>
 #include <memory>
 #include <string>

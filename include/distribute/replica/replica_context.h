@@ -125,13 +125,6 @@ void all_gather_shards_in_place(ReplicaContext& context, std::span<const Tensor>
 
 class ReplicaContext {
  public:
-  // Made by strategies: `group` is null for a single replica (collectives are then local copies).
-  // replica_id and num_replicas are global; local_replica_id is the replica's index in its worker
-  // (-1: replica_id, for a strategy of one worker).
-  ReplicaContext(Strategy& strategy, int replica_id, int num_replicas, detail::ReplicaGroup* group, Device device,
-                 int run_depth, int local_replica_id = -1);
-  // The default strategy's replica context, usable on any thread outside every scope.
-  static std::unique_ptr<ReplicaContext> make_default(Strategy& default_strategy);
   ReplicaContext(const ReplicaContext&) = delete;
   ReplicaContext& operator=(const ReplicaContext&) = delete;
 
@@ -192,6 +185,16 @@ class ReplicaContext {
   template <class Fn, class... Args>
   auto merge_call(Fn&& merge_fn, Args&&... args);
 
+ protected:
+  // Made by strategies only (detail::StrategyReplicaContext, src/replica/): `group` is null for a
+  // single replica (collectives are then local copies). replica_id and num_replicas are global;
+  // local_replica_id is the replica's index in its worker (-1: replica_id, for a strategy of one
+  // worker). The default context is the default strategy's, usable on any thread outside every
+  // scope.
+  ReplicaContext(Strategy& strategy, int replica_id, int num_replicas, detail::ReplicaGroup* group, Device device,
+                 int run_depth, int local_replica_id = -1, bool default_context = false);
+  ~ReplicaContext() = default;
+
  private:
   void require_current(const char* method) const;
   static const Tensor& as_tensor(const Tensor& t) { return t; }
@@ -224,7 +227,7 @@ class ReplicaContext {
   detail::ReplicaGroup* group_;
   Device device_;
   int run_depth_;
-  bool default_context_ = false;
+  bool default_context_;
   const detail::CallPurpose* purpose_ = nullptr;
 };
 

@@ -71,9 +71,8 @@ struct CollectiveOp {
   ReduceOp op = ReduceOp::kSum;  // all_reduce, reduce_scatter
   int axis = 0;                  // all_gather, as the caller gave it (negative counts from the end)
   std::span<const BufferRef> inputs;
-  // all_reduce, reduce_scatter: the inputs' data pointers again, end to end (a backend that reads
-  // other replicas' pointers leaf by leaf then touches a cache line per 8 leaves, not per 3), and
-  // the outputs' (all_reduce: output leaf k has input leaf k's dtype and shape, in the replica
+  // all_reduce, reduce_scatter: the inputs' data pointers again, end to end (for a backend that
+  // reads other replicas' pointers leaf by leaf), and the outputs' (all_reduce: output leaf k has input leaf k's dtype and shape, in the replica
   // device's memory; it may be input leaf k itself, for an in-place all_reduce; reduce_scatter:
   // output leaf k holds the replica's shard of leaf k's elements).
   std::span<const void* const> input_data;

@@ -21,8 +21,7 @@
 
 namespace distribute::detail {
 
-// Shape of every scalar leaf. A namespace-scope constant rather than a function's static: asked
-// for once per leaf, and a function's static is guarded by a flag checked on every call.
+// Shape of every scalar leaf (docs/performance.md, "Hot-path notes").
 inline const Shape kScalarShape;
 inline const Shape& scalar_shape() { return kScalarShape; }
 
@@ -83,11 +82,7 @@ class CollectiveArgs {
   V rebuild(const V& value);
 
  private:
-  // Every per-leaf step is one visit of each leaf while flattening, then at most one pass over
-  // flat arrays: a gradient list of a hundred small tensors pays each of them per tensor per
-  // replica, on every step.
-  // Writes leaf's BufferRef to `in` field by field: a BufferRef built aside and copied whole is
-  // read back with one wide load from two narrower stores, which cannot be forwarded and stalls.
+  // Writes leaf's BufferRef to `in` (field by field: docs/performance.md, "Hot-path notes").
   template <class L>
   void fill_input(const L& leaf, std::size_t index, collective::BufferRef& in);
   [[noreturn]] void throw_wrong_device(const Tensor& t, std::size_t leaf) const;
@@ -129,7 +124,6 @@ CollectiveArgs::CollectiveArgs(const V& value, collective::CollectiveKind kind, 
   inputs_.resize(n);
   data_pointers_.resize(2 * n);
   leaf_offsets_.resize(n + 1);
-  // Locals, not members, so that they stay in registers across the per-leaf stores.
   collective::BufferRef* inputs = inputs_.data();
   void** input_data = data_pointers_.data();
   std::size_t* offsets = leaf_offsets_.data();

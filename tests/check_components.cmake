@@ -1,0 +1,54 @@
+# Checks what a program sees of a component this build of distribute lacks, by compiling probes
+# against a copy of the generated config.h that says the MPI component was not built:
+#  - the umbrella header compiles alone;
+#  - a program that names MultiWorkerMirroredStrategy (or its options) through it fails to compile
+#    with the message that says how to get the component;
+#  - including the component's own header fails the same way.
+#
+#   cmake -DCONFIG_H=<build>/generated/distribute/config.h -DCXX=c++
+#         -DINCLUDE_DIRS="<dir>|<dir>" -P check_components.cmake
+cmake_minimum_required(VERSION 3.25)
+
+set(work ${CMAKE_CURRENT_BINARY_DIR}/components_probe)
+file(REMOVE_RECURSE ${work})
+file(READ ${CONFIG_H} config)
+string(REGEX REPLACE "#define DISTRIBUTE_HAS_MPI [01]" "#define DISTRIBUTE_HAS_MPI 0" config "${config}")
+file(WRITE ${work}/generated/distribute/config.h "${config}")
+
+# The copy first, so that it shadows the build's own config.h.
+set(include_flags -I${work}/generated)
+string(REPLACE "|" ";" include_dirs "${INCLUDE_DIRS}")
+foreach(dir IN LISTS include_dirs)
+  list(APPEND include_flags -I${dir})
+endforeach()
+
+set(failures "")
+# probe(name source expect_ok message_regex)
+function(probe name source expect_ok message)
+  file(WRITE ${work}/${name}.cc "${source}")
+  execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only ${include_flags} ${work}/${name}.cc
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(expect_ok AND NOT rc EQUAL 0)
+    list(APPEND failures "${name}: does not compile without the MPI component:\n${err}")
+  elseif(NOT expect_ok AND rc EQUAL 0)
+    list(APPEND failures "${name}: compiles without the MPI component, but should fail saying so")
+  elseif(NOT expect_ok AND NOT err MATCHES "${message}")
+    list(APPEND failures "${name}: fails without saying '${message}':\n${err}")
+  endif()
+  set(failures "${failures}" PARENT_SCOPE)
+endfunction()
+
+set(says "this build of distribute has no MPI component.*-DDISTRIBUTE_WITH_MPI=ON")
+probe(umbrella_alone "#include <distribute/distribute.h>\nint main() { distribute::MirroredStrategy s({\"CPU:0\"}); }\n" TRUE "")
+probe(names_options "#include <distribute/distribute.h>\nint main() { distribute::MultiWorkerMirroredStrategyOptions options; }\n"
+      FALSE "${says}")
+probe(names_strategy
+      "#include <memory>\n#include <distribute/distribute.h>\nint main() { auto s = std::make_unique<distribute::MultiWorkerMirroredStrategy>(); }\n"
+      FALSE "${says}")
+probe(includes_component "#include <distribute/mpi/multi_worker_mirrored_strategy.h>\nint main() {}\n" FALSE "${says}")
+
+if(failures)
+  list(JOIN failures "\n  " text)
+  message(FATAL_ERROR "check_components:\n  ${text}")
+endif()
+message(STATUS "check_components: without the MPI component the umbrella compiles and each use of the component says why it fails")
