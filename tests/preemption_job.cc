@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
   }
   try {
     return distribute::run(options);
+  } catch (const distribute::RestartRequested& request) {
+    return request.exit_code();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "preemption_job: %s\n", e.what());
     return 1;

@@ -235,6 +235,81 @@ TEST_F(PreemptionTest, AGracePeriodWithNoSaveTimedYetSavesAtOnce) {
   EXPECT_EQ(exits, 1);
 }
 
+TEST_F(PreemptionTest, WithNoExitFnTheSaveThrowsRestartRequestedThatUnwindsToTheCaller) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(0.0f, {.name = "w", .aggregation = VariableAggregation::kOnlyFirstReplica});
+  CheckpointManager manager(Checkpoint({{"w", w}}), dir());
+  int polls = 0;
+  int steps = 0;
+  try {
+    PreemptionCheckpointHandler handler(strategy, manager, {.termination_watcher_fn = [&] { return ++polls == 2; }});
+    for (; steps < 5; ++steps) handler.run([&] { step(w); });
+    ADD_FAILURE() << "the handler never stopped the loop";
+  } catch (const std::exception& e) {
+    FAIL() << "RestartRequested is no std::exception, so that a loop's catch lets it pass: " << e.what();
+  } catch (const RestartRequested& request) {
+    EXPECT_EQ(request.exit_code(), kRestartExitCode);
+  }
+  EXPECT_EQ(steps, 1) << "the second step carried the stop, then the save threw out of run";
+  EXPECT_EQ(manager.latest_checkpoint(), file("ckpt-2.safetensors"));
+  // Unwound: the handler is gone, and the strategy goes on as before.
+  PerReplica<int> ids = strategy.run([] { return get_replica_context()->replica_id_in_sync_group(); });
+  EXPECT_EQ(ids.values(), (std::vector<int>{0, 1}));
+}
+
+TEST_F(PreemptionTest, ARestartRequestedNobodyCatchesStillExitsWithItsCode) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string directory = dir().string();
+  EXPECT_EXIT(
+      {
+        // Thrown on a thread of its own, whose end nothing catches: std::terminate.
+        std::thread([&] {
+          MirroredStrategy strategy(cpu_devices(1));
+          StrategyScope scope = strategy.scope();
+          Variable w(0.0f, {.name = "w"});
+          CheckpointManager manager(Checkpoint({{"w", w}}), directory);
+          PreemptionCheckpointHandler handler(strategy, manager, {.termination_watcher_fn = [] { return true; }});
+          handler.run([] {});
+        }).join();
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(kRestartExitCode), "");
+}
+
+TEST_F(PreemptionTest, EachHandlerKeepsItsOwnStopRequest) {
+  // Handler a was told to terminate but has an hour of grace; b, on another strategy, was never
+  // told. Neither may save: a's termination is not b's, whatever b's grace period.
+  MirroredStrategy strategy_a(cpu_devices(1));
+  MirroredStrategy strategy_b(cpu_devices(1));
+  Variable w_a = [&] {
+    StrategyScope scope = strategy_a.scope();
+    return Variable(0.0f, {.name = "w"});
+  }();
+  Variable w_b = [&] {
+    StrategyScope scope = strategy_b.scope();
+    return Variable(0.0f, {.name = "w"});
+  }();
+  CheckpointManager manager_a(Checkpoint({{"w", w_a}}), dir() / "a");
+  CheckpointManager manager_b(Checkpoint({{"w", w_b}}), dir() / "b");
+  int exits_a = 0;
+  int exits_b = 0;
+  PreemptionCheckpointHandler a(strategy_a, manager_a,
+                                {.termination_watcher_fn = [] { return true; },
+                                 .exit_fn = [&] { ++exits_a; },
+                                 .grace_period = std::chrono::seconds(3600)});
+  PreemptionCheckpointHandler b(strategy_b, manager_b,
+                                {.termination_watcher_fn = [] { return false; }, .exit_fn = [&] { ++exits_b; }});
+  manager_a.save(0, false);  // a save a's handler has timed: it may use its grace period
+  for (int s = 0; s < 3; ++s) {
+    a.run([] {});
+    b.run([] {});
+  }
+  EXPECT_EQ(exits_a, 0) << "a trains on in its grace period";
+  EXPECT_EQ(exits_b, 0) << "b was never told to terminate";
+  EXPECT_EQ(manager_b.latest_checkpoint(), std::nullopt);
+}
+
 TEST_F(PreemptionTest, Errors) {
   MirroredStrategy strategy(cpu_devices(2));
   StrategyScope scope = strategy.scope();

@@ -145,7 +145,7 @@ TEST_P(RingAllReduce, Int64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, RingAllReduce, ::testing::Values(1, 2, 3, 4, 7),
-                         [](const ::testing::TestParamInfo<int>& info) { return std::to_string(info.param) + "ranks"; });
+                         [](const ::testing::TestParamInfo<int>& ranks) { return std::to_string(ranks.param) + "ranks"; });
 
 }  // namespace
 }  // namespace distribute::collective

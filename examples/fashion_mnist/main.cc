@@ -307,6 +307,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   try {
     return train();
+  } catch (const distribute::RestartRequested& request) {
+    return request.exit_code();  // preempted and saved: the strategy and its threads are gone by now
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\ntrain_fashion_mnist: %s\n", e.what());
     return 1;

@@ -1,18 +1,33 @@
-// distribute::detail::stop_request: this process's wish that the job stop at the next step and
-// save a checkpoint (a preemption: SIGTERM, or a termination watcher that fired). It lives in the
-// lowest layer because two sides meet here: PreemptionCheckpointHandler (checkpoint/preemption.h)
-// and its signal handler raise it, and the workers' per-step vote (replica/call_agreement.h) carries
-// it to every other worker, so that all of them learn of it in the same vote at no extra cost.
+// distribute::detail::StopRequest: a worker's wish that the job stop after the current step and
+// save a checkpoint (a preemption: SIGTERM, or a termination watcher that fired). A
+// PreemptionCheckpointHandler owns one and raises it; the workers' per-step vote
+// (replica/call_agreement.h) reads it, so that every other worker learns of it in the same vote at
+// no extra cost. It lives in the lowest layer because those two sides meet here.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
-namespace distribute::detail::stop_request {
+namespace distribute::detail {
 
-// Raised from a signal handler too, hence lock-free and touched by plain loads and stores only.
-extern std::atomic<bool> raised;
-static_assert(std::atomic<bool>::is_always_lock_free, "a signal handler raises the stop request");
+class StopRequest {
+ public:
+  void raise() { raised_.store(true, std::memory_order_relaxed); }
+  void clear() { raised_.store(false, std::memory_order_relaxed); }
 
-inline bool is_raised() { return raised.load(std::memory_order_relaxed); }
+  // Also raised while *signal_flag is nonzero: the flag a signal handler sets, read at every vote
+  // so that a signal that arrives during a step is carried by that step's next vote. Set before
+  // the request is shown to a vote.
+  void follow(const std::atomic<std::int64_t>* signal_flag) { signal_flag_ = signal_flag; }
 
-}  // namespace distribute::detail::stop_request
+  bool is_raised() const {
+    return raised_.load(std::memory_order_relaxed) ||
+           (signal_flag_ != nullptr && signal_flag_->load(std::memory_order_relaxed) != 0);
+  }
+
+ private:
+  std::atomic<bool> raised_{false};
+  const std::atomic<std::int64_t>* signal_flag_ = nullptr;
+};
+
+}  // namespace distribute::detail

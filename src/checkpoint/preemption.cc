@@ -1,5 +1,5 @@
-// PreemptionCheckpointHandler: the SIGTERM flag, the stop request each step's vote carries, and
-// the save when the workers agreed to stop.
+// PreemptionCheckpointHandler: the SIGTERM flag, the handler's stop request that each step's vote
+// carries, and the save when the workers agreed to stop.
 #include "distribute/checkpoint/preemption.h"
 
 #include <signal.h>
@@ -8,8 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
 
-#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
 #include "base/stop_request.h"
@@ -21,11 +22,10 @@
 namespace distribute {
 namespace {
 
-// What the SIGTERM handler writes: plain lock-free atomics, all it may touch.
-std::atomic<bool> g_terminated{false};
-std::atomic<bool> g_sigterm_unanswered{false};  // a SIGTERM arrived since the last save began
-std::atomic<std::int64_t> g_terminated_at_ns{0};  // CLOCK_MONOTONIC, which steady_clock reads here
-std::atomic<bool> g_stop_at_once{true};           // no grace period: the signal raises the stop request
+// The one thing the SIGTERM handler writes: when the first signal since the last save began came
+// (CLOCK_MONOTONIC ns, which steady_clock reads here), 0 while none did. A lock-free atomic, all
+// a signal handler may touch; the handler that watches SIGTERM (one at a time) owns it.
+std::atomic<std::int64_t> g_sigterm_ns{0};
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 
 std::int64_t monotonic_ns() {
@@ -34,14 +34,33 @@ std::int64_t monotonic_ns() {
   return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 
-void mark_terminated() {
-  if (!g_terminated.exchange(true)) g_terminated_at_ns.store(monotonic_ns());
-  if (g_stop_at_once.load()) detail::stop_request::raised.store(true);
+extern "C" void on_sigterm(int) {
+  std::int64_t none = 0;
+  g_sigterm_ns.compare_exchange_strong(none, monotonic_ns());
 }
 
-extern "C" void on_sigterm(int) {
-  g_sigterm_unanswered.store(true);
-  mark_terminated();
+// Ends the process with RestartRequested's exit code when one escapes main (or a thread): the
+// default exit_fn throws it so that the stack unwinds, and a program that does not catch it
+// still exits as it did when the default was std::exit(kRestartExitCode).
+std::terminate_handler g_previous_terminate = nullptr;
+
+[[noreturn]] void on_terminate() {
+  if (const std::exception_ptr escaped = std::current_exception()) {
+    try {
+      std::rethrow_exception(escaped);
+    } catch (const RestartRequested& request) {
+      std::exit(request.exit_code());
+    } catch (...) {
+    }
+  }
+  if (g_previous_terminate != nullptr) g_previous_terminate();
+  std::abort();
+}
+
+[[noreturn]] void throw_restart_requested() {
+  static std::once_flag installed;
+  std::call_once(installed, [] { g_previous_terminate = std::set_terminate(on_terminate); });
+  throw RestartRequested();
 }
 
 // The disposition replaced by the handler that watches SIGTERM; one handler at a time.
@@ -59,15 +78,14 @@ std::chrono::nanoseconds grace_in_ns(std::chrono::seconds grace_period) {
 
 class PreemptionCheckpointHandler::SigtermWatch {
  public:
-  // Calls `reset` (of the flags a signal raises) between the check that no other handler watches
-  // SIGTERM (whose flags they are until then) and the installation (after which a reset could
-  // lose a signal).
-  explicit SigtermWatch(absl::FunctionRef<void()> reset) {
+  SigtermWatch() {
     detail::MutexLock lock(g_sigterm_mu);
     DISTRIBUTE_CHECK(!g_sigterm_watched, FailedPreconditionError,
                      "PreemptionCheckpointHandler: another handler watches SIGTERM already; make one handler per "
                      "process, or give this one a termination_watcher_fn");
-    reset();
+    // Cleared after the check (until then the flag is the other handler's) and before the
+    // installation (after which clearing it could lose a signal).
+    g_sigterm_ns.store(0);
     struct sigaction action {};
     action.sa_handler = on_sigterm;
     sigemptyset(&action.sa_mask);
@@ -85,7 +103,7 @@ class PreemptionCheckpointHandler::SigtermWatch {
     }
     // The job was told to end and no save answered: the disposition the signal was meant for
     // gets it now (one that arrives from here on goes to it directly).
-    if (g_sigterm_unanswered.exchange(false)) ::raise(SIGTERM);
+    if (g_sigterm_ns.exchange(0) != 0) ::raise(SIGTERM);
   }
 
   SigtermWatch(const SigtermWatch&) = delete;
@@ -97,20 +115,17 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
     : strategy_(strategy),
       manager_(manager),
       config_(std::move(config)),
-      total_run_calls_(std::make_shared<std::int64_t>(0)) {
+      total_run_calls_(std::make_shared<std::int64_t>(0)),
+      stop_(std::make_unique<detail::StopRequest>()) {
   detail::require_cross_replica("PreemptionCheckpointHandler");
   DISTRIBUTE_CHECK(config_.grace_period.count() >= 0, InvalidArgumentError,
                    "PreemptionCheckpointHandler: grace_period is ", config_.grace_period.count(),
                    " s; give 0 (save at the next step) or more");
-  const auto reset = [this] {
-    g_stop_at_once.store(config_.grace_period.count() == 0);
-    clear_stop();
-  };
-  if (config_.termination_watcher_fn) {
-    reset();
-  } else {
+  if (!config_.termination_watcher_fn) {
     // A member, so that its destructor puts the disposition back however the constructor ends.
-    sigterm_watch_ = std::make_unique<SigtermWatch>(reset);
+    sigterm_watch_ = std::make_unique<SigtermWatch>();
+    // Without a grace period the signal itself is the stop request, carried by the next vote.
+    if (config_.grace_period.count() == 0) stop_->follow(&g_sigterm_ns);
   }
   std::shared_ptr<std::int64_t> count = total_run_calls_;
   manager_.checkpoint().add(
@@ -118,9 +133,20 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
       Saveable(DType::kInt64, Shape(), [count] { return Tensor::scalar(*count, Device::cpu()); },
                [count](const Tensor& value) { *count = value.item<std::int64_t>(); }));
   manager_.restore_or_initialize();
+  // Last: nothing after it throws, so the destructor that stops carrying it always runs.
+  if (detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
+    DISTRIBUTE_CHECK(agreement->carry_stop_request(*stop_), FailedPreconditionError,
+                     "PreemptionCheckpointHandler: another handler serves this strategy already; make one handler "
+                     "per strategy");
+    agreement->clear_stop_request();  // an earlier handler's agreed stop is not this one's
+  }
 }
 
-PreemptionCheckpointHandler::~PreemptionCheckpointHandler() = default;
+PreemptionCheckpointHandler::~PreemptionCheckpointHandler() {
+  if (detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
+    agreement->stop_carrying_stop_request();
+  }
+}
 
 void PreemptionCheckpointHandler::before_step(StepCaller caller) {
   if (caller == StepCaller::kRun) {
@@ -133,16 +159,22 @@ void PreemptionCheckpointHandler::before_step(StepCaller caller) {
   const auto now = std::chrono::steady_clock::now();
   if (last_step_start_) last_step_ = now - *last_step_start_;
   last_step_start_ = now;
-  if (config_.termination_watcher_fn && !g_terminated.load() && config_.termination_watcher_fn()) mark_terminated();
-  if (!g_terminated.load() || detail::stop_request::is_raised()) return;
+  if (terminated_at_ns_ == 0) {
+    if (sigterm_watch_) {
+      terminated_at_ns_ = g_sigterm_ns.load();
+    } else if (config_.termination_watcher_fn()) {
+      terminated_at_ns_ = monotonic_ns();
+    }
+  }
+  if (terminated_at_ns_ == 0 || stop_->is_raised()) return;
   // A grace period: stop once what is left of it would only just hold two saves and two steps
   // (the step that carries the stop request runs before the save, and steps vary).
   const std::optional<std::chrono::duration<double>> save = manager_.last_save_time();
   // Both terms >= 0 (the signal handler may store its time after this thread read the clock), so
   // their difference cannot overflow.
-  const std::chrono::nanoseconds since_signal(std::max<std::int64_t>(0, monotonic_ns() - g_terminated_at_ns.load()));
+  const std::chrono::nanoseconds since_signal(std::max<std::int64_t>(0, monotonic_ns() - terminated_at_ns_));
   const std::chrono::nanoseconds left = grace_in_ns(config_.grace_period) - since_signal;
-  if (!save || left <= 2 * (*save + last_step_)) detail::stop_request::raised.store(true);
+  if (!save || left <= 2 * (*save + last_step_)) stop_->raise();
 }
 
 void PreemptionCheckpointHandler::after_step() {
@@ -151,11 +183,8 @@ void PreemptionCheckpointHandler::after_step() {
   // Cleared before the save: a signal during it asks for another (if exit_fn returns).
   clear_stop();
   manager_.save(*total_run_calls_, /*check_interval=*/false);
-  if (config_.exit_fn) {
-    config_.exit_fn();
-  } else {
-    std::exit(kRestartExitCode);
-  }
+  if (!config_.exit_fn) throw_restart_requested();
+  config_.exit_fn();
 }
 
 void PreemptionCheckpointHandler::save_checkpoint_if_preempted() {
@@ -166,13 +195,13 @@ void PreemptionCheckpointHandler::save_checkpoint_if_preempted() {
 bool PreemptionCheckpointHandler::stop_agreed() {
   detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended());
   if (agreement != nullptr && strategy_.extended().num_workers() > 1) return agreement->stop_requested();
-  return detail::stop_request::is_raised();
+  return stop_->is_raised();
 }
 
 void PreemptionCheckpointHandler::clear_stop() {
-  g_terminated.store(false);
-  g_sigterm_unanswered.store(false);
-  detail::stop_request::raised.store(false);
+  terminated_at_ns_ = 0;
+  if (sigterm_watch_) g_sigterm_ns.store(0);
+  stop_->clear();
   if (detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
     agreement->clear_stop_request();
   }

@@ -7,7 +7,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/error_code.h"
-#include "base/stop_request.h"
 #include "distribute/collective/internal/collective_op.h"
 #include "distribute/errors.h"
 #include "replica/call_signature.h"
@@ -89,7 +88,7 @@ void CallAgreement::agree_or_throw(const Part& mine) {
   const collective::CollectiveOp& op = mine.call->op;
   const Deadline deadline = deadline_after(op.options.timeout);
   const Header header{static_cast<std::uint32_t>(mine.status), static_cast<std::uint16_t>(op.kind),
-                      stop_request::is_raised() ? kStopRequested : std::uint16_t{0},
+                      stop_raised_here() ? kStopRequested : std::uint16_t{0},
                       mine.status == Status::kCall ? op.sequence : 0,
                       mine.status == Status::kCall ? mine.call->signature : 0};
   const int n = workers_->num_workers();

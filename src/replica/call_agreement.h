@@ -19,6 +19,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "base/role.h"
+#include "base/stop_request.h"
 #include "base/wait.h"
 #include "collective/hierarchical/worker_group.h"
 #include "distribute/replica/internal/collective_call.h"
@@ -67,9 +68,16 @@ class CallAgreement {
     stepper_.claim();
     runs_.pop_back();
   }
-  // Whether a step's headers carried a stop request (base/stop_request.h) from any worker: every
-  // worker learns it in the same step, so a check between two runs gives the same answer on
-  // every worker. Stays true until clear_stop_request().
+  // The stop request this worker's votes carry (base/stop_request.h), one at a time: false,
+  // changing nothing, when another one is carried already. The owner stops it before it goes.
+  bool carry_stop_request(const StopRequest& request) {
+    const StopRequest* none = nullptr;
+    return local_stop_.compare_exchange_strong(none, &request, std::memory_order_acq_rel);
+  }
+  void stop_carrying_stop_request() { local_stop_.store(nullptr, std::memory_order_release); }
+  // Whether a step's headers carried a stop request from any worker: every worker learns it in
+  // the same step, so a check between two runs gives the same answer on every worker. Stays true
+  // until clear_stop_request().
   bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
   void clear_stop_request() { stop_requested_.store(false, std::memory_order_release); }
   // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.
@@ -79,6 +87,10 @@ class CallAgreement {
   }
 
  private:
+  bool stop_raised_here() const {
+    const StopRequest* request = local_stop_.load(std::memory_order_acquire);
+    return request != nullptr && request->is_raised();
+  }
   // This worker's part in one step, as agree() was given it.
   struct Part {
     Status status;
@@ -122,6 +134,7 @@ class CallAgreement {
   std::vector<bool> runs_ ABSL_GUARDED_BY(stepper_);
   // Written by whichever thread takes a step, read by the loop between runs.
   std::atomic<bool> stop_requested_{false};
+  std::atomic<const StopRequest*> local_stop_{nullptr};
 };
 
 }  // namespace distribute::detail

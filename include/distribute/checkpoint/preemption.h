@@ -40,8 +40,34 @@
 
 namespace distribute {
 
+namespace detail {
+class StopRequest;  // src/base/stop_request.h
+}  // namespace detail
+
 // The exit code of a job that saved because it was preempted and must be relaunched to go on.
 inline constexpr int kRestartExitCode = 42;
+
+// What the handler throws, with no exit_fn, once the preemption checkpoint is saved: main catches
+// it and returns exit_code(), so that the stack unwinds (the strategy, its replica threads and
+// the MPI runtime end in order) before the process exits, as Python's sys.exit does in TF.
+//
+//   int main() {
+//     try {
+//       train();
+//     } catch (const distribute::RestartRequested& request) {
+//       return request.exit_code();
+//     }
+//   }
+//
+// It is neither a distribute::Error nor a std::exception, so that a catch of those inside the
+// training loop lets it pass (as Python's `except Exception` lets SystemExit pass). Left uncaught,
+// it still ends the process with exit_code(), through std::terminate's handler (which the handler
+// sets the first time it throws one, passing any other exception to the one before), but then
+// nothing is unwound.
+class RestartRequested {
+ public:
+  int exit_code() const { return kRestartExitCode; }
+};
 
 struct TerminationConfig {
   // Polled before each step; true: this worker has been told to terminate. Unset: the handler
@@ -51,8 +77,9 @@ struct TerminationConfig {
   // disposition is back, so that it does what it would have done without the handler (by
   // default, end the process).
   std::function<bool()> termination_watcher_fn;
-  // Called once the checkpoint is saved. Unset: std::exit(kRestartExitCode). A function that
-  // returns lets the loop go on (the next termination signal saves again).
+  // Called once the checkpoint is saved. Unset: throw RestartRequested (main returns its
+  // exit_code(), kRestartExitCode). A function that returns lets the loop go on (the next
+  // termination signal saves again).
   std::function<void()> exit_fn;
   // > 0: training goes on after the signal, until shortly before the grace period ends: before
   // each step, the handler stops once what is left of the period (counted from the signal) is at
@@ -69,8 +96,11 @@ class PreemptionCheckpointHandler {
   // (CheckpointManager::restore_or_initialize, with its errors). InvalidArgumentError for a negative
   // grace_period; FailedPreconditionError when another handler watches SIGTERM already (with no
   // termination_watcher_fn) or when called inside a replica's fn; Checkpoint::add's
-  // InvalidArgumentError for a manager that had a handler already (one handler per manager). When
-  // it throws, SIGTERM's disposition is the one from before.
+  // InvalidArgumentError for a manager that had a handler already (one handler per manager);
+  // FailedPreconditionError for a multi-worker strategy that has a handler already (one per
+  // strategy: each worker's votes carry one stop request). When it throws, SIGTERM's disposition
+  // is the one from before. Each handler keeps its own stop request: a watcher firing for one
+  // leaves the others' alone.
   PreemptionCheckpointHandler(Strategy& strategy, CheckpointManager& manager, TerminationConfig config = {});
   ~PreemptionCheckpointHandler();
   PreemptionCheckpointHandler(const PreemptionCheckpointHandler&) = delete;
@@ -113,6 +143,10 @@ class PreemptionCheckpointHandler {
   // The loop's last step, from one before_step to the next (its input and its own work included).
   std::optional<std::chrono::steady_clock::time_point> last_step_start_;
   std::chrono::steady_clock::duration last_step_{};
+  // When this worker was told to terminate (CLOCK_MONOTONIC ns), 0 until it is; cleared by a save.
+  std::int64_t terminated_at_ns_ = 0;
+  // This worker's wish to stop, which its votes carry.
+  std::unique_ptr<detail::StopRequest> stop_;
   // Set when there is no termination_watcher_fn.
   std::unique_ptr<SigtermWatch> sigterm_watch_;
 };
