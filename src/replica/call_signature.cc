@@ -33,7 +33,7 @@ bool gathers(CollectiveKind kind) { return kind == CollectiveKind::kAllGather ||
 int open_axis(const collective::CollectiveOp& op, const Shape& shape) {
   if (op.kind == CollectiveKind::kReduceTo) return op.axis;
   if (!gathers(op.kind)) return -1;
-  return op.axis < 0 ? op.axis + shape.rank() : op.axis;
+  return collective::gather_axis(op, shape);
 }
 
 // The axis of the call as its first leaf normalises it (-1 and rank-1 are the same axis).

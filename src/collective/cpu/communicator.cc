@@ -118,7 +118,7 @@ void CpuCommunicator::stage(int rank, CollectiveOp& op) {
   if (op.kind == CollectiveKind::kAllGather) {
     for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
       const Shape& shape = *op.inputs[leaf].shape;
-      const std::int64_t dim = shape[op.axis < 0 ? op.axis + shape.rank() : op.axis];
+      const std::int64_t dim = shape[gather_axis(op, shape)];
       std::memcpy(out + leaf * sizeof(std::int64_t), &dim, sizeof(dim));
     }
   }
@@ -213,7 +213,7 @@ void CpuCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
   std::exception_ptr error;
   for (std::size_t leaf = 0; leaf < mine.inputs.size() && !error; ++leaf) {
     const Shape& shape = *mine.inputs[leaf].shape;
-    const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
+    const int axis = gather_axis(mine, shape);
     std::int64_t total = 0;
     const std::size_t row_bytes = static_cast<std::size_t>(shape.outer_size(axis) * shape.inner_size(axis)) *
                                   dtype_size(mine.inputs[leaf].dtype);

@@ -10,13 +10,6 @@
 #include "device/kernels.h"
 
 namespace distribute::collective::hierarchical {
-namespace {
-
-int gather_axis_of(const CollectiveOp& op, const Shape& shape) {
-  return op.axis < 0 ? op.axis + shape.rank() : op.axis;
-}
-
-}  // namespace
 
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> local, detail::WorkerGroup& workers,
                                                    int local_replicas)
@@ -103,7 +96,7 @@ void HierarchicalCommunicator::gather_across_workers(std::span<CollectiveOp* con
   absl::InlinedVector<std::int64_t, 8> dims(static_cast<std::size_t>(size_));
   for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
     const Shape& shape = *first.inputs[leaf].shape;
-    const int axis = gather_axis_of(first, shape);
+    const int axis = gather_axis(first, shape);
     const std::int64_t outer = shape.outer_size(axis);
     const std::size_t inner_bytes =
         static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(first.inputs[leaf].dtype);
@@ -135,7 +128,7 @@ void HierarchicalCommunicator::share_gather_dims(std::span<CollectiveOp* const> 
   const auto local = static_cast<std::size_t>(size_);
   std::vector<std::int64_t> mine(leaves * local);
   for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
-    const int axis = gather_axis_of(first, *first.inputs[leaf].shape);
+    const int axis = gather_axis(first, *first.inputs[leaf].shape);
     for (std::size_t r = 0; r < local; ++r) mine[leaf * local + r] = (*ops[r]->inputs[leaf].shape)[axis];
   }
   std::vector<std::size_t> sizes;

@@ -178,7 +178,7 @@ void NcclCommunicator::prepare(std::span<CollectiveOp* const> ops) {
   gather_dims_.resize(first.inputs.size() * n);
   for (std::size_t leaf = 0; leaf < first.inputs.size(); ++leaf) {
     const Shape& shape = *first.inputs[leaf].shape;
-    const int axis = first.axis < 0 ? first.axis + shape.rank() : first.axis;
+    const int axis = gather_axis(first, shape);
     for (std::size_t r = 0; r < n; ++r) gather_dims_[leaf * n + r] = (*ops[r]->inputs[leaf].shape)[axis];
   }
 }
@@ -296,7 +296,7 @@ void NcclCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) 
   std::vector<detail::StorageRef> scratch;
   for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
     const Shape& shape = *mine.inputs[leaf].shape;
-    const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
+    const int axis = gather_axis(mine, shape);
     std::int64_t total = 0;
     for (std::size_t r = 0; r < n; ++r) total += gather_dims_[leaf * n + r];
     auto* out = static_cast<char*>(mine.allocate_output(mine.allocate_context, leaf, shape.with_dim(axis, total)));

@@ -94,7 +94,7 @@ void OneDeviceCommunicator::all_gather(int rank, std::span<CollectiveOp* const> 
   read_every_input(rank, [&] {
     for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
       const Shape& shape = *mine.inputs[leaf].shape;
-      const int axis = mine.axis < 0 ? mine.axis + shape.rank() : mine.axis;
+      const int axis = gather_axis(mine, shape);
       std::int64_t total = 0;
       for (std::size_t r = 0; r < n; ++r) total += (*ops[r]->inputs[leaf].shape)[axis];
       auto* out = static_cast<char*>(mine.allocate_output(mine.allocate_context, leaf, shape.with_dim(axis, total)));

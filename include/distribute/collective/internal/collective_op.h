@@ -103,6 +103,12 @@ struct CollectiveOp {
   bool staged = false;
 };
 
+// The axis an all_gather or gather_to `op` gathers a leaf of `shape` along, from 0: op.axis is the
+// caller's, checked already, and may count from the end.
+inline int gather_axis(const CollectiveOp& op, const Shape& shape) {
+  return op.axis < 0 ? op.axis + shape.rank() : op.axis;
+}
+
 // "all_reduce #3".
 std::string op_name(const CollectiveOp& op);
 
