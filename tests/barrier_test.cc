@@ -21,6 +21,7 @@
 #include "base/wait.h"
 #include "collective/rendezvous.h"
 #include "distribute/errors.h"
+#include "testing/error_expect.h"
 #include "testing/replica_harness.h"
 
 namespace distribute::collective {
@@ -28,6 +29,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using Outcome = Rendezvous::Outcome;
+using testing::expect_error;
 using testing::Watchdog;
 
 // Not derived from distribute::Error: abort must hand back any exception with its own type.
@@ -58,19 +60,6 @@ std::vector<int> all_ranks(int n) {
   std::vector<int> ranks;
   for (int r = 0; r < n; ++r) ranks.push_back(r);
   return ranks;
-}
-
-// Checks that error holds an E whose what() contains `text`.
-template <class E>
-void expect_error(const std::exception_ptr& error, const std::string& text) {
-  ASSERT_TRUE(error) << "nothing was thrown";
-  try {
-    std::rethrow_exception(error);
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another type of exception: " << e.what();
-  }
 }
 
 // Spins (yielding) until every rank in `waiting` has arrived at the phase `absent` has not.
@@ -295,7 +284,7 @@ TEST_P(RendezvousTest, AbortReleasesWaitersWithTheErrorItself) {
     r.arrive_and_wait(rank, detail::kNoDeadline, [&] { ++completions; });
   });
   aborter.join();
-  for (const auto& error : errors) expect_error<StopError>(error, "replica 1 failed");
+  for (const auto& error : errors) expect_error<StopError>(error, {"replica 1 failed"});
   EXPECT_TRUE(r.aborted());
   EXPECT_EQ(completions, 0);
 
@@ -303,7 +292,7 @@ TEST_P(RendezvousTest, AbortReleasesWaitersWithTheErrorItself) {
   r.abort(std::make_exception_ptr(AbortedError("second")));
   for (int rank = 0; rank < n(); ++rank) {
     const auto later = run_ranks({rank}, [&](int me) { r.arrive_and_wait(me, detail::kNoDeadline, no_op); });
-    expect_error<StopError>(later[0], "replica 1 failed");
+    expect_error<StopError>(later[0], {"replica 1 failed"});
   }
   EXPECT_EQ(completions, 0);
 
@@ -332,7 +321,7 @@ TEST_P(RendezvousTest, AbortFromTheCompletionReachesEveryRank) {
     });
   });
   EXPECT_EQ(completions, 1);
-  for (const auto& error : errors) expect_error<InvalidArgumentError>(error, "mismatched calls");
+  for (const auto& error : errors) expect_error<InvalidArgumentError>(error, {"mismatched calls"});
   r.reset();
   const auto after = run_ranks(all_ranks(n()), [&](int rank) {
     EXPECT_EQ(r.arrive_and_wait(rank, detail::kNoDeadline, [&] { ++completions; }), Outcome::kCompleted);

@@ -1,12 +1,12 @@
 // Which context a thread is in and what each context offers: the default strategy and its replica
 // context with no setup, strategy scopes (cross-replica context, nesting), the replica context
 // inside run, OneDevice and default-device Mirrored strategies, persistent replica threads, how run
-// passes arguments and returns results, exceptions from replicas reaching the caller, and the
-// cross-replica Strategy / StrategyExtended operations in scope and in the default context.
+// passes arguments and returns results, and the cross-replica Strategy / StrategyExtended
+// operations in scope and in the default context. Exceptions from replicas reaching the caller are
+// in context_test_replica_errors.cc.
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <set>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "distribute/distribute.h"
+#include "context_test.h"
 #include "testing/replica_harness.h"
 #include "testing/semantics_util.h"
 
@@ -24,21 +25,8 @@ namespace distribute {
 namespace {
 
 using testing::cpu_devices;
+using testing::expect_default_context;
 using testing::expect_error;
-using testing::Watchdog;
-
-constexpr std::chrono::milliseconds kHangLimit{20000};
-
-// A user exception type that is not derived from distribute::Error.
-struct MyError : std::runtime_error {
-  MyError(int id, const std::string& what) : std::runtime_error(what), replica(id) {}
-  int replica;
-};
-
-// An exception type that is not even a std::exception.
-struct NotStd {
-  int code;
-};
 
 // What a replica saw of its context, recorded inside run.
 struct Observed {
@@ -69,20 +57,6 @@ Observed observe() {
   o.thread = std::this_thread::get_id();
   return o;
 }
-
-void expect_default_context() {
-  ReplicaContext* ctx = get_replica_context();
-  ASSERT_NE(ctx, nullptr);
-  EXPECT_EQ(ctx->replica_id_in_sync_group(), 0);
-  EXPECT_EQ(ctx->num_replicas_in_sync(), 1);
-  EXPECT_EQ(&ctx->strategy(), &get_strategy());
-  EXPECT_EQ(get_cross_replica_context(), nullptr);
-  EXPECT_FALSE(in_cross_replica_context());
-  EXPECT_FALSE(has_strategy());
-  EXPECT_NE(dynamic_cast<DefaultStrategy*>(&get_strategy()), nullptr);
-}
-
-std::vector<float> floats(const Tensor& t) { return t.to_vector<float>(); }
 
 // ---------------------------------------------------------------------------------------------
 // The default strategy and its replica context.
@@ -117,10 +91,10 @@ TEST(DefaultContext, CollectivesReturnTheReplicasOwnValue) {
   Tensor t = Tensor::from_vector<float>({1, 2, 3, 4}, Shape{2, 2});
   Tensor summed = ctx.all_reduce("sum", t);
   EXPECT_EQ(summed.shape(), (Shape{2, 2}));
-  EXPECT_EQ(floats(summed), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(summed.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
   Tensor gathered = ctx.all_gather(t, 1);
   EXPECT_EQ(gathered.shape(), (Shape{2, 2}));
-  EXPECT_EQ(floats(gathered), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(gathered.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
 }
 
 TEST(DefaultContext, DefaultStrategyRunsOnTheCallingThread) {
@@ -463,173 +437,6 @@ TEST(Run, DistributeValuesFromFunction) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Exceptions from replicas.
-
-class RunErrors : public ::testing::TestWithParam<int> {
- protected:
-  int n() const { return GetParam(); }
-};
-
-INSTANTIATE_TEST_SUITE_P(Replicas, RunErrors, ::testing::Values(2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param) + "replicas"; });
-
-// The failing replica throws before the collective; the others are already waiting in it (or
-// arrive later) and must be released with an AbortedError naming the failing replica.
-TEST_P(RunErrors, ReplicaExceptionReachesCallerAndReleasesAllReduce) {
-  Watchdog watchdog(kHangLimit, "RunErrors.ReplicaExceptionReachesCallerAndReleasesAllReduce");
-  MirroredStrategy strategy(cpu_devices(n()));
-  const int failing = n() - 1;
-  std::vector<std::string> released(static_cast<std::size_t>(n()));
-  try {
-    strategy.run([&] {
-      const int r = get_replica_context()->replica_id_in_sync_group();
-      if (r == failing) throw MyError(r, "replica broke");
-      try {
-        get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::from_vector<float>({1, 2}));
-      } catch (const AbortedError& e) {
-        released[static_cast<std::size_t>(r)] = e.what();
-        throw;
-      }
-    });
-    ADD_FAILURE() << "run did not throw";
-  } catch (MyError& e) {
-    EXPECT_EQ(e.replica, failing);
-    EXPECT_STREQ(e.what(), "replica broke");
-  }
-  for (int r = 0; r < n(); ++r) {
-    if (r == failing) continue;
-    EXPECT_NE(released[static_cast<std::size_t>(r)].find("replica " + std::to_string(failing) + " raised"),
-              std::string::npos)
-        << released[static_cast<std::size_t>(r)];
-    EXPECT_NE(released[static_cast<std::size_t>(r)].find("replica broke"), std::string::npos);
-  }
-}
-
-TEST_P(RunErrors, ReplicaExceptionReleasesMergeCall) {
-  Watchdog watchdog(kHangLimit, "RunErrors.ReplicaExceptionReleasesMergeCall");
-  MirroredStrategy strategy(cpu_devices(n()));
-  std::atomic<int> merges{0};
-  std::atomic<int> aborted{0};
-  try {
-    strategy.run([&] {
-      const int r = get_replica_context()->replica_id_in_sync_group();
-      if (r == 0) throw MyError(r, "first replica broke");
-      try {
-        get_replica_context()->merge_call([&](Strategy&, const PerReplica<int>&) { merges.fetch_add(1); }, r);
-      } catch (const AbortedError&) {
-        aborted.fetch_add(1);
-        throw;
-      }
-    });
-    ADD_FAILURE() << "run did not throw";
-  } catch (MyError& e) {
-    EXPECT_EQ(e.replica, 0);
-  }
-  EXPECT_EQ(merges.load(), 0);
-  EXPECT_EQ(aborted.load(), n() - 1);
-}
-
-// A replica that fails after a completed collective, while the others wait in the next one.
-TEST_P(RunErrors, ExceptionBetweenCollectivesReleasesTheNextOne) {
-  Watchdog watchdog(kHangLimit, "RunErrors.ExceptionBetweenCollectivesReleasesTheNextOne");
-  MirroredStrategy strategy(cpu_devices(n()));
-  std::vector<double> first(static_cast<std::size_t>(n()));
-  try {
-    strategy.run([&] {
-      ReplicaContext& ctx = *get_replica_context();
-      const int r = ctx.replica_id_in_sync_group();
-      first[static_cast<std::size_t>(r)] = ctx.all_reduce(ReduceOp::kSum, double(r + 1));
-      if (r == 1) throw MyError(r, "late failure");
-      ctx.all_gather(Tensor::from_vector<float>({1}), 0);
-    });
-    ADD_FAILURE() << "run did not throw";
-  } catch (MyError& e) {
-    EXPECT_EQ(e.replica, 1);
-  }
-  for (double v : first) EXPECT_EQ(v, n() * (n() + 1) / 2.0);
-}
-
-TEST_P(RunErrors, TheExceptionObjectItselfIsRethrown) {
-  MirroredStrategy strategy(cpu_devices(n()));
-  const void* thrown = nullptr;
-  try {
-    strategy.run([&] {
-      if (get_replica_context()->replica_id_in_sync_group() != 1) return;
-      try {
-        throw NotStd{77};
-      } catch (NotStd& e) {
-        thrown = &e;
-        throw;
-      }
-    });
-    ADD_FAILURE() << "run did not throw";
-  } catch (NotStd& e) {
-    EXPECT_EQ(e.code, 77);
-    EXPECT_EQ(&e, thrown);
-  }
-}
-
-TEST_P(RunErrors, WhenEveryReplicaThrowsOneOfTheirExceptionsArrives) {
-  Watchdog watchdog(kHangLimit, "RunErrors.WhenEveryReplicaThrowsOneOfTheirExceptionsArrives");
-  MirroredStrategy strategy(cpu_devices(n()));
-  try {
-    strategy.run([] {
-      const int r = get_replica_context()->replica_id_in_sync_group();
-      throw MyError(r, "replica " + std::to_string(r));
-    });
-    ADD_FAILURE() << "run did not throw";
-  } catch (MyError& e) {
-    EXPECT_GE(e.replica, 0);
-    EXPECT_LT(e.replica, n());
-    EXPECT_EQ(std::string(e.what()), "replica " + std::to_string(e.replica));
-  }
-}
-
-TEST_P(RunErrors, StrategyIsUsableAfterAFailedRun) {
-  Watchdog watchdog(kHangLimit, "RunErrors.StrategyIsUsableAfterAFailedRun");
-  MirroredStrategy strategy(cpu_devices(n()));
-  for (int round = 0; round < 20; ++round) {
-    const int failing = round % n();
-    EXPECT_THROW(strategy.run([&] {
-      ReplicaContext& ctx = *get_replica_context();
-      if (ctx.replica_id_in_sync_group() == failing) throw MyError(failing, "fail");
-      ctx.all_reduce(ReduceOp::kSum, 1.0f);
-      ctx.merge_call([](Strategy&, const PerReplica<int>&) {}, 0);
-    }),
-                 MyError);
-    PerReplica<std::tuple<float, int, Tensor>> ok = strategy.run([&] {
-      ReplicaContext& ctx = *get_replica_context();
-      const int r = ctx.replica_id_in_sync_group();
-      float sum = ctx.all_reduce(ReduceOp::kSum, float(r));
-      int merged = ctx.merge_call(
-          [](Strategy&, const PerReplica<int>& v) {
-            int total = 0;
-            for (int x : v.values()) total += x;
-            return total;
-          },
-          r + round);
-      Tensor gathered = ctx.all_gather(Tensor::from_vector<std::int32_t>({r}), 0);
-      return std::make_tuple(sum, merged, gathered);
-    });
-    std::vector<std::int32_t> ids;
-    for (int r = 0; r < n(); ++r) ids.push_back(r);
-    for (int r = 0; r < n(); ++r) {
-      EXPECT_EQ(std::get<0>(ok[r]), n() * (n() - 1) / 2.0f);
-      EXPECT_EQ(std::get<1>(ok[r]), n() * (n() - 1) / 2 + n() * round);
-      EXPECT_EQ(std::get<2>(ok[r]).to_vector<std::int32_t>(), ids);
-    }
-  }
-}
-
-TEST(RunErrorsOneDevice, ExceptionReachesTheCallerAndStrategyStaysUsable) {
-  OneDeviceStrategy strategy("CPU:0");
-  EXPECT_THROW(strategy.run([] { throw MyError(0, "one device"); }), MyError);
-  expect_default_context();
-  PerReplica<int> ok = strategy.run([] { return get_replica_context()->replica_id_in_sync_group() + 5; });
-  EXPECT_EQ(ok[0], 5);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Cross-replica operations, in the strategy's scope and in the default context (no scope).
 
 // Holds a scope without moving it: the member is initialised from scope()'s result in place.
@@ -670,9 +477,9 @@ TEST_P(CrossReplicaOps, ReduceTensors) {
   Tensor sum = strategy_.reduce(ReduceOp::kSum, v, std::nullopt);
   EXPECT_EQ(sum.shape(), Shape{2});
   EXPECT_EQ(sum.device(), Device::cpu());
-  EXPECT_EQ(floats(sum), (std::vector<float>{6, 12}));
-  EXPECT_EQ(floats(strategy_.reduce(ReduceOp::kMean, v, std::nullopt)), (std::vector<float>{2, 4}));
-  EXPECT_EQ(floats(strategy_.reduce("Sum", v, std::nullopt)), (std::vector<float>{6, 12}));
+  EXPECT_EQ(sum.to_vector<float>(), (std::vector<float>{6, 12}));
+  EXPECT_EQ(strategy_.reduce(ReduceOp::kMean, v, std::nullopt).to_vector<float>(), (std::vector<float>{2, 4}));
+  EXPECT_EQ(strategy_.reduce("Sum", v, std::nullopt).to_vector<float>(), (std::vector<float>{6, 12}));
   // With an axis: also across each component's elements.
   EXPECT_EQ(strategy_.reduce(ReduceOp::kSum, v, 0).item<float>(), 18.0f);
   EXPECT_EQ(strategy_.reduce("mean", v, -1).item<float>(), 3.0f);
@@ -704,8 +511,8 @@ TEST_P(CrossReplicaOps, ReduceScalars) {
 
 TEST_P(CrossReplicaOps, ReduceValuesThatAreNotDistributed) {
   Tensor t = Tensor::from_vector<float>({1, 2, 3, 4}, Shape{2, 2});
-  EXPECT_EQ(floats(strategy_.reduce(ReduceOp::kMean, t, std::nullopt)), (std::vector<float>{1, 2, 3, 4}));
-  EXPECT_EQ(floats(strategy_.reduce(ReduceOp::kMean, t, 0)), (std::vector<float>{2, 3}));
+  EXPECT_EQ(strategy_.reduce(ReduceOp::kMean, t, std::nullopt).to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(strategy_.reduce(ReduceOp::kMean, t, 0).to_vector<float>(), (std::vector<float>{2, 3}));
   EXPECT_EQ(strategy_.reduce(ReduceOp::kMean, 2.5, std::nullopt), 2.5);
   expect_error<InvalidArgumentError>([&] { strategy_.reduce(ReduceOp::kSum, t, std::nullopt); },
                                           {"not distributed", "SUM", "3 replicas"});
@@ -715,20 +522,20 @@ TEST_P(CrossReplicaOps, Gather) {
   PerReplica<Tensor> v = per_replica();
   Tensor along0 = strategy_.gather(v, 0);
   EXPECT_EQ(along0.shape(), Shape{6});
-  EXPECT_EQ(floats(along0), (std::vector<float>{1, 2, 2, 4, 3, 6}));
+  EXPECT_EQ(along0.to_vector<float>(), (std::vector<float>{1, 2, 2, 4, 3, 6}));
   std::vector<Tensor> columns;
   for (int r = 0; r < 3; ++r) columns.push_back(Tensor::from_vector<float>({float(r), float(10 + r)}, Shape{2, 1}));
   Tensor along1 = strategy_.gather(PerReplica<Tensor>(columns), 1);
   EXPECT_EQ(along1.shape(), (Shape{2, 3}));
-  EXPECT_EQ(floats(along1), (std::vector<float>{0, 1, 2, 10, 11, 12}));
+  EXPECT_EQ(along1.to_vector<float>(), (std::vector<float>{0, 1, 2, 10, 11, 12}));
 }
 
 TEST_P(CrossReplicaOps, ExtendedReduceToADevice) {
   Tensor sum = strategy_.extended().reduce_to(ReduceOp::kSum, per_replica(), Device::cpu(2));
   EXPECT_EQ(sum.device(), Device::cpu(2));
-  EXPECT_EQ(floats(sum), (std::vector<float>{6, 12}));
+  EXPECT_EQ(sum.to_vector<float>(), (std::vector<float>{6, 12}));
   Tensor mean = strategy_.extended().reduce_to(ReduceOp::kMean, per_replica(), Device::cpu(0));
-  EXPECT_EQ(floats(mean), (std::vector<float>{2, 4}));
+  EXPECT_EQ(mean.to_vector<float>(), (std::vector<float>{2, 4}));
 }
 
 TEST_P(CrossReplicaOps, ExtendedReduceToTheDevicesOfDestinations) {
@@ -739,7 +546,7 @@ TEST_P(CrossReplicaOps, ExtendedReduceToTheDevicesOfDestinations) {
   ASSERT_EQ(reduced.num_replicas(), 3);
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(reduced[r].device(), Device::cpu(r));
-    EXPECT_EQ(floats(reduced[r]), (std::vector<float>{6, 12}));
+    EXPECT_EQ(reduced[r].to_vector<float>(), (std::vector<float>{6, 12}));
   }
 }
 
@@ -751,18 +558,18 @@ TEST_P(CrossReplicaOps, ExtendedBatchReduceTo) {
   std::vector<Tensor> sums = strategy_.extended().batch_reduce_to(ReduceOp::kSum, pairs);
   ASSERT_EQ(sums.size(), 2u);
   EXPECT_EQ(sums[0].device(), Device::cpu(1));
-  EXPECT_EQ(floats(sums[0]), (std::vector<float>{6, 12}));
+  EXPECT_EQ(sums[0].to_vector<float>(), (std::vector<float>{6, 12}));
   EXPECT_EQ(sums[1].device(), Device::cpu(0));
   EXPECT_EQ(sums[1].to_vector<std::int32_t>(), (std::vector<std::int32_t>{3, 5}));
   std::vector<Tensor> means = strategy_.extended().batch_reduce_to(ReduceOp::kMean, pairs);
-  EXPECT_EQ(floats(means[0]), (std::vector<float>{2, 4}));
+  EXPECT_EQ(means[0].to_vector<float>(), (std::vector<float>{2, 4}));
   EXPECT_EQ(means[1].to_vector<std::int32_t>(), (std::vector<std::int32_t>{1, 1}));  // 3/3, 5/3 truncated
 }
 
 TEST_P(CrossReplicaOps, ExtendedGatherTo) {
   Tensor gathered = strategy_.extended().gather_to(per_replica(), Device::cpu(1), 0);
   EXPECT_EQ(gathered.device(), Device::cpu(1));
-  EXPECT_EQ(floats(gathered), (std::vector<float>{1, 2, 2, 4, 3, 6}));
+  EXPECT_EQ(gathered.to_vector<float>(), (std::vector<float>{1, 2, 2, 4, 3, 6}));
 }
 
 TEST_P(CrossReplicaOps, ExtendedUpdateCallsFnOnEveryComponent) {
@@ -777,7 +584,7 @@ TEST_P(CrossReplicaOps, ExtendedUpdateCallsFnOnEveryComponent) {
   ASSERT_EQ(doubled.num_replicas(), 3);
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(doubled[r].device(), Device::cpu(r));
-    EXPECT_EQ(floats(doubled[r]), (std::vector<float>{2, 4}));
+    EXPECT_EQ(doubled[r].to_vector<float>(), (std::vector<float>{2, 4}));
   }
   std::set<int> devices;
   strategy_.extended().update(var, [&](const Tensor& t) { devices.insert(t.device().index()); });
@@ -788,41 +595,10 @@ TEST(DefaultStrategyOps, ReduceAndGatherOnTheDefaultStrategy) {
   Strategy& strategy = get_strategy();
   Tensor t = Tensor::from_vector<float>({1, 2, 3});
   // One replica: SUM of a value that is not distributed is the value itself.
-  EXPECT_EQ(floats(strategy.reduce(ReduceOp::kSum, t, std::nullopt)), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(strategy.reduce(ReduceOp::kSum, t, std::nullopt).to_vector<float>(), (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(strategy.reduce(ReduceOp::kSum, t, 0).item<float>(), 6.0f);
-  EXPECT_EQ(floats(strategy.gather(PerReplica<Tensor>({t}), 0)), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(strategy.gather(PerReplica<Tensor>({t}), 0).to_vector<float>(), (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(strategy.reduce(ReduceOp::kSum, PerReplica<int>({4}), std::nullopt), 4);
-}
-
-}  // namespace
-}  // namespace distribute
-
-namespace distribute {
-namespace {
-
-// Library errors raised by one replica's step carry that replica's id to the caller.
-TEST(RunErrorReplica, LibraryErrorsNameTheReplicaThatRaisedThem) {
-  MirroredStrategy strategy(testing::cpu_devices(3));
-  try {
-    strategy.run([] {
-      ReplicaContext* ctx = get_replica_context();
-      if (ctx->replica_id_in_sync_group() == 2) (void)ctx->all_gather(Tensor::scalar(1.0f), 0);  // rank 0: invalid
-      (void)ctx->all_reduce(ReduceOp::kSum, 1.0f);
-    });
-    ADD_FAILURE() << "run did not throw";
-  } catch (const InvalidArgumentError& e) {
-    EXPECT_EQ(e.replica_id(), 2) << e.what();
-  }
-  // Errors that are not one replica's (a mismatch between replicas) name no single replica.
-  try {
-    strategy.run([] {
-      const int id = get_replica_context()->replica_id_in_sync_group();
-      (void)get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::zeros(DType::kFloat32, Shape{id == 0 ? 2 : 3}));
-    });
-    ADD_FAILURE() << "run did not throw";
-  } catch (const InvalidArgumentError& e) {
-    EXPECT_EQ(e.replica_id(), -1) << e.what();
-  }
 }
 
 // A scope guard that outlives its strategy leaves nothing dangling on its thread.
@@ -841,3 +617,4 @@ TEST(ScopeLifetime, DestroyedStrategyLeavesNoScopeBehind) {
 
 }  // namespace
 }  // namespace distribute
+

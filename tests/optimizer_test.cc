@@ -12,6 +12,7 @@
 #include "distribute/distribute.h"
 #include "testing/error_expect.h"
 #include "testing/replica_harness.h"
+#include "testing/semantics_util.h"
 #include "testing/variables.h"
 
 namespace distribute {
@@ -24,12 +25,11 @@ using optimizers::SGDOptions;
 using testing::cpu_devices;
 using testing::current_test_name;
 using testing::expect_error;
+using testing::floats;
 using testing::make_variable;
 using testing::Watchdog;
 
 constexpr std::chrono::milliseconds kHangLimit{20000};
-
-Tensor floats(std::vector<float> values) { return Tensor::from_vector<float>(std::move(values)); }
 
 void expect_near(const Tensor& actual, const std::vector<double>& expected, double tolerance, const std::string& what) {
   const std::vector<float> values = actual.to_vector<float>();

@@ -9,7 +9,6 @@
 #include <limits>
 #include <future>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,12 +23,7 @@ namespace distribute {
 namespace {
 
 using testing::expect_error;
-
-std::string printed(const Tensor& t) {
-  std::ostringstream os;
-  os << t;
-  return os.str();
-}
+using testing::printed;
 
 TEST(Tensor, FromVectorWithShape) {
   const Tensor t = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{2, 3});

@@ -14,6 +14,7 @@
 
 #include "distribute/distribute.h"
 #include "nlohmann/json.hpp"
+#include "testing/temp_files.h"
 
 int main() {
   using namespace distribute;
@@ -23,8 +24,7 @@ int main() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int pid = static_cast<int>(::getpid());
   MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("timeline_finalize." + std::to_string(pid) + ".json")).string();
+  const std::string path = testing::temp_path("timeline_finalize", ".json", pid);
   Timeline::start(path);
   {
     MultiWorkerMirroredStrategyOptions options;

@@ -22,6 +22,7 @@
 #include "base/timeline.h"
 #include "distribute/distribute.h"
 #include "nlohmann/json.hpp"
+#include "testing/temp_files.h"
 #include "testing/trace.h"
 
 namespace distribute {
@@ -54,7 +55,7 @@ int rank() { return strategy().extended().worker_id(); }
 std::string job_path(const std::string& name) {
   int pid = static_cast<int>(getpid());
   MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(pid) + ".json")).string();
+  return testing::temp_path(name, ".json", pid);
 }
 
 // Every worker's host name, in worker order.

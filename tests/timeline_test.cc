@@ -8,7 +8,6 @@
 #include "distribute/timeline.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -24,6 +23,7 @@
 #include "base/timeline.h"
 #include "distribute/distribute.h"
 #include "nlohmann/json.hpp"
+#include "testing/temp_files.h"
 #include "testing/trace.h"
 
 namespace distribute {
@@ -32,10 +32,7 @@ namespace {
 using nlohmann::json;
 using testing::check_schema;
 using testing::read_trace;
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(getpid()) + ".json")).string();
-}
+using testing::temp_path;
 
 std::vector<std::pair<std::string, std::int64_t>> collectives_of(const std::vector<json>& events, int tid) {
   return testing::collectives_of(events, 0, tid);
@@ -46,7 +43,7 @@ int count(const std::vector<json>& events, int tid, const std::string& name, con
 }
 
 TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
-  const std::string path = temp_path("timeline_two_replicas");
+  const std::string path = temp_path("timeline_two_replicas", ".json");
   MirroredStrategy strategy({"CPU:0", "CPU:1"});
   Timeline::start(path);
   EXPECT_TRUE(Timeline::active());
@@ -89,8 +86,8 @@ TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
 }
 
 TEST(Timeline, InputWaitsApplyGradientsAndCheckpointSavesHaveTheirSpans) {
-  const std::string path = temp_path("timeline_training_events");
-  const std::string checkpoint_path = temp_path("timeline_checkpoint");
+  const std::string path = temp_path("timeline_training_events", ".json");
+  const std::string checkpoint_path = temp_path("timeline_checkpoint", ".json");
   MirroredStrategy strategy({"CPU:0", "CPU:1"});
   StrategyScope scope = strategy.scope();
   Variable w(Tensor::from_vector<float>({1.0f, 2.0f}), VariableOptions{.name = "w"});
@@ -122,7 +119,7 @@ TEST(Timeline, InputWaitsApplyGradientsAndCheckpointSavesHaveTheirSpans) {
 }
 
 TEST(Timeline, AFailingRunWritesABalancedFileWithAnErrorEvent) {
-  const std::string path = temp_path("timeline_failing_run");
+  const std::string path = temp_path("timeline_failing_run", ".json");
   MirroredStrategy strategy({"CPU:0", "CPU:1"});
   Timeline::start(path);
   EXPECT_THROW(strategy.run([] {
@@ -152,7 +149,7 @@ TEST(Timeline, AFailingRunWritesABalancedFileWithAnErrorEvent) {
 // byte replaced by U+FFFD, and the trace keeps every event (it once lost the whole file to a
 // nlohmann::json::type_error thrown from stop()).
 TEST(Timeline, AnErrorMessageThatIsNotUtf8IsWrittenWithTheInvalidBytesReplaced) {
-  const std::string path = temp_path("timeline_not_utf8");
+  const std::string path = temp_path("timeline_not_utf8", ".json");
   MirroredStrategy strategy({"CPU:0", "CPU:1"});
   Timeline::start(path);
   EXPECT_THROW(strategy.run([] {
@@ -180,7 +177,7 @@ TEST(Timeline, AnErrorMessageThatIsNotUtf8IsWrittenWithTheInvalidBytesReplaced) 
 }
 
 TEST(Timeline, TheRingBufferDropsTheOldestAndCountsThemExactly) {
-  const std::string path = temp_path("timeline_ring");
+  const std::string path = temp_path("timeline_ring", ".json");
   Timeline::start(path, {.events_per_thread = 4});
   for (int i = 0; i < 10; ++i) detail::timeline::instant(7, "tick", std::to_string(i));
   Timeline::stop();
@@ -195,7 +192,7 @@ TEST(Timeline, TheRingBufferDropsTheOldestAndCountsThemExactly) {
 }
 
 TEST(Timeline, AnEndWhoseBeginWasDroppedIsLeftOutAndAnOpenSpanIsClosedAtStop) {
-  const std::string path = temp_path("timeline_ring_spans");
+  const std::string path = temp_path("timeline_ring_spans", ".json");
   Timeline::start(path, {.events_per_thread = 3});
   { detail::timeline::Span first(0, "first"); }
   { detail::timeline::Span second(0, "second"); }
@@ -215,7 +212,7 @@ TEST(Timeline, NothingIsRecordedWhileOff) {
   MirroredStrategy strategy({"CPU:0", "CPU:1"});
   EXPECT_FALSE(Timeline::active());
   strategy.run([] { get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::scalar(1.0f)); });
-  const std::string path = temp_path("timeline_off");
+  const std::string path = temp_path("timeline_off", ".json");
   Timeline::start(path);
   Timeline::stop();
   EXPECT_TRUE(check_schema(read_trace(path)).empty());
@@ -235,7 +232,7 @@ TEST(Timeline, AnUnwritablePathIsAnInvalidArgumentAtStart) {
 }
 
 TEST(Timeline, StartingTwiceIsAFailedPreconditionNamingBothPaths) {
-  const std::string path = temp_path("timeline_twice");
+  const std::string path = temp_path("timeline_twice", ".json");
   Timeline::start(path);
   try {
     Timeline::start("/tmp/other.json");
@@ -250,7 +247,7 @@ TEST(Timeline, StartingTwiceIsAFailedPreconditionNamingBothPaths) {
 
 TEST(Timeline, StopWithoutStartDoesNothing) {
   EXPECT_FALSE(Timeline::stop());
-  const std::string path = temp_path("timeline_stop_twice");
+  const std::string path = temp_path("timeline_stop_twice", ".json");
   Timeline::start(path);
   EXPECT_TRUE(Timeline::stop());
   EXPECT_FALSE(Timeline::stop());
@@ -259,7 +256,7 @@ TEST(Timeline, StopWithoutStartDoesNothing) {
 
 TEST(Timeline, AnEmptyRingIsAnInvalidArgument) {
   try {
-    Timeline::start(temp_path("timeline_empty_ring"), {.events_per_thread = 0});
+    Timeline::start(temp_path("timeline_empty_ring", ".json"), {.events_per_thread = 0});
     FAIL() << "no error";
   } catch (const InvalidArgumentError& e) {
     EXPECT_EQ(std::string(e.what()), "Timeline::start: TimelineOptions::events_per_thread is 0; each thread needs "

@@ -17,13 +17,7 @@ namespace distribute {
 namespace {
 
 using testing::expect_error;
-
-template <class V>
-std::string printed(const V& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
+using testing::printed;
 
 template <class V>
 std::string value_text(const V& v) {

@@ -15,6 +15,8 @@
 #include "distribute/distribute.h"
 #include "testing/error_expect.h"
 #include "testing/replica_harness.h"
+#include "testing/semantics_util.h"
+#include "testing/temp_files.h"
 #include "testing/variables.h"
 
 namespace distribute {
@@ -24,14 +26,12 @@ using optimizers::SGD;
 using testing::cpu_devices;
 using testing::current_test_name;
 using testing::expect_error;
+using testing::floats;
 using testing::make_variable;
+using testing::replica_id;
 using testing::Watchdog;
 
 constexpr std::chrono::milliseconds kHangLimit{20000};
-
-int replica_id() { return get_replica_context()->replica_id_in_sync_group(); }
-
-Tensor floats(std::vector<float> values) { return Tensor::from_vector<float>(std::move(values)); }
 
 // ---- updates of different variables
 
@@ -262,8 +262,7 @@ TEST(VariableIdentity, AnOptimizerOrCheckpointOutlivingItsStrategyIsAFailedPreco
     StrategyScope scope = strategy->scope();
     sgd.emplace(0.1);
   }
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / (current_test_name() + ".safetensors");
+  const std::filesystem::path path = testing::temp_path(current_test_name(), ".safetensors");
   Checkpoint checkpoint({{"w", w}});
   checkpoint.save(path);
   strategy.reset();

@@ -6,13 +6,13 @@
 // experimental_local_results for variables.
 #include <gtest/gtest.h>
 
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "distribute/distribute.h"
 #include "testing/error_expect.h"
 #include "testing/replica_harness.h"
+#include "testing/semantics_util.h"
 #include "testing/variables.h"
 
 namespace distribute {
@@ -22,6 +22,8 @@ using testing::cpu_devices;
 using testing::current_test_name;
 using testing::expect_error;
 using testing::make_variable;
+using testing::printed;
+using testing::replica_id;
 using testing::Watchdog;
 
 constexpr std::chrono::milliseconds kHangLimit{20000};
@@ -39,14 +41,6 @@ std::vector<T> repeated(T value, int n) {
   return std::vector<T>(static_cast<std::size_t>(n), value);
 }
 
-template <class V>
-std::string printed(const V& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
-float replica_id() { return static_cast<float>(get_replica_context()->replica_id_in_sync_group()); }
 
 class Variables : public ::testing::TestWithParam<int> {
  protected:
@@ -128,7 +122,7 @@ TEST_P(Variables, CreatedInsideRunIsOneMirroredVariableWithReplicaZerosValue) {
   MirroredStrategy strategy(cpu_devices(n()));
   // A lazily built layer: the first step creates its weight, every replica holds the same one.
   PerReplica<Variable> made = strategy.run([] {
-    Variable w(Tensor::from_vector<float>({replica_id() + 1, 7}), {.name = "w", .aggregation = VariableAggregation::kSum});
+    Variable w(Tensor::from_vector<float>({replica_id<float>() + 1, 7}), {.name = "w", .aggregation = VariableAggregation::kSum});
     w.assign_add(Tensor::from_vector<float>({1, 1}));
     return w;
   });
@@ -145,23 +139,23 @@ TEST_P(Variables, CreatedInsideRunIsOneMirroredVariableWithReplicaZerosValue) {
 
 TEST_F(Variable2, CreationInsideRunMustMatchOnEveryReplica) {
   expect_error<InvalidArgumentError>(
-      [&] { strategy.run([] { Variable v(1.0f, {.name = replica_id() == 0 ? "a" : "b"}); }); },
+      [&] { strategy.run([] { Variable v(1.0f, {.name = replica_id<float>() == 0 ? "a" : "b"}); }); },
       {"merge_call #1: replica 0 called create of 'a' where replica 1 called create of 'b'"});
   expect_error<InvalidArgumentError>(
-      [&] { strategy.run([] { Variable v(Tensor::zeros(DType::kFloat32, Shape{static_cast<std::int64_t>(replica_id()) + 1}), {.name = "w"}); }); },
+      [&] { strategy.run([] { Variable v(Tensor::zeros(DType::kFloat32, Shape{replica_id<std::int64_t>() + 1}), {.name = "w"}); }); },
       {"Variable 'w': created inside run with an initial value of float32[1] on replica 0 but float32[2] on replica 1",
        "every replica must create it with the same dtype and shape"});
   expect_error<InvalidArgumentError>(
       [&] {
         strategy.run([] {
-          Variable v(1.0f, {.name = "w", .trainable = replica_id() == 0});
+          Variable v(1.0f, {.name = "w", .trainable = replica_id<float>() == 0});
         });
       },
       {"Variable 'w': created inside run with other options on replica 1 than on replica 0"});
   expect_error<FailedPreconditionError>(
       [&] {
         strategy.run([] {
-          if (replica_id() == 0) Variable v(1.0f, {.name = "w"});
+          if (replica_id<float>() == 0) Variable v(1.0f, {.name = "w"});
         });
       },
       {"replica 1 returned from the replica function while replica 0 waits in merge_call for create of 'w'"});
@@ -231,7 +225,7 @@ TEST_P(Variables, CrossReplicaReadOfOnReadIsTheAggregate) {
   auto on_read = [&](VariableAggregation aggregation) {
     Variable v = make_variable(strategy, 0.0f,
                                {.synchronization = VariableSynchronization::kOnRead, .aggregation = aggregation});
-    strategy.run([&] { v.assign(replica_id() + 1); });  // components 1, 2, ..., n
+    strategy.run([&] { v.assign(replica_id<float>() + 1); });  // components 1, 2, ..., n
     return v.value().item<float>();
   };
   const float n = static_cast<float>(this->n());
@@ -260,19 +254,19 @@ TEST_P(Variables, ReadValueIsACopyThatLaterUpdatesDoNotChange) {
 
 TEST_F(Variable2, MeanAssignOfReplicaIdsGivesHalf) {
   Variable v = make_variable(strategy, 1.0f, {.aggregation = VariableAggregation::kMean});
-  strategy.run([&] { v.assign(replica_id()); });
+  strategy.run([&] { v.assign(replica_id<float>()); });
   EXPECT_EQ(scalars(v), (std::vector<float>{0.5f, 0.5f}));
 }
 
 TEST_F(Variable2, MeanAssignAddOfReplicaIdsGivesOneAndAHalf) {
   Variable v = make_variable(strategy, 1.0f, {.aggregation = VariableAggregation::kMean});
-  strategy.run([&] { v.assign_add(replica_id()); });
+  strategy.run([&] { v.assign_add(replica_id<float>()); });
   EXPECT_EQ(scalars(v), (std::vector<float>{1.5f, 1.5f}));
 }
 
 TEST_F(Variable2, MeanAssignSubOfReplicaIdsFromFiveGivesFourAndAHalf) {
   Variable v = make_variable(strategy, 5.0f, {.aggregation = VariableAggregation::kMean});
-  strategy.run([&] { v.assign_sub(replica_id()); });
+  strategy.run([&] { v.assign_sub(replica_id<float>()); });
   EXPECT_EQ(scalars(v), (std::vector<float>{4.5f, 4.5f}));
 }
 
@@ -280,14 +274,14 @@ TEST_F(Variable2, OnReadOnlyFirstReplicaKeepsEachReplicasUpdateAndReadsTheFirst)
   Variable v = make_variable(strategy, 2.0f,
                              {.synchronization = VariableSynchronization::kOnRead,
                               .aggregation = VariableAggregation::kOnlyFirstReplica});
-  strategy.run([&] { v.assign_add(5 * (replica_id() + 1)); });
+  strategy.run([&] { v.assign_add(5 * (replica_id<float>() + 1)); });
   EXPECT_EQ(scalars(v), (std::vector<float>{7.0f, 12.0f}));
   EXPECT_EQ(v.value().item<float>(), 7.0f);
 }
 
 TEST_F(Variable2, OnWriteOnlyFirstReplicaAppliesReplicaZerosValueEverywhere) {
   Variable v = make_variable(strategy, 3.0f, {.aggregation = VariableAggregation::kOnlyFirstReplica});
-  strategy.run([&] { v.assign_add(7 * (replica_id() + 1)); });
+  strategy.run([&] { v.assign_add(7 * (replica_id<float>() + 1)); });
   EXPECT_EQ(scalars(v), (std::vector<float>{10.0f, 10.0f}));
 }
 
@@ -302,10 +296,10 @@ TEST_P(Variables, OnWriteSumAndMeanReduceThenUpdateEveryComponent) {
   Variable mean_sub = make_variable(strategy, 5.0f, {.aggregation = VariableAggregation::kMean});
   Variable assigned = make_variable(strategy, 1.0f, {.aggregation = VariableAggregation::kMean});
   strategy.run([&] {
-    sum.assign_add(replica_id());
-    mean.assign_add(replica_id());
-    mean_sub.assign_sub(replica_id());
-    assigned.assign(replica_id());
+    sum.assign_add(replica_id<float>());
+    mean.assign_add(replica_id<float>());
+    mean_sub.assign_sub(replica_id<float>());
+    assigned.assign(replica_id<float>());
   });
   EXPECT_EQ(scalars(sum), repeated(1 + sum_of_ids, this->n()));
   EXPECT_EQ(scalars(mean), repeated(1 + sum_of_ids / n, this->n()));
@@ -319,7 +313,7 @@ TEST_P(Variables, OnWriteSumOfTensorsAndManySteps) {
                              {.aggregation = VariableAggregation::kSum});
   constexpr int kSteps = 20;
   strategy.run([&] {
-    const double r = replica_id();
+    const double r = replica_id<float>();
     for (int step = 0; step < kSteps; ++step) {
       v.assign_add(Tensor::from_vector<double>({r, 1, 2 * r, -1}, Shape{2, 2}));
     }
@@ -336,7 +330,7 @@ TEST_P(Variables, OnWriteOnlyFirstReplicaAndNone) {
   Variable first = make_variable(strategy, 3.0f, {.aggregation = VariableAggregation::kOnlyFirstReplica});
   Variable none = make_variable(strategy, 3.0f);
   strategy.run([&] {
-    first.assign_add(7 * (replica_id() + 1));
+    first.assign_add(7 * (replica_id<float>() + 1));
     none.assign_sub(2.0f);
     none.assign(Tensor::scalar<float>(8.0f));
   });
@@ -370,7 +364,7 @@ TEST_P(Variables, ManyReplicaUpdatesOfSeveralKindsStayConsistent) {
     strategy.run([&] {
       for (int step = 0; step < kSteps; ++step) {
         sum.assign_add(1.0f);
-        first.assign_add(replica_id() + 1);
+        first.assign_add(replica_id<float>() + 1);
         counter.assign_add(1);
         EXPECT_EQ(sum.value().item<float>(), first.value().item<float>() * static_cast<float>(n()));
       }
@@ -693,7 +687,7 @@ TEST_F(Variable2, OnReadVariablesAreNotTrainableUnlessSaid) {
 TEST_F(Variable2, OnReadWithAggregationNoneIsReadInsideRunOnly) {
   Variable counter = make_variable(strategy, 0, {.name = "counter", .synchronization = VariableSynchronization::kOnRead});
   EXPECT_EQ(counter.aggregation(), VariableAggregation::kNone);
-  strategy.run([&] { counter.assign_add(replica_id() + 1); });
+  strategy.run([&] { counter.assign_add(replica_id<float>() + 1); });
   const PerReplica<int> read = strategy.run([&] { return counter.value().item<int>(); });
   EXPECT_EQ(read.values(), (std::vector<int>{1, 2}));
   expect_error<InvalidArgumentError>(

@@ -47,10 +47,15 @@ now_ms() {
   echo $((${EPOCHREALTIME/./} / 1000))
 }
 
-# How many workers still run on host0.
+# How many workers still run on host0: its processes running the program's file (their command
+# names, /proc/PID/comm, are cut to 15 characters).
+program_file=$(readlink -f "$program")
 workers_on_host0() {
-  local pid
-  for pid in $(ip netns pids "$HOSTS_ID-host0"); do cat "/proc/$pid/comm" 2>/dev/null; done | grep -c "^${program##*/}" || true
+  local pid count=0
+  for pid in $(ip netns pids "$HOSTS_ID-host0"); do
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" != "$program_file" ] || count=$((count + 1))
+  done
+  echo "$count"
 }
 
 # Milliseconds as seconds, to a tenth.

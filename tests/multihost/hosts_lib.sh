@@ -8,7 +8,8 @@
 # bridge 192.0.2.1, host k 192.0.2.(10+k). Each link is rate-limited both ways by a tbf qdisc.
 # Within a host ranks talk through shared memory (vader), between hosts through TCP only.
 #
-#   hosts_up COUNT SLOTS RATE_GBIT   makes the hosts (RATE_GBIT 0: no limit); exits 77 with the
+#   hosts_up COUNT SLOTS RATE_GBIT   makes the hosts (RATE_GBIT 0: no limit), first removing what
+#                                    runs whose script is gone left behind; exits 77 with the
 #                                    reason when this machine cannot make namespaces
 #   hosts_mpirun ARGS...             mpirun ARGS over the hosts, SLOTS ranks per host by default;
 #                                    ended after HOSTS_TIMEOUT seconds where set (exit code 124)
@@ -48,6 +49,49 @@ hosts_teardown() {
   rm -rf "/dev/shm/$id" "/tmp/$id"
 }
 
+# The start time of process PID (field 22 of /proc/PID/stat, in clock ticks since boot), which
+# tells a process from a later one given the same PID; empty when there is no such process.
+hosts_start_time() {
+  local stat fields
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  # The fields after the command name, which may hold spaces and ends at the last ')'.
+  read -ra fields <<<"${stat##*) }"
+  echo "${fields[19]}"
+}
+
+# The runs whose namespaces or directories are on this machine: distribute-hosts-PID-START-N, as
+# hosts_up names them, and distribute-hosts-PID-N of earlier versions of this file.
+hosts_runs() {
+  {
+    ip netns list | awk '{ print $1 }' | sed -nE 's/^(distribute-hosts-[0-9-]+)-(head|host[0-9]+)$/\1/p'
+    for dir in /dev/shm/distribute-hosts-* /tmp/distribute-hosts-*; do
+      [ ! -e "$dir" ] || echo "${dir##*/}"
+    done
+  } | sort -u
+}
+
+# Whether the script that made run ID has ended (then nothing removes what the run left: its
+# watcher was killed with it), and not merely its PID taken by another process since. A run of an
+# earlier version, whose ID lacks the start time, counts as ended only once its PID is unused.
+hosts_run_ended() {
+  local pid start rest
+  IFS=- read -r pid start rest <<<"${1#distribute-hosts-}"
+  [ -n "$rest" ] || { [ ! -e "/proc/$pid" ]; return; }
+  [ "$(hosts_start_time "$pid")" != "$start" ]
+}
+
+# Removes the namespaces (and with them their veth links and processes) and the directories of
+# every run whose script has ended: an interrupted run leaves them when its watcher dies too.
+hosts_sweep() {
+  local id
+  for id in $(hosts_runs); do
+    if hosts_run_ended "$id"; then
+      echo "hosts_lib: removing what the ended run $id left" >&2
+      hosts_teardown "$id"
+    fi
+  done
+}
+
 hosts_down() {
   [ -n "${HOSTS_ID:-}" ] || return 0
   hosts_teardown "$HOSTS_ID"
@@ -64,7 +108,8 @@ hosts_up() {
   for tool in ip tc unshare mount setsid timeout; do
     command -v "$tool" >/dev/null || hosts_skip "$tool is not installed (Debian: iproute2, util-linux, coreutils)"
   done
-  HOSTS_ID=distribute-hosts-$$-$RANDOM
+  hosts_sweep
+  HOSTS_ID=distribute-hosts-$$-$(hosts_start_time $$)-$RANDOM
   HOSTS_COUNT=$count
   export DISTRIBUTE_HOSTS_NETNS_PREFIX=$HOSTS_ID-
   export DISTRIBUTE_HOSTS_DIR=/dev/shm/$HOSTS_ID DISTRIBUTE_HOSTS_TMP=/tmp/$HOSTS_ID

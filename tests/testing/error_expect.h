@@ -1,15 +1,18 @@
 // Checking errors in tests: expect_error<E>(fn, key_words) runs fn and fails the test unless it
-// throws exactly E (not a subclass, not a sibling) whose what() contains every key word. Also the
-// "replica 0" / "replicas 0, 2" texts that the library's messages use to name replicas.
+// throws exactly E (not a subclass, not a sibling) whose what() contains every key word; the same
+// for an exception already caught. Also the "replica 0" / "replicas 0, 2" texts that the library's
+// messages use to name replicas, and exceptions of a user's own for replicas to throw.
 #pragma once
 
 #include <cxxabi.h>
 #include <gtest/gtest.h>
 
+#include <concepts>
 #include <cstdlib>
 #include <exception>
 #include <initializer_list>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -38,6 +41,7 @@ std::string type_name() {
 // Runs fn; returns what() of the exception it threw after checking its exact type and key words.
 // Returns "" (and records a failure) when fn throws nothing or the wrong type.
 template <class E, class Fn>
+  requires std::invocable<Fn&>
 std::string expect_error(Fn&& fn, const std::vector<std::string>& key_words) {
   try {
     fn();
@@ -58,6 +62,16 @@ std::string expect_error(Fn&& fn, const std::vector<std::string>& key_words) {
   }
   ADD_FAILURE() << "expected " << type_name<E>() << " but nothing was thrown";
   return "";
+}
+
+// As above, for an exception caught earlier (on a replica's thread, say); a null `error` fails too.
+template <class E>
+std::string expect_error(const std::exception_ptr& error, const std::vector<std::string>& key_words) {
+  if (!error) {
+    ADD_FAILURE() << "expected " << type_name<E>() << " but nothing was thrown";
+    return "";
+  }
+  return expect_error<E>([&] { std::rethrow_exception(error); }, key_words);
 }
 
 // Calls fn `calls` times and checks that every call throws E (of any type, derived from
@@ -89,5 +103,16 @@ inline std::vector<int> replicas_except(int n, std::initializer_list<int> except
   }
   return out;
 }
+
+// A user's exception, not a distribute::Error, carrying which replica threw it.
+struct MyError : std::runtime_error {
+  MyError(int replica_id, const std::string& what) : std::runtime_error(what), replica(replica_id) {}
+  int replica;
+};
+
+// A user's exception that is not even a std::exception.
+struct NotStd {
+  int code;
+};
 
 }  // namespace distribute::testing

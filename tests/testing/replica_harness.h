@@ -1,6 +1,8 @@
-// Shared helpers for the tests: device lists and a watchdog that fails a test instead of letting
-// a hang block ctest.
+// Shared helpers for the tests: device lists, and a watchdog that fails a test instead of letting
+// a hang block ctest, with the running test's name to say which one hung.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -47,5 +49,11 @@ class Watchdog {
   bool done_ = false;
   std::thread thread_;
 };
+
+// "Suite.Test" of the running test.
+inline std::string current_test_name() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return std::string(info->test_suite_name()) + "." + info->name();
+}
 
 }  // namespace distribute::testing

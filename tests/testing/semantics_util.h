@@ -1,6 +1,7 @@
-// Helpers for the semantics tests (context, merge_call, collectives, stress): building tensors of
-// any dtype from small integers, and reading any tensor back as doubles so results of every dtype
-// compare with one EXPECT_EQ. Error checks come from error_expect.h.
+// Helpers for the tests of the library's semantics: building tensors of any dtype from small
+// integers, and reading any tensor back as doubles so results of every dtype compare with one
+// EXPECT_EQ; zeros, float tensors from a list, what operator<< prints, the running replica's id,
+// and the CPU backends' names in parameterised tests' names. Error checks come from error_expect.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,9 +9,11 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "distribute/distribute.h"
@@ -53,6 +56,31 @@ inline std::vector<double> to_doubles(const Tensor& t) {
     for (const T& v : t.to_vector<T>()) out.push_back(as_double(v));
     return out;
   });
+}
+
+// Zeros of `shape`, float unless said otherwise.
+inline Tensor zeros(Shape shape, DType dtype = DType::kFloat32) { return Tensor::zeros(dtype, std::move(shape)); }
+
+// A float tensor of shape {values.size()}.
+inline Tensor floats(std::vector<float> values) { return Tensor::from_vector<float>(std::move(values)); }
+
+// What operator<< prints for `v`.
+template <class V>
+std::string printed(const V& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// The calling replica's id in its sync group, as a T (float, to take part in float arithmetic).
+template <class T = int>
+T replica_id() {
+  return static_cast<T>(get_replica_context()->replica_id_in_sync_group());
+}
+
+// The name of a backend of CPU replicas in a parameterised test's name.
+inline std::string backend_label(CrossDeviceOps ops) {
+  return ops == CrossDeviceOps::kAuto ? "SharedMemory" : "ReductionToOneDevice";
 }
 
 }  // namespace distribute::testing
