@@ -363,12 +363,39 @@ TEST_F(MultiWorker, WorkersMakingDifferentCheckpointCallsAllFailAlike) {
         worker() == 1 ? checkpoint.restore(file) : checkpoint.save(file);
       },
       "Checkpoint::save", "Checkpoint::restore");
-  if (worker() == 0) EXPECT_FALSE(fs::exists(file)) << "the chief wrote before the workers agreed";
+  if (worker() == 0) {
+    EXPECT_FALSE(fs::exists(file)) << "the chief wrote before the workers agreed";
+  }
   CheckpointManager manager(Checkpoint({{"w", w}, {"b", b}}), dir / "managed");
   expect_disagreement([&] { worker() == 1 ? (void)manager.restore_or_initialize() : (void)manager.save(); },
                       "CheckpointManager::save", "CheckpointManager::restore_or_initialize");
   EXPECT_EQ(manager.latest_checkpoint(), std::nullopt);
   expect_still_usable();
+  if (worker() == 0) fs::remove_all(dir);
+}
+
+// Each worker's votes carry one handler's stop request, so a strategy has one handler at a time;
+// once it is gone, another may serve the strategy.
+TEST_F(MultiWorker, ASecondPreemptionHandlerOnOneStrategyIsAFailedPrecondition) {
+  namespace fs = std::filesystem;
+  const fs::path dir = chief_scratch(s, "distribute_mw_handlers");
+  if (worker() == 0) fs::remove_all(dir);
+  StrategyScope scope = s.scope();
+  Variable w(1.0f, {.name = "w"});
+  CheckpointManager first_manager(Checkpoint({{"w", w}}), dir / "first");
+  CheckpointManager second_manager(Checkpoint({{"w", w}}), dir / "second");
+  {
+    PreemptionCheckpointHandler first(s, first_manager, {.termination_watcher_fn = [] { return false; }});
+    expect_error<FailedPreconditionError>(
+        [&] { PreemptionCheckpointHandler second(s, second_manager, {.termination_watcher_fn = [] { return false; }}); },
+        {"PreemptionCheckpointHandler: another handler serves this strategy already; make one handler per strategy"});
+    first.run([] {});
+    EXPECT_EQ(first.total_run_calls(), 1);
+  }
+  CheckpointManager third_manager(Checkpoint({{"w", w}}), dir / "third");
+  PreemptionCheckpointHandler third(s, third_manager, {.termination_watcher_fn = [] { return false; }});
+  third.run([] {});
+  EXPECT_EQ(third.total_run_calls(), 1);
   if (worker() == 0) fs::remove_all(dir);
 }
 

@@ -201,24 +201,6 @@ struct CommunicatorSlots {
   std::vector<std::string> hosts;  // each worker's host name
 };
 
-// Every rank's MPI_Get_processor_name on `base`, in rank order (the caller holds the MPI lock).
-std::vector<std::string> processor_names(MPI_Comm base) {
-  char mine[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(mine, &length);
-  int size = 1;
-  MPI_Comm_size(base, &size);
-  std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, base),
-        "MPI_Allgather");
-  std::vector<std::string> names;
-  for (int r = 0; r < size; ++r) {
-    const char* name = all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
-    names.emplace_back(name, strnlen(name, MPI_MAX_PROCESSOR_NAME));
-  }
-  return names;
-}
-
 std::vector<CommunicatorSlots>& communicator_slots() {
   static auto* slots = new std::vector<CommunicatorSlots>();
   return *slots;
@@ -243,6 +225,23 @@ CommunicatorSlots& slots_of(MPI_Comm base) {
 }
 
 }  // namespace
+
+std::vector<std::string> processor_names(MPI_Comm base) {
+  char mine[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(mine, &length);
+  int size = 1;
+  MPI_Comm_size(base, &size);
+  std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, base),
+        "MPI_Allgather");
+  std::vector<std::string> names;
+  for (int r = 0; r < size; ++r) {
+    const char* name = all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    names.emplace_back(name, strnlen(name, MPI_MAX_PROCESSOR_NAME));
+  }
+  return names;
+}
 
 MpiWorkerTransport::MpiWorkerTransport(MPI_Comm base, StalledCollectiveAction on_stall) : on_stall_(on_stall) {
   ensure_mpi_initialized();

@@ -37,6 +37,9 @@ extern Mutex mpi_mutex;
 // MPI_THREAD_SERIALIZED, else UnavailableError), then finalises it at exit.
 void ensure_mpi_initialized();
 
+// Every rank's host name (MPI_Get_processor_name) on `base`, in rank order.
+std::vector<std::string> processor_names(MPI_Comm base) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
+
 class MpiWorkerTransport final : public WorkerTransport {
  public:
   // Open MPI 4.1's collectives slow down sharply above about 16 MiB per call.

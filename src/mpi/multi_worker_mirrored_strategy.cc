@@ -38,14 +38,8 @@ std::array<char, MPI_MAX_PROCESSOR_NAME> processor_name() {
 
 // Every rank's host name, gathered over `comm`.
 std::vector<std::string> rank_hosts(MPI_Comm comm) {
-  const std::array<char, MPI_MAX_PROCESSOR_NAME> name = processor_name();
-  int size = 1;
-  MPI_Comm_size(comm, &size);
-  std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm);
-  std::vector<std::string> hosts;
-  for (int r = 0; r < size; ++r) hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
-  return hosts;
+  detail::MutexLock lock(detail::mpi_mutex);
+  return detail::processor_names(comm);
 }
 
 // Sends `mine` to every worker and receives theirs into `all`, worker by worker, during the
