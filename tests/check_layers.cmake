@@ -11,22 +11,29 @@
 #         -DCXX=c++ -DINCLUDE_DIRS="<dir>|<dir>" -P check_layers.cmake
 cmake_minimum_required(VERSION 3.25)
 
-# The layers bottom up and, for each, the layers it may use (itself included).
+# The layers bottom up and, for each, the layers it may use (itself included). `cluster` is every
+# concern that crosses processes (the coordinator, its channels, the hierarchical communicator);
+# `cluster_mpi` (src/cluster/mpi/) is its MPI backend, which only the component that chooses it
+# (`mpi`, the multi-worker strategy) reaches: the layers above the cluster go through its
+# coordinator, never to a backend.
 set(allowed_base base)
 set(allowed_device base device)
 set(allowed_nest base device nest)
 set(allowed_values base device nest values)
 set(allowed_collective base device collective)
-set(allowed_replica base device nest values collective replica)
+set(allowed_cluster base device collective cluster)
+set(allowed_cluster_mpi base device collective cluster cluster_mpi)
+set(allowed_replica base device nest values collective cluster replica)
 set(allowed_data base device nest data)
-set(allowed_input base device nest values collective replica data input)
-set(allowed_strategy base device nest values collective replica data input strategy)
-set(allowed_variables base device nest values collective replica strategy variables)
+set(allowed_input base device nest values collective cluster replica data input)
+set(allowed_strategy base device nest values collective cluster replica data input strategy)
+set(allowed_variables base device nest values collective cluster replica strategy variables)
 set(allowed_nn base device nest values collective replica strategy nn)
 set(allowed_optimizers base device nest values collective replica strategy variables optimizers)
-set(allowed_checkpoint base device nest values collective replica strategy variables checkpoint)
-# The MPI component (its own library): the multi-worker strategy and its engine.
-set(allowed_mpi base device nest values collective replica data input strategy mpi)
+set(allowed_checkpoint base device nest values collective cluster replica strategy variables checkpoint)
+# The MPI component (its own library): the multi-worker strategy, which builds the cluster over
+# the MPI backend.
+set(allowed_mpi base device nest values collective cluster cluster_mpi replica data input strategy mpi)
 set(allowed_umbrella base device nest values collective replica data input strategy variables nn optimizers checkpoint mpi umbrella)
 
 # The layer of a path relative to the source tree.
@@ -37,6 +44,8 @@ function(layer_of path out)
     set(layer ${CMAKE_MATCH_1})
   elseif(path MATCHES "^include/distribute/[a-z_]+\\.h$")
     set(layer base)
+  elseif(path MATCHES "^src/cluster/mpi/")
+    set(layer cluster_mpi)
   elseif(path MATCHES "^src/([a-z_]+)/")
     set(layer ${CMAKE_MATCH_1})
   else()

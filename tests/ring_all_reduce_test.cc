@@ -1,4 +1,4 @@
-// collective::ring_all_reduce over threads: each rank a thread, its links to the next and previous
+// cluster::ring_all_reduce over threads: each rank a thread, its links to the next and previous
 // ranks mailboxes in shared memory. Sums are exact, uneven and tiny parts (fewer elements than
 // ranks) work, and every rank ends with the same bits, also where the order of additions matters.
 #include <gtest/gtest.h>
@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "collective/ring/ring_all_reduce.h"
+#include "cluster/ring_all_reduce.h"
 #include "testing/replica_harness.h"
 
-namespace distribute::collective {
+namespace distribute::cluster {
 namespace {
 
 // What rank r sends reaches rank r + 1's mailbox, in order.
@@ -148,4 +148,4 @@ INSTANTIATE_TEST_SUITE_P(Ranks, RingAllReduce, ::testing::Values(1, 2, 3, 4, 7),
                          [](const ::testing::TestParamInfo<int>& ranks) { return std::to_string(ranks.param) + "ranks"; });
 
 }  // namespace
-}  // namespace distribute::collective
+}  // namespace distribute::cluster

@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
-#include "base/stop_request.h"
+#include "cluster/stop_request.h"
 #include "checkpoint/require_cross_replica.h"
 #include "distribute/check.h"
 #include "distribute/errors.h"
-#include "replica/call_agreement.h"
+#include "cluster/call_agreement.h"
 
 namespace distribute {
 namespace {
@@ -116,7 +116,7 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
       manager_(manager),
       config_(std::move(config)),
       total_run_calls_(std::make_shared<std::int64_t>(0)),
-      stop_(std::make_unique<detail::StopRequest>()) {
+      stop_(std::make_unique<cluster::StopRequest>()) {
   detail::require_cross_replica("PreemptionCheckpointHandler");
   DISTRIBUTE_CHECK(config_.grace_period.count() >= 0, InvalidArgumentError,
                    "PreemptionCheckpointHandler: grace_period is ", config_.grace_period.count(),
@@ -134,7 +134,7 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
                [count](const Tensor& value) { *count = value.item<std::int64_t>(); }));
   manager_.restore_or_initialize();
   // Last: nothing after it throws, so the destructor that stops carrying it always runs.
-  if (detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
+  if (cluster::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
     DISTRIBUTE_CHECK(agreement->carry_stop_request(*stop_), FailedPreconditionError,
                      "PreemptionCheckpointHandler: another handler serves this strategy already; make one handler "
                      "per strategy");
@@ -143,7 +143,7 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
 }
 
 PreemptionCheckpointHandler::~PreemptionCheckpointHandler() {
-  if (detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
+  if (cluster::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
     agreement->stop_carrying_stop_request();
   }
 }
@@ -193,7 +193,7 @@ void PreemptionCheckpointHandler::save_checkpoint_if_preempted() {
 }
 
 bool PreemptionCheckpointHandler::stop_agreed() {
-  detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended());
+  cluster::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended());
   if (agreement != nullptr && strategy_.extended().num_workers() > 1) return agreement->stop_requested();
   return stop_->is_raised();
 }
@@ -202,7 +202,7 @@ void PreemptionCheckpointHandler::clear_stop() {
   terminated_at_ns_ = 0;
   if (sigterm_watch_) g_sigterm_ns.store(0);
   stop_->clear();
-  if (detail::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
+  if (cluster::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
     agreement->clear_stop_request();
   }
 }

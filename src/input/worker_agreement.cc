@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/wait.h"
 #include "distribute/errors.h"
-#include "collective/hierarchical/worker_group.h"
+#include "cluster/worker_group.h"
 
 namespace distribute::input::internal {
 namespace {
@@ -42,7 +42,7 @@ std::vector<LeafSpec> read_leaves(std::span<const std::int64_t> words) {
 
 }  // namespace
 
-WorkerAgreement::WorkerAgreement(std::shared_ptr<detail::WorkerGroup> workers, std::chrono::duration<double> timeout)
+WorkerAgreement::WorkerAgreement(std::shared_ptr<cluster::WorkerGroup> workers, std::chrono::duration<double> timeout)
     : workers_(std::move(workers)), timeout_(timeout) {}
 
 void WorkerAgreement::exchange(const void* mine, void* all, std::size_t bytes, std::int64_t step) {

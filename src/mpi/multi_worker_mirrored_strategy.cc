@@ -22,7 +22,7 @@
 #include "distribute/device/gpu.h"
 #include "distribute/mpi/mpi_cluster_resolver.h"
 #include "mpi/cluster_resolver.h"
-#include "mpi/mpi_worker_transport.h"
+#include "cluster/mpi/mpi_worker_transport.h"
 #include "strategy/mirrored_extended.h"
 
 namespace distribute {
@@ -44,7 +44,7 @@ std::vector<std::string> rank_hosts(MPI_Comm comm) {
 
 // Sends `mine` to every worker and receives theirs into `all`, worker by worker, during the
 // strategy's construction.
-void exchange_at_construction(detail::WorkerTransport& engine, std::span<const std::byte> mine, std::span<std::byte> all,
+void exchange_at_construction(cluster::WorkerTransport& engine, std::span<const std::byte> mine, std::span<std::byte> all,
                               std::chrono::duration<double> timeout) {
   const std::vector<int> missing = engine.exchange(mine, all, detail::deadline_after(timeout));
   DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "MultiWorkerMirroredStrategy: timed out after ",
@@ -82,7 +82,7 @@ struct ConstructionReport {
 // Every worker's report, exchanged. A worker whose checks failed (`failure`) rethrows its error
 // and every other worker throws one of its type naming it, as after a failed step; workers with
 // different numbers of replicas all throw the same InvalidArgumentError.
-void agree_at_construction(detail::WorkerTransport& engine, std::exception_ptr failure, std::int64_t local,
+void agree_at_construction(cluster::WorkerTransport& engine, std::exception_ptr failure, std::int64_t local,
                            std::chrono::duration<double> timeout) {
   std::string message;
   ConstructionReport mine{0, 0, 0, local};
@@ -125,7 +125,7 @@ std::string nccl_host_name() {
 // NCCL refuses two ranks on one GPU of one host, with an error that names neither the workers nor
 // the remedy; workers that share a host and list the same GPU (every GPU, by default) are told
 // here, each the same error, before any NCCL communicator is made.
-void check_gpus_distinct(detail::WorkerTransport& engine, const std::vector<Device>& devices,
+void check_gpus_distinct(cluster::WorkerTransport& engine, const std::vector<Device>& devices,
                          std::chrono::duration<double> timeout) {
   constexpr std::size_t kField = MPI_MAX_PROCESSOR_NAME;  // a host name or a PCI bus id, NUL-padded
   const std::size_t fields = 1 + devices.size();
@@ -286,7 +286,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   if (devices[0].is_gpu()) {
     check_gpus_distinct(*engine, devices, options.communication.timeout);
   }
-  auto group = std::make_shared<detail::WorkerGroup>(std::move(engine), static_cast<int>(local));
+  auto group = std::make_shared<cluster::WorkerGroup>(std::move(engine), static_cast<int>(local));
   MirroredStrategyOptions mirrored;
   mirrored.communication = options.communication;
   set_extended(detail::make_mirrored_extended(*this, std::move(devices), mirrored, std::move(group)));

@@ -17,7 +17,7 @@ namespace distribute::detail {
 using collective::CollectiveKind;
 
 ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
-                           CommunicationOptions defaults, CallAgreement* agreement, int first_id)
+                           CommunicationOptions defaults, cluster::CallAgreement* agreement, int first_id)
     : size_(size),
       defaults_(defaults),
       policy_(policy),
@@ -112,7 +112,7 @@ void ReplicaGroup::complete_phase() {
 
 bool ReplicaGroup::agree_across_workers(std::exception_ptr local_mismatch) {
   const CollectiveCall& first = *calls_[0];
-  using Status = CallAgreement::Status;
+  using Status = cluster::CallAgreement::Status;
   const Status status = local_mismatch                               ? Status::kFailed
                         : first.op.kind == CollectiveKind::kReturn ? Status::kReturned
                                                                    : Status::kCall;
@@ -140,7 +140,7 @@ void ReplicaGroup::finish_run() {
   }
   if (!error) return;
   try {
-    agreement_->agree(CallAgreement::Status::kFailed, failure_report_, error, failed_replica);
+    agreement_->agree(cluster::CallAgreement::Status::kFailed, failure_report_, error, failed_replica);
   } catch (...) {
     // The workers now know; this worker's run keeps its own error.
   }

@@ -9,7 +9,7 @@
 // fails, times out or leaves early, so no replica is left hanging.
 //
 // In a multi-worker strategy the group's Communicator is the hierarchical one, which moves the data
-// across the workers, and the group calls the workers' CallAgreement as it completes each phase:
+// across the workers, and the group calls the workers' cluster::CallAgreement as it completes each phase:
 // the workers agree on the call before any data moves, and a run's end or failure is agreed too.
 #pragma once
 
@@ -28,7 +28,7 @@
 #include "collective/rendezvous.h"
 #include "distribute/replica/internal/collective_call.h"
 #include "distribute/replica/collective_stats.h"
-#include "replica/call_agreement.h"
+#include "cluster/call_agreement.h"
 #include "replica/small_all_reduce.h"
 
 namespace distribute::detail {
@@ -38,7 +38,7 @@ class ReplicaGroup {
   // In a multi-worker strategy, `agreement` is the workers' and this group's replicas have the
   // global ids first_id ...; null for a single process.
   ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
-               CommunicationOptions defaults, CallAgreement* agreement = nullptr, int first_id = 0);
+               CommunicationOptions defaults, cluster::CallAgreement* agreement = nullptr, int first_id = 0);
 
   int size() const { return size_; }
 
@@ -134,7 +134,7 @@ class ReplicaGroup {
   std::shared_ptr<void> merge_result_ ABSL_GUARDED_BY(phase_);
   // What finish_run reports to the workers: the end of a run that failed here.
   CollectiveCall failure_report_;
-  CallAgreement* const agreement_;
+  cluster::CallAgreement* const agreement_;
   const int first_id_;
   mutable Mutex mu_;
   std::exception_ptr first_error_ ABSL_GUARDED_BY(mu_);

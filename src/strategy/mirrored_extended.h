@@ -1,6 +1,6 @@
 // distribute::detail: MirroredStrategy's engine for the strategies built on it. The multi-worker
 // strategy (src/mpi/) is MirroredStrategy's replicas on each worker, joined to the other workers
-// as a WorkerGroup; it lives in its own library, so it builds the engine through here.
+// as a cluster::WorkerGroup; it lives in its own library, so it builds the engine through here.
 #pragma once
 
 #include <memory>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "distribute/strategy/mirrored_strategy.h"
-#include "collective/hierarchical/worker_group.h"
+#include "cluster/worker_group.h"
 
 namespace distribute::detail {
 
@@ -19,6 +19,6 @@ std::vector<Device> parse_mirrored_devices(const std::vector<std::string>& specs
 // (null: one process).
 std::unique_ptr<StrategyExtended> make_mirrored_extended(Strategy& container, std::vector<Device> devices,
                                                          MirroredStrategyOptions options,
-                                                         std::shared_ptr<WorkerGroup> workers);
+                                                         std::shared_ptr<cluster::WorkerGroup> workers);
 
 }  // namespace distribute::detail

@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "base/mutex.h"
 #include "base/timeline.h"
-#include "collective/hierarchical/communicator.h"
+#include "cluster/hierarchical_communicator.h"
 #include "collective/one_device/communicator.h"
 #include "device/gpu_runtime.h"
 #include "device/replica_device.h"
@@ -15,7 +15,7 @@
 #include "distribute/config.h"
 #include "distribute/device/gpu.h"
 #include "distribute/input/internal/worker_agreement.h"
-#include "replica/call_agreement.h"
+#include "cluster/call_agreement.h"
 #include "replica/replica_group.h"
 #include "replica/replica_runner.h"
 #include "replica/strategy_replica_context.h"
@@ -65,7 +65,7 @@ detail::Backend choose_backend(const std::vector<Device>& devices, const Mirrore
 // This worker's replicas' backend.
 std::unique_ptr<collective::Communicator> make_local_communicator(
     detail::Backend backend, const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
-    const detail::WaitPolicy& policy, [[maybe_unused]] detail::WorkerGroup* workers,
+    const detail::WaitPolicy& policy, [[maybe_unused]] cluster::WorkerGroup* workers,
     [[maybe_unused]] std::chrono::duration<double> timeout) {
   const int n = static_cast<int>(devices.size());
   std::vector<detail::ReplicaDevice*> raw;
@@ -100,10 +100,10 @@ std::unique_ptr<collective::Communicator> make_local_communicator(
 // The backend of a level's replicas, joined to the other workers of `workers` unless it is null.
 std::unique_ptr<collective::Communicator> make_communicator(
     detail::Backend backend, const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
-    const detail::WaitPolicy& policy, detail::WorkerGroup* workers, std::chrono::duration<double> timeout) {
+    const detail::WaitPolicy& policy, cluster::WorkerGroup* workers, std::chrono::duration<double> timeout) {
   std::unique_ptr<collective::Communicator> local = make_local_communicator(backend, devices, policy, workers, timeout);
   if (workers == nullptr) return local;
-  return std::make_unique<collective::hierarchical::HierarchicalCommunicator>(std::move(local), *workers,
+  return std::make_unique<cluster::HierarchicalCommunicator>(std::move(local), *workers,
                                                                               static_cast<int>(devices.size()));
 }
 
@@ -117,19 +117,19 @@ std::vector<std::unique_ptr<detail::ReplicaDevice>> make_replica_devices(const s
 // together fit on its cores. When they do not and other workers share the machine, a waiting
 // replica parks at once: yielding would still take turns on the cores from the other processes'
 // replicas and MPI progress, which the waits across workers depend on.
-detail::WaitPolicy wait_policy(int local_replicas, const detail::WorkerGroup* workers) {
+detail::WaitPolicy wait_policy(int local_replicas, const cluster::WorkerGroup* workers) {
   const int on_host = workers != nullptr ? workers->workers_on_this_host() : 1;
   detail::WaitPolicy policy = detail::WaitPolicy::for_threads(local_replicas * on_host);
   if (on_host > 1 && policy.spin.count() == 0) policy.yield = std::chrono::nanoseconds::zero();
   return policy;
 }
 
-detail::WorkerGroup* workers_of(detail::CallAgreement* agreement) {
+cluster::WorkerGroup* workers_of(cluster::CallAgreement* agreement) {
   return agreement != nullptr ? &agreement->workers() : nullptr;
 }
 
 // The global id of this worker's first replica, of `local`.
-int first_global_id(detail::CallAgreement* agreement, int local) {
+int first_global_id(cluster::CallAgreement* agreement, int local) {
   return agreement != nullptr ? agreement->workers().worker_id() * local : 0;
 }
 
@@ -138,7 +138,7 @@ int first_global_id(detail::CallAgreement* agreement, int local) {
 // paused ones.
 struct RunLevel {
   RunLevel(Strategy& strategy, const std::vector<Device>& devices, int depth, const MirroredStrategyOptions& options,
-           detail::Backend backend, detail::CallAgreement* agreement)
+           detail::Backend backend, cluster::CallAgreement* agreement)
       : replica_devices(make_replica_devices(devices)),
         bound(devices.size(), 0),
         policy(wait_policy(static_cast<int>(devices.size()), workers_of(agreement))),
@@ -199,12 +199,12 @@ struct RunLevel {
 class MirroredExtended final : public StrategyExtended {
  public:
   MirroredExtended(Strategy& container, std::vector<Device> devices, MirroredStrategyOptions options,
-                   std::shared_ptr<detail::WorkerGroup> workers)
+                   std::shared_ptr<cluster::WorkerGroup> workers)
       : StrategyExtended(container, std::move(devices), options.communication),
         options_(options),
         backend_(choose_backend(worker_devices(), options)),
         workers_(std::move(workers)),
-        agreement_(workers_ != nullptr ? std::make_unique<detail::CallAgreement>(workers_) : nullptr),
+        agreement_(workers_ != nullptr ? std::make_unique<cluster::CallAgreement>(workers_) : nullptr),
         input_agreement_(workers_ != nullptr && workers_->num_workers() > 1
                              ? std::make_shared<input::internal::WorkerAgreement>(workers_, options.communication.timeout)
                              : nullptr) {
@@ -286,7 +286,7 @@ class MirroredExtended final : public StrategyExtended {
     detail::MutexLock lock(levels_mu_);
     return &levels_[0]->group.communicator();
   }
-  detail::CallAgreement* call_agreement() override { return agreement_.get(); }
+  cluster::CallAgreement* call_agreement() override { return agreement_.get(); }
   detail::Mutex* run_mutex() override { return &level0_->run_mu; }
   std::weak_ptr<input::internal::WorkerAgreement> input_agreement() const override { return input_agreement_; }
 
@@ -307,8 +307,8 @@ class MirroredExtended final : public StrategyExtended {
   const MirroredStrategyOptions options_;
   const detail::Backend backend_;
   // Declared before the levels: their groups use these until they are gone.
-  const std::shared_ptr<detail::WorkerGroup> workers_;
-  const std::unique_ptr<detail::CallAgreement> agreement_;
+  const std::shared_ptr<cluster::WorkerGroup> workers_;
+  const std::unique_ptr<cluster::CallAgreement> agreement_;
   // Across workers only: what the iterators of this strategy's distributed datasets agree through.
   const std::shared_ptr<input::internal::WorkerAgreement> input_agreement_;
   detail::Mutex levels_mu_;
@@ -324,7 +324,7 @@ std::vector<Device> parse_mirrored_devices(const std::vector<std::string>& specs
 
 std::unique_ptr<StrategyExtended> make_mirrored_extended(Strategy& container, std::vector<Device> devices,
                                                          MirroredStrategyOptions options,
-                                                         std::shared_ptr<WorkerGroup> workers) {
+                                                         std::shared_ptr<cluster::WorkerGroup> workers) {
   return std::make_unique<MirroredExtended>(container, std::move(devices), options, std::move(workers));
 }
 

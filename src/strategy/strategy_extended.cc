@@ -14,7 +14,7 @@
 #include "distribute/replica/internal/context_stack.h"
 #include "distribute/strategy/strategy.h"
 #include "replica/call_signature.h"
-#include "replica/call_agreement.h"
+#include "cluster/call_agreement.h"
 
 namespace distribute {
 namespace detail {
@@ -52,7 +52,7 @@ void check_same_except(std::span<const Tensor> components, std::optional<int> ax
 Tensor StrategyExtended::reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
                                            const Device& destination, const CommunicationOptions& options,
                                            const char* what) {
-  if (detail::CallAgreement* agreement = call_agreement()) {
+  if (cluster::CallAgreement* agreement = call_agreement()) {
     return reduce_across_workers(*agreement, op, components, axis, destination, options, what);
   }
   return reduce_locally(op, components, axis, destination, options, what);
@@ -101,7 +101,7 @@ Tensor StrategyExtended::reduce_locally(ReduceOp op, std::span<const Tensor> com
 
 Tensor StrategyExtended::concat_components(std::span<const Tensor> components, int axis, const Device& destination,
                                            const CommunicationOptions& options, const char* what) {
-  if (detail::CallAgreement* agreement = call_agreement()) {
+  if (cluster::CallAgreement* agreement = call_agreement()) {
     return concat_across_workers(*agreement, components, axis, destination, options, what);
   }
   return concat_locally(components, axis, destination, options, what);
@@ -140,7 +140,7 @@ namespace {
 // Agrees with the other workers on a cross-replica step: `kind` (kReduceTo, kGatherTo, kBroadcastTo) of one
 // leaf, `value`'s dtype and shape, which may differ between workers along `open_axis` (-1: none).
 // A local check that failed (`error`) is reported to every worker, and rethrown here.
-void agree_across_workers(CallAgreement& agreement, collective::CollectiveKind kind, ReduceOp op, int open_axis,
+void agree_across_workers(cluster::CallAgreement& agreement, collective::CollectiveKind kind, ReduceOp op, int open_axis,
                           const Tensor& value, std::chrono::duration<double> timeout, std::exception_ptr error) {
   CollectiveCall call;
   call.op.kind = kind;
@@ -155,13 +155,13 @@ void agree_across_workers(CallAgreement& agreement, collective::CollectiveKind k
   leaves.add(leaf.dtype, leaf.shape->span(), open_axis);
   call.leaf_digest = leaves.value();
   call.signature = signature_digest(call);
-  agreement.agree(error ? CallAgreement::Status::kFailed : CallAgreement::Status::kCall, call, error);
+  agreement.agree(error ? cluster::CallAgreement::Status::kFailed : cluster::CallAgreement::Status::kCall, call, error);
 }
 
 }  // namespace
 
 Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine) {
-  CallAgreement* agreement = extended.call_agreement();
+  cluster::CallAgreement* agreement = extended.call_agreement();
   if (agreement == nullptr || agreement->workers().num_workers() == 1) return mine;
   const auto timeout = CommunicationOptions{}.merged_with(extended.default_options_).timeout;
   // A copy: on the other workers the broadcast overwrites it.
@@ -172,10 +172,10 @@ Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine) {
   return mine.device().is_cpu() ? value : value.to(mine.device());
 }
 
-CallAgreement* call_agreement_of(StrategyExtended& extended) { return extended.call_agreement(); }
+cluster::CallAgreement* call_agreement_of(StrategyExtended& extended) { return extended.call_agreement(); }
 
 void agree_on_checkpoint(StrategyExtended& extended, const CallPurpose& purpose) {
-  CallAgreement* agreement = extended.call_agreement();
+  cluster::CallAgreement* agreement = extended.call_agreement();
   if (agreement == nullptr || agreement->workers().num_workers() == 1) return;
   CollectiveCall call;
   call.op.kind = collective::CollectiveKind::kCheckpoint;
@@ -184,7 +184,7 @@ void agree_on_checkpoint(StrategyExtended& extended, const CallPurpose& purpose)
   call.purpose = &purpose;
   call.leaf_digest = LeafDigest().value();
   call.signature = signature_digest(call);
-  agreement->agree(CallAgreement::Status::kCall, call);
+  agreement->agree(cluster::CallAgreement::Status::kCall, call);
 }
 
 BetweenRuns::BetweenRuns(StrategyExtended& extended) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -200,7 +200,7 @@ BetweenRuns::~BetweenRuns() ABSL_NO_THREAD_SAFETY_ANALYSIS {
 
 }  // namespace detail
 
-Tensor StrategyExtended::reduce_across_workers(detail::CallAgreement& agreement, ReduceOp op,
+Tensor StrategyExtended::reduce_across_workers(cluster::CallAgreement& agreement, ReduceOp op,
                                                std::span<const Tensor> components, std::optional<int> axis,
                                                const Device& destination, const CommunicationOptions& options,
                                                const char* what) {
@@ -222,7 +222,7 @@ Tensor StrategyExtended::reduce_across_workers(detail::CallAgreement& agreement,
   }
   detail::agree_across_workers(agreement, collective::CollectiveKind::kReduceTo, op, open_axis,
                                error ? Tensor() : components[0], merged.timeout, error);
-  detail::WorkerGroup& workers = agreement.workers();
+  cluster::WorkerGroup& workers = agreement.workers();
   workers.all_reduce(partial.dtype(), partial.raw_data(), partial.num_elements(), merged.timeout, what);
   if (op == ReduceOp::kMean) {
     const std::int64_t total = std::max<std::int64_t>(workers.sum(count, merged.timeout, what), 1);
@@ -232,7 +232,7 @@ Tensor StrategyExtended::reduce_across_workers(detail::CallAgreement& agreement,
   return partial.to(destination);
 }
 
-Tensor StrategyExtended::concat_across_workers(detail::CallAgreement& agreement, std::span<const Tensor> components, int axis,
+Tensor StrategyExtended::concat_across_workers(cluster::CallAgreement& agreement, std::span<const Tensor> components, int axis,
                                                const Device& destination, const CommunicationOptions& options,
                                                const char* what) {
   const CommunicationOptions merged = options.merged_with(default_options_);

@@ -40,9 +40,9 @@
 
 namespace distribute {
 
-namespace detail {
-class StopRequest;  // src/base/stop_request.h
-}  // namespace detail
+namespace cluster {
+class StopRequest;  // src/cluster/stop_request.h
+}  // namespace cluster
 
 // The exit code of a job that saved because it was preempted and must be relaunched to go on.
 inline constexpr int kRestartExitCode = 42;
@@ -146,7 +146,7 @@ class PreemptionCheckpointHandler {
   // When this worker was told to terminate (CLOCK_MONOTONIC ns), 0 until it is; cleared by a save.
   std::int64_t terminated_at_ns_ = 0;
   // This worker's wish to stop, which its votes carry.
-  std::unique_ptr<detail::StopRequest> stop_;
+  std::unique_ptr<cluster::StopRequest> stop_;
   // Set when there is no termination_watcher_fn.
   std::unique_ptr<SigtermWatch> sigterm_watch_;
 };

@@ -31,8 +31,10 @@ namespace collective {
 class Communicator;  // src/collective/communicator.h
 }  // namespace collective
 class StrategyExtended;
+namespace cluster {
+class CallAgreement;  // src/cluster/call_agreement.h
+}  // namespace cluster
 namespace detail {
-class CallAgreement;  // src/replica/call_agreement.h
 // Global replica 0's value on every worker, bit for bit: the first worker's `mine` (its replica
 // 0's value) reaches the others in a cross-replica step agreed on like reduce_to, in cross-replica
 // context. `mine` itself for a strategy of one worker. What a variable's ONLY_FIRST_REPLICA and
@@ -40,7 +42,7 @@ class CallAgreement;  // src/replica/call_agreement.h
 Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine);
 // How this worker agrees with the others on each step; null for a strategy of one process. For the
 // layers above the strategy that ride on the agreement (a preemption's stop request).
-CallAgreement* call_agreement_of(StrategyExtended& extended);
+cluster::CallAgreement* call_agreement_of(StrategyExtended& extended);
 struct CallPurpose;  // distribute/replica/internal/collective_call.h
 // Agrees with the other workers, before anything is read, written or sent, that every worker makes
 // the checkpoint operation that `purpose` names (its method and entries): workers whose operations
@@ -158,7 +160,7 @@ class StrategyExtended {
   virtual collective::Communicator* communicator() { return nullptr; }
   // How this worker agrees with the others on each call, and through it the workers; null for a
   // strategy of one process.
-  virtual detail::CallAgreement* call_agreement() { return nullptr; }
+  virtual cluster::CallAgreement* call_agreement() { return nullptr; }
   // Held by the thread of each top-level run for the whole run; null for a strategy whose runs
   // are not serialised (the single-replica strategies run on the caller's thread).
   virtual detail::Mutex* run_mutex() { return nullptr; }
@@ -169,7 +171,7 @@ class StrategyExtended {
  private:
   friend class Strategy;
   friend Tensor detail::first_worker_value(StrategyExtended& extended, const Tensor& mine);
-  friend detail::CallAgreement* detail::call_agreement_of(StrategyExtended& extended);
+  friend cluster::CallAgreement* detail::call_agreement_of(StrategyExtended& extended);
   friend void detail::agree_on_checkpoint(StrategyExtended& extended, const detail::CallPurpose& purpose);
   friend class detail::BetweenRuns;
   // The cross-replica operations behind Strategy::reduce / gather and reduce_to / gather_to:
@@ -185,10 +187,10 @@ class StrategyExtended {
                         const CommunicationOptions& options, const char* what);
   // The same across workers: the local checks, then the workers' agreement, then the local
   // combination, the step across workers and the copy to destination.
-  Tensor reduce_across_workers(detail::CallAgreement& agreement, ReduceOp op, std::span<const Tensor> components,
+  Tensor reduce_across_workers(cluster::CallAgreement& agreement, ReduceOp op, std::span<const Tensor> components,
                                std::optional<int> axis, const Device& destination, const CommunicationOptions& options,
                                const char* what);
-  Tensor concat_across_workers(detail::CallAgreement& agreement, std::span<const Tensor> components, int axis,
+  Tensor concat_across_workers(cluster::CallAgreement& agreement, std::span<const Tensor> components, int axis,
                                const Device& destination, const CommunicationOptions& options, const char* what);
   // communicator(), once `options` are known to ask for no other implementation.
   collective::Communicator* checked_backend(const CommunicationOptions& options, const char* what);

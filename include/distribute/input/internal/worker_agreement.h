@@ -17,9 +17,9 @@
 #include "distribute/device/dtype.h"
 #include "distribute/device/shape.h"
 
-namespace distribute::detail {
-class WorkerGroup;  // src/collective/hierarchical/worker_group.h
-}  // namespace distribute::detail
+namespace distribute::cluster {
+class WorkerGroup;  // src/cluster/worker_group.h
+}  // namespace distribute::cluster
 
 namespace distribute::input::internal {
 
@@ -59,7 +59,7 @@ struct StepDecision {
 class WorkerAgreement {
  public:
   // Each agreement waits at most `timeout` for the other workers (0: no limit).
-  WorkerAgreement(std::shared_ptr<detail::WorkerGroup> workers, std::chrono::duration<double> timeout);
+  WorkerAgreement(std::shared_ptr<cluster::WorkerGroup> workers, std::chrono::duration<double> timeout);
 
   // Sends `mine` to every worker and decides from every worker's report: the step runs when
   // every worker has a full step if any worker's dataset drops its remainder, else when any
@@ -79,7 +79,7 @@ class WorkerAgreement {
   // Exchanges `mine` on the input channel; DeadlineExceededError when a worker does not arrive.
   void exchange(const void* mine, void* all, std::size_t bytes, std::int64_t step);
 
-  const std::shared_ptr<detail::WorkerGroup> workers_;
+  const std::shared_ptr<cluster::WorkerGroup> workers_;
   const std::chrono::duration<double> timeout_;
   std::atomic<bool> broken_{false};
   std::string broken_reason_;  // written once, before broken_ is set

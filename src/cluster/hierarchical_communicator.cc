@@ -1,5 +1,5 @@
 // HierarchicalCommunicator: a phase's data across the workers, in prepare(), and its copies out.
-#include "collective/hierarchical/communicator.h"
+#include "cluster/hierarchical_communicator.h"
 
 #include <cstring>
 #include <optional>
@@ -9,36 +9,36 @@
 #include "base/timeline.h"
 #include "device/kernels.h"
 
-namespace distribute::collective::hierarchical {
+namespace distribute::cluster {
 
-HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> local, detail::WorkerGroup& workers,
+HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<collective::Communicator> local, cluster::WorkerGroup& workers,
                                                    int local_replicas)
     : local_(std::move(local)), workers_(workers), size_(local_replicas) {}
 
 void HierarchicalCommunicator::set_failure_flag(const std::atomic<bool>* failed) {
-  Communicator::set_failure_flag(failed);
+  collective::Communicator::set_failure_flag(failed);
   local_->set_failure_flag(failed);
 }
 
-void HierarchicalCommunicator::stage(int rank, CollectiveOp& op) {
+void HierarchicalCommunicator::stage(int rank, collective::CollectiveOp& op) {
   // Otherwise prepare() reads every replica's inputs in place while they wait.
   if (local_->spans_processes()) local_->stage(rank, op);
 }
 
-void HierarchicalCommunicator::prepare(std::span<CollectiveOp* const> ops) {
+void HierarchicalCommunicator::prepare(std::span<collective::CollectiveOp* const> ops) {
   phase_.claim();
-  const CollectiveKind kind = ops[0]->kind;
+  const collective::CollectiveKind kind = ops[0]->kind;
   if (local_->spans_processes()) {
-    if (kind == CollectiveKind::kAllGather) share_gather_dims(ops);
+    if (kind == collective::CollectiveKind::kAllGather) share_gather_dims(ops);
     local_->prepare(ops);
     return;
   }
-  if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) reduce_across_workers(ops);
-  if (kind == CollectiveKind::kAllGather) gather_across_workers(ops);
+  if (kind == collective::CollectiveKind::kAllReduce || kind == collective::CollectiveKind::kReduceScatter) reduce_across_workers(ops);
+  if (kind == collective::CollectiveKind::kAllGather) gather_across_workers(ops);
 }
 
-void HierarchicalCommunicator::reduce_across_workers(std::span<CollectiveOp* const> ops) {
-  const CollectiveOp& first = *ops[0];
+void HierarchicalCommunicator::reduce_across_workers(std::span<collective::CollectiveOp* const> ops) {
+  const collective::CollectiveOp& first = *ops[0];
   // One replica per worker (the default of MultiWorkerMirroredStrategy) whose outputs are one
   // block laid out like reduced_ (host memory, as every replica on this path is a CPU's): the
   // transport works in that block, which saves copying the whole result back out of reduced_.
@@ -65,7 +65,7 @@ void HierarchicalCommunicator::reduce_across_workers(std::span<CollectiveOp* con
   local.reset();
   // One step per run of leaves of one dtype: the padding between them is zero and stays so.
   const detail::timeline::Span across(detail::timeline::kCrossWorkerTrack, "data");
-  const detail::StepName what(first);
+  const cluster::StepName what(first);
   const std::int64_t replicas = std::int64_t{size_} * workers_.num_workers();
   for (std::size_t begin = 0; begin < first.inputs.size();) {
     const DType dtype = first.inputs[begin].dtype;
@@ -84,19 +84,19 @@ void HierarchicalCommunicator::reduce_across_workers(std::span<CollectiveOp* con
   }
 }
 
-void HierarchicalCommunicator::gather_across_workers(std::span<CollectiveOp* const> ops) {
-  const CollectiveOp& first = *ops[0];
+void HierarchicalCommunicator::gather_across_workers(std::span<collective::CollectiveOp* const> ops) {
+  const collective::CollectiveOp& first = *ops[0];
   const std::size_t leaves = first.inputs.size();
   gathered_.resize(leaves);
   gathered_shapes_.clear();
   // Each leaf's local concatenation is done inside the step across the workers.
   const detail::timeline::Span across(detail::timeline::kCrossWorkerTrack, "data");
-  const detail::StepName what(first);
+  const cluster::StepName what(first);
   absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
   absl::InlinedVector<std::int64_t, 8> dims(static_cast<std::size_t>(size_));
   for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
     const Shape& shape = *first.inputs[leaf].shape;
-    const int axis = gather_axis(first, shape);
+    const int axis = collective::gather_axis(first, shape);
     const std::int64_t outer = shape.outer_size(axis);
     const std::size_t inner_bytes =
         static_cast<std::size_t>(shape.inner_size(axis)) * dtype_size(first.inputs[leaf].dtype);
@@ -122,19 +122,19 @@ void HierarchicalCommunicator::gather_across_workers(std::span<CollectiveOp* con
   }
 }
 
-void HierarchicalCommunicator::share_gather_dims(std::span<CollectiveOp* const> ops) {
-  const CollectiveOp& first = *ops[0];
+void HierarchicalCommunicator::share_gather_dims(std::span<collective::CollectiveOp* const> ops) {
+  const collective::CollectiveOp& first = *ops[0];
   const std::size_t leaves = first.inputs.size();
   const auto local = static_cast<std::size_t>(size_);
   std::vector<std::int64_t> mine(leaves * local);
   for (std::size_t leaf = 0; leaf < leaves; ++leaf) {
-    const int axis = gather_axis(first, *first.inputs[leaf].shape);
+    const int axis = collective::gather_axis(first, *first.inputs[leaf].shape);
     for (std::size_t r = 0; r < local; ++r) mine[leaf * local + r] = (*ops[r]->inputs[leaf].shape)[axis];
   }
   std::vector<std::size_t> sizes;
   const std::vector<std::byte> bytes =
-      workers_.all_gather(std::as_bytes(std::span(mine)), sizes, first.options.timeout, detail::StepName(first));
-  // Worker w's entries are [w][leaf][r]; the local Communicator wants [leaf][w * local + r].
+      workers_.all_gather(std::as_bytes(std::span(mine)), sizes, first.options.timeout, cluster::StepName(first));
+  // Worker w's entries are [w][leaf][r]; the local collective::Communicator wants [leaf][w * local + r].
   const auto workers = static_cast<std::size_t>(workers_.num_workers());
   const auto ranks = workers * local;
   std::vector<std::int64_t> dims(leaves * ranks);
@@ -148,7 +148,7 @@ void HierarchicalCommunicator::share_gather_dims(std::span<CollectiveOp* const> 
   local_->set_gather_dims(std::move(dims));
 }
 
-void HierarchicalCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) {
+void HierarchicalCommunicator::all_reduce(int rank, std::span<collective::CollectiveOp* const> ops) {
   if (local_->spans_processes()) {
     local_->all_reduce(rank, ops);
     return;
@@ -156,24 +156,24 @@ void HierarchicalCommunicator::all_reduce(int rank, std::span<CollectiveOp* cons
   phase_.claim_shared();
   if (reduced_in_output_) return;
   // Each replica copies the result to its own outputs, in parallel.
-  const CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
+  const collective::CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
   for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
     const std::size_t bytes = op.inputs[leaf].nbytes();
     if (bytes != 0) std::memcpy(op.output_data[leaf], reduced_.data() + op.leaf_offsets[leaf], bytes);
   }
 }
 
-void HierarchicalCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> ops) {
+void HierarchicalCommunicator::reduce_scatter(int rank, std::span<collective::CollectiveOp* const> ops) {
   if (local_->spans_processes()) {
     local_->reduce_scatter(rank, ops);
     return;
   }
   phase_.claim_shared();
-  const CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
+  const collective::CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
   const std::int64_t replicas = std::int64_t{size_} * workers_.num_workers();
   const std::int64_t id = std::int64_t{workers_.worker_id()} * size_ + rank;
   for (std::size_t leaf = 0; leaf < op.inputs.size(); ++leaf) {
-    const BufferRef& in = op.inputs[leaf];
+    const collective::BufferRef& in = op.inputs[leaf];
     const Shard shard = shard_of(in.num_elements(), replicas, id);
     const std::size_t element = dtype_size(in.dtype);
     if (shard.size == 0) continue;
@@ -182,29 +182,29 @@ void HierarchicalCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* 
   }
 }
 
-void HierarchicalCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {
+void HierarchicalCommunicator::all_gather(int rank, std::span<collective::CollectiveOp* const> ops) {
   if (local_->spans_processes()) {
     local_->all_gather(rank, ops);
     return;
   }
   phase_.claim_shared();
-  const CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
+  const collective::CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
   for (std::size_t leaf = 0; leaf < gathered_.size(); ++leaf) {
     void* out = op.allocate_output(op.allocate_context, leaf, gathered_shapes_[leaf]);
     if (!gathered_[leaf].empty()) std::memcpy(out, gathered_[leaf].data(), gathered_[leaf].size());
   }
 }
 
-void HierarchicalCommunicator::reduce_to(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values,
+void HierarchicalCommunicator::reduce_to(ReduceOp op, DType dtype, std::span<const collective::DeviceBuffer> values,
                                          std::int64_t count, std::int64_t mean_denominator, void* out,
                                          const Device& destination) {
   local_->reduce_to(op, dtype, values, count, mean_denominator, out, destination);
 }
 
-void HierarchicalCommunicator::gather_to(std::span<const DeviceBuffer> values, std::span<const std::int64_t> dims,
+void HierarchicalCommunicator::gather_to(std::span<const collective::DeviceBuffer> values, std::span<const std::int64_t> dims,
                                          std::int64_t outer, std::size_t inner_bytes, void* out,
                                          const Device& destination) {
   local_->gather_to(values, dims, outer, inner_bytes, out, destination);
 }
 
-}  // namespace distribute::collective::hierarchical
+}  // namespace distribute::cluster

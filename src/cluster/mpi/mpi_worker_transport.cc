@@ -1,5 +1,5 @@
 // MpiWorkerTransport: MPI initialisation, the communicator slots, the header exchange, and data in pieces.
-#include "mpi/mpi_worker_transport.h"
+#include "cluster/mpi/mpi_worker_transport.h"
 
 #include <algorithm>
 #include <array>
@@ -17,8 +17,8 @@
 #include "absl/strings/str_join.h"
 #include "base/call_watchdog.h"
 #include "base/timeline.h"
-#include "collective/hierarchical/worker_group.h"
-#include "collective/ring/ring_all_reduce.h"
+#include "cluster/worker_group.h"
+#include "cluster/ring_all_reduce.h"
 #include "device/kernels.h"
 #include "distribute/errors.h"
 
@@ -449,7 +449,7 @@ void MpiWorkerTransport::send_farewell(std::span<const std::byte> mine) {
   }
 }
 
-void MpiWorkerTransport::send_gave_up(const StepName& what) {
+void MpiWorkerTransport::send_gave_up(const cluster::StepName& what) {
   give_up_slot();
   if (size_ > 1) {
     const std::string step = what.str();
@@ -471,7 +471,7 @@ std::vector<std::pair<int, std::string>> MpiWorkerTransport::take_gave_up() {
   return std::exchange(gave_up_, {});
 }
 
-void MpiWorkerTransport::leave_if_others_gave_up(const StepName& what) {
+void MpiWorkerTransport::leave_if_others_gave_up(const cluster::StepName& what) {
   if (gave_up_.empty()) return;
   // Workers gave up on the step at their deadline after this one's header reached them: they will
   // never join this data phase. When every other worker did, nobody will ever match this worker's
@@ -518,7 +518,7 @@ void MpiWorkerTransport::abandon(std::span<MPI_Request> requests) {
   }
 }
 
-void MpiWorkerTransport::wait_for_data(std::span<MPI_Request> requests, Deadline deadline, const StepName& what) {
+void MpiWorkerTransport::wait_for_data(std::span<MPI_Request> requests, Deadline deadline, const cluster::StepName& what) {
   try {
     const bool done = poll_until([&] { return completed(requests); }, deadline, [&] {
       NonBlockingMpiLock lock;
@@ -583,7 +583,7 @@ std::optional<std::string> MpiWorkerTransport::find_stall(std::span<MPI_Request>
   for (int w = 0; w < size_; ++w) {
     if (w != rank_) (answered[static_cast<std::size_t>(w)] ? waiting : silent).push_back(w);
   }
-  const auto workers = [this](const std::vector<int>& ids) { return workers_on_hosts(ids, hosts_); };
+  const auto workers = [this](const std::vector<int>& ids) { return cluster::workers_on_hosts(ids, hosts_); };
   std::string finding;
   if (silent.empty()) {
     finding = "every worker answered and waits in it too (the transport is stuck, not a worker)";
@@ -620,7 +620,7 @@ namespace {
 
 template <class T>
 void all_reduce_widened(MpiWorkerTransport& engine, void* data, std::int64_t count, Deadline deadline,
-                        const StepName& what) {
+                        const cluster::StepName& what) {
   T* values = static_cast<T*>(data);
   std::vector<float> wide(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) wide[static_cast<std::size_t>(i)] = static_cast<float>(values[i]);
@@ -630,9 +630,9 @@ void all_reduce_widened(MpiWorkerTransport& engine, void* data, std::int64_t cou
 
 }  // namespace
 
-class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
+class MpiWorkerTransport::RingLinks final : public cluster::RingLinks {
  public:
-  RingLinks(MpiWorkerTransport& engine, Deadline deadline, const StepName& what)
+  RingLinks(MpiWorkerTransport& engine, Deadline deadline, const cluster::StepName& what)
       : engine_(engine), deadline_(deadline), what_(what) {}
   int rank() const override { return engine_.rank_; }
   int size() const override { return engine_.size_; }
@@ -672,12 +672,12 @@ class MpiWorkerTransport::RingLinks final : public collective::RingLinks {
  private:
   MpiWorkerTransport& engine_;
   const Deadline deadline_;
-  const StepName& what_;
+  const cluster::StepName& what_;
   std::vector<MPI_Request> requests_;
 };
 
 void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline,
-                                const StepName& what) {
+                                const cluster::StepName& what) {
   if (size_ == 1 || count == 0) return;
   if (dtype == DType::kFloat16) return all_reduce_widened<Half>(*this, data, count, deadline, what);
   if (dtype == DType::kBFloat16) return all_reduce_widened<BFloat16>(*this, data, count, deadline, what);
@@ -694,7 +694,7 @@ void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
     std::byte* work = workspace(part, part_bytes);
     if (work != part) std::memcpy(work, part, part_bytes);
     if (part_bytes >= kMinRingBytes) {
-      collective::ring_all_reduce(ring, dtype, work, n, ring_scratch_);
+      cluster::ring_all_reduce(ring, dtype, work, n, ring_scratch_);
     } else {
       MPI_Request request;
       {
@@ -709,7 +709,7 @@ void MpiWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
 }
 
 void MpiWorkerTransport::all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
-                                const StepName& what) {
+                                const cluster::StepName& what) {
   std::vector<int> counts;
   std::vector<int> displacements;
   std::size_t total = 0;
@@ -745,7 +745,7 @@ void MpiWorkerTransport::all_gather(const void* mine, std::span<const std::size_
   if (work != out && total != 0) std::memcpy(out, work, total);
 }
 
-void MpiWorkerTransport::broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const StepName& what) {
+void MpiWorkerTransport::broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const cluster::StepName& what) {
   if (size_ == 1) return;
   auto* at = static_cast<std::byte*>(data);
   for (std::size_t done = 0; done < bytes; done += kMaxBytesPerCall) {

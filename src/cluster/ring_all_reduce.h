@@ -14,7 +14,7 @@
 
 #include "distribute/device/dtype.h"
 
-namespace distribute::collective {
+namespace distribute::cluster {
 
 // One rank's links to its neighbours in the ring.
 class RingLinks {
@@ -34,4 +34,4 @@ class RingLinks {
 void ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_t count,
                      std::vector<std::byte>& scratch);
 
-}  // namespace distribute::collective
+}  // namespace distribute::cluster

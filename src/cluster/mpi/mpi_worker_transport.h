@@ -9,7 +9,7 @@
 // strategy's options may ask (StalledCollectiveAction::kFailStrategy), is thrown while the
 // abandoned transfers go on into the transport's own buffers. A worker whose header exchange
 // times out tells the others that it gave up, so that a late worker does not start the step's
-// data phase with it (see WorkerTransport::send_gave_up).
+// data phase with it (see cluster::WorkerTransport::send_gave_up).
 #pragma once
 
 #include <mpi.h>
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "base/mutex.h"
-#include "collective/worker_transport.h"
+#include "cluster/worker_transport.h"
 #include "distribute/mpi/multi_worker_mirrored_strategy.h"
 
 namespace distribute::detail {
@@ -40,7 +40,7 @@ void ensure_mpi_initialized();
 // Every rank's host name (MPI_Get_processor_name) on `base`, in rank order.
 std::vector<std::string> processor_names(MPI_Comm base) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
 
-class MpiWorkerTransport final : public WorkerTransport {
+class MpiWorkerTransport final : public cluster::WorkerTransport {
  public:
   // Open MPI 4.1's collectives slow down sharply above about 16 MiB per call.
   static constexpr std::size_t kMaxBytesPerCall = std::size_t{16} << 20;
@@ -50,10 +50,10 @@ class MpiWorkerTransport final : public WorkerTransport {
   // within MPI's int. With kFailStrategy it goes in pieces of kMaxBytesPerCall, which bounds the
   // buffers a stalled call keeps.
   static constexpr std::size_t kMaxRingBytesPerCall = std::size_t{1} << 30;
-  // The largest message of a ring step (see RingLinks in the .cc).
+  // The largest message of a ring step (see cluster::RingLinks in the .cc).
   static constexpr std::size_t kRingMessageBytes = std::size_t{1} << 20;
   // From this size an all_reduce goes around a ring of point-to-point messages
-  // (collective/ring/ring_all_reduce.h) instead of MPI_Iallreduce, whose non-blocking form is
+  // (cluster/cluster::ring_all_reduce.h) instead of MPI_Iallreduce, whose non-blocking form is
   // slower than the blocking one in Open MPI 4.1 (docs/multi_worker.md).
   static constexpr std::size_t kMinRingBytes = std::size_t{64} << 10;
 
@@ -71,12 +71,12 @@ class MpiWorkerTransport final : public WorkerTransport {
                                   Deadline deadline) override {
     return exchange_on(kInputTag, mine, all, deadline);
   }
-  void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const StepName& what) override;
+  void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const cluster::StepName& what) override;
   void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
-                  const StepName& what) override;
-  void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const StepName& what) override;
+                  const cluster::StepName& what) override;
+  void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const cluster::StepName& what) override;
   void send_farewell(std::span<const std::byte> mine) override;
-  void send_gave_up(const StepName& what) override;
+  void send_gave_up(const cluster::StepName& what) override;
   std::vector<std::pair<int, std::string>> take_gave_up() override;
 
  private:
@@ -94,7 +94,7 @@ class MpiWorkerTransport final : public WorkerTransport {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
   // Waits for every request of a data phase; past `deadline`, reports `what` and the workers that
   // do not answer a liveness query (stalled). When it throws, the requests are abandoned.
-  void wait_for_data(std::span<MPI_Request> requests, Deadline deadline, const StepName& what);
+  void wait_for_data(std::span<MPI_Request> requests, Deadline deadline, const cluster::StepName& what);
   // Past the deadline of `requests`: asks the other workers whether they are alive, for a grace
   // period. Returns what was found (the silent workers, or another worker's finding), or nothing
   // when the requests completed meanwhile.
@@ -112,7 +112,7 @@ class MpiWorkerTransport final : public WorkerTransport {
   class RingLinks;
   // In a data phase: when other workers gave up on the step (their notes came), throws
   // DeadlineExceededError if every other worker did, else reports it as a stall does.
-  void leave_if_others_gave_up(const StepName& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
+  void leave_if_others_gave_up(const cluster::StepName& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
   // Answers other workers' liveness queries (the caller holds the MPI lock).
   void answer_queries() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mpi_mutex);
   // Moves the other workers' gave-up notes that have come into gave_up_ (the caller holds the
@@ -162,7 +162,7 @@ class MpiWorkerTransport final : public WorkerTransport {
   MPI_Comm probe_comm_ = MPI_COMM_NULL;  // liveness queries, apart from the collectives' traffic
   std::int64_t queries_ ABSL_GUARDED_BY(mpi_mutex) = 0;
   const StalledCollectiveAction on_stall_;
-  std::vector<std::byte> ring_scratch_;  // the part a ring step receives before adding it (ring_all_reduce)
+  std::vector<std::byte> ring_scratch_;  // the part a ring step receives before adding it (cluster::ring_all_reduce)
   // kFailStrategy: a data phase's whole buffer, so that no abandoned request can touch the caller's.
   std::vector<std::byte> data_scratch_;
   Abandoned abandoned_ ABSL_GUARDED_BY(mpi_mutex);

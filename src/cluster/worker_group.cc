@@ -1,5 +1,5 @@
 // WorkerGroup: the data steps across the workers, and the state a failed one leaves.
-#include "collective/hierarchical/worker_group.h"
+#include "cluster/worker_group.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,7 +12,7 @@
 #include "distribute/collective/internal/collective_op.h"
 #include "distribute/errors.h"
 
-namespace distribute::detail {
+namespace distribute::cluster {
 
 WorkerGroup::WorkerGroup(std::unique_ptr<WorkerTransport> transport, int num_local_replicas)
     : transport_(std::move(transport)), num_local_(num_local_replicas) {}
@@ -38,13 +38,13 @@ std::string WorkerGroup::workers_text(const std::vector<int>& workers) const {
 
 void WorkerGroup::check_usable() const {
   if (usable()) return;
-  MutexLock lock(broken_mu_);
+  detail::MutexLock lock(broken_mu_);
   throw UnavailableError(absl::StrCat("the workers' collectives are unusable after an earlier failure (",
                                       broken_reason_, "); create a new strategy on every worker"));
 }
 
 void WorkerGroup::make_unusable(std::string reason) {
-  MutexLock lock(broken_mu_);
+  detail::MutexLock lock(broken_mu_);
   if (!usable()) return;
   broken_reason_ = std::move(reason);
   broken_.store(true, std::memory_order_release);
@@ -86,18 +86,18 @@ void WorkerGroup::take_data_step(const StepName& what, absl::FunctionRef<void()>
 
 void WorkerGroup::all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
                              const StepName& what) {
-  take_data_step(what, [&] { transport_->all_reduce(dtype, data, count, deadline_after(timeout), what); });
+  take_data_step(what, [&] { transport_->all_reduce(dtype, data, count, detail::deadline_after(timeout), what); });
 }
 
 void WorkerGroup::broadcast(void* data, std::size_t bytes, int root, std::chrono::duration<double> timeout,
                             const StepName& what) {
-  take_data_step(what, [&] { transport_->broadcast(data, bytes, root, deadline_after(timeout), what); });
+  take_data_step(what, [&] { transport_->broadcast(data, bytes, root, detail::deadline_after(timeout), what); });
 }
 
 std::vector<std::byte> WorkerGroup::all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,
                                                std::chrono::duration<double> timeout, const StepName& what) {
   check_usable();
-  const Deadline deadline = deadline_after(timeout);
+  const detail::Deadline deadline = detail::deadline_after(timeout);
   const std::uint64_t size = mine.size();
   const auto n = static_cast<std::size_t>(num_workers());
   std::vector<std::uint64_t> all(n);
@@ -140,7 +140,7 @@ void WorkerGroup::all_gather_along_axis(std::int64_t dim, std::int64_t outer, st
     total += d;
     at += size;
   }
-  concat_buffers(parts, dims, outer, inner_bytes, output(total));
+  detail::concat_buffers(parts, dims, outer, inner_bytes, output(total));
 }
 
 std::int64_t WorkerGroup::sum(std::int64_t value, std::chrono::duration<double> timeout, const StepName& what) {
@@ -148,4 +148,4 @@ std::int64_t WorkerGroup::sum(std::int64_t value, std::chrono::duration<double> 
   return value;
 }
 
-}  // namespace distribute::detail
+}  // namespace distribute::cluster

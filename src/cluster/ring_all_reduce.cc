@@ -1,10 +1,10 @@
 // The ring all-reduce: the reduce-scatter, then the all-gather, over RingLinks.
-#include "collective/ring/ring_all_reduce.h"
+#include "cluster/ring_all_reduce.h"
 
 #include "device/kernels.h"
 #include "distribute/device/reduce_op.h"
 
-namespace distribute::collective {
+namespace distribute::cluster {
 
 void ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_t count,
                      std::vector<std::byte>& scratch) {
@@ -36,4 +36,4 @@ void ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_
   }
 }
 
-}  // namespace distribute::collective
+}  // namespace distribute::cluster

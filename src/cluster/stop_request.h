@@ -1,14 +1,14 @@
-// distribute::detail::StopRequest: a worker's wish that the job stop after the current step and
+// distribute::cluster::StopRequest: a worker's wish that the job stop after the current step and
 // save a checkpoint (a preemption: SIGTERM, or a termination watcher that fired). A
 // PreemptionCheckpointHandler owns one and raises it; the workers' per-step vote
-// (replica/call_agreement.h) reads it, so that every other worker learns of it in the same vote at
+// (cluster/call_agreement.h) reads it, so that every other worker learns of it in the same vote at
 // no extra cost. It lives in the lowest layer because those two sides meet here.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
-namespace distribute::detail {
+namespace distribute::cluster {
 
 class StopRequest {
  public:
@@ -30,4 +30,4 @@ class StopRequest {
   const std::atomic<std::int64_t>* signal_flag_ = nullptr;
 };
 
-}  // namespace distribute::detail
+}  // namespace distribute::cluster

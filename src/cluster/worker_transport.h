@@ -1,6 +1,6 @@
 // distribute::detail: what carries a multi-worker strategy's messages and data between its
 // workers (processes), apart from how: the interface the workers' agreement
-// (replica/call_agreement.h) and their group (hierarchical/worker_group.h) use, implemented over
+// (cluster/call_agreement.h) and their group (hierarchical/worker_group.h) use, implemented over
 // MPI in src/mpi/. Every call that waits
 // takes a deadline; a data phase that stalls past it is the transport's to report.
 #pragma once
@@ -16,7 +16,7 @@
 #include "distribute/collective/internal/collective_op.h"
 #include "distribute/device/dtype.h"
 
-namespace distribute::detail {
+namespace distribute::cluster {
 
 // What a step across the workers is called in messages ("all_reduce #3", "Strategy::reduce"),
 // spelt out only when a message needs it: a step that succeeds builds no string. It refers to
@@ -46,21 +46,21 @@ class WorkerTransport {
   // Sends `mine` to every worker and receives worker w's bytes (of mine.size()) into
   // all[w * mine.size(), ...). Returns the workers whose bytes had not come when `deadline`
   // passed (then the exchange is abandoned), else nothing.
-  virtual std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, Deadline deadline) = 0;
+  virtual std::vector<int> exchange(std::span<const std::byte> mine, std::span<std::byte> all, detail::Deadline deadline) = 0;
   // The same on a channel of its own, which the distributed input's step agreement uses
   // (input/internal/worker_agreement.h): a worker waiting there never takes a collective's header
   // for its own, or the other way round.
   virtual std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all,
-                                          Deadline deadline) = 0;
+                                          detail::Deadline deadline) = 0;
   // data = the sum of every worker's data, `count` elements of `dtype`, in place. `what` names
   // the collective if the data phase stalls past `deadline`: the transport then ends the job, or
   // throws DeadlineExceededError, as its strategy's options say.
-  virtual void all_reduce(DType dtype, void* data, std::int64_t count, Deadline deadline, const StepName& what) = 0;
+  virtual void all_reduce(DType dtype, void* data, std::int64_t count, detail::Deadline deadline, const StepName& what) = 0;
   // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
-  virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, Deadline deadline,
+  virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, detail::Deadline deadline,
                           const StepName& what) = 0;
   // Worker `root`'s `bytes` at `data` replace every other worker's, bit for bit.
-  virtual void broadcast(void* data, std::size_t bytes, int root, Deadline deadline, const StepName& what) = 0;
+  virtual void broadcast(void* data, std::size_t bytes, int root, detail::Deadline deadline, const StepName& what) = 0;
   // Sends `mine` to every other worker as this worker's part of their next exchange, without
   // waiting for theirs: this worker's last word.
   virtual void send_farewell(std::span<const std::byte> mine) = 0;
@@ -74,4 +74,4 @@ class WorkerTransport {
   virtual std::vector<std::pair<int, std::string>> take_gave_up() = 0;
 };
 
-}  // namespace distribute::detail
+}  // namespace distribute::cluster

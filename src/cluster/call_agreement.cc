@@ -1,5 +1,5 @@
 // CallAgreement: the header exchange before every cross-worker step, and the errors built from it.
-#include "replica/call_agreement.h"
+#include "cluster/call_agreement.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,13 +11,13 @@
 #include "distribute/errors.h"
 #include "replica/call_signature.h"
 
-namespace distribute::detail {
+namespace distribute::cluster {
 namespace {
 
 // A failed worker's description: its error's code, message and replica.
 std::string describe_failure(std::exception_ptr error, int failed_replica) {
-  const absl::StatusCode code = status_code_of(error, absl::StatusCode::kUnknown);
-  return absl::StrCat(static_cast<int>(code), "\n", failed_replica, "\n", describe_exception(error));
+  const absl::StatusCode code = detail::status_code_of(error, absl::StatusCode::kUnknown);
+  return absl::StrCat(static_cast<int>(code), "\n", failed_replica, "\n", detail::describe_exception(error));
 }
 
 }  // namespace
@@ -35,7 +35,7 @@ CallAgreement::~CallAgreement() {
 }
 
 void CallAgreement::time_out(const Part& mine, const std::vector<int>& missing) {
-  const std::string what = mine.status == Status::kCall    ? call_name(*mine.call)
+  const std::string what = mine.status == Status::kCall    ? detail::call_name(*mine.call)
                            : mine.status == Status::kReturned ? "the end of the replica function"
                                                                           : "the report of a failed run";
   std::string message = absl::StrCat("timed out after ", mine.call->op.options.timeout.count(), " s: ",
@@ -46,9 +46,9 @@ void CallAgreement::time_out(const Part& mine, const std::vector<int>& missing) 
   throw DeadlineExceededError(message);
 }
 
-std::vector<std::string> CallAgreement::exchange_descriptions(const Part& mine, Deadline deadline) {
+std::vector<std::string> CallAgreement::exchange_descriptions(const Part& mine, detail::Deadline deadline) {
   const std::string bytes =
-      mine.status == Status::kFailed ? describe_failure(mine.error, mine.failed_replica) : render_signature(*mine.call).serialize();
+      mine.status == Status::kFailed ? describe_failure(mine.error, mine.failed_replica) : detail::render_signature(*mine.call).serialize();
   const int n = workers_->num_workers();
   std::vector<std::size_t> sizes(static_cast<std::size_t>(n));
   const std::uint64_t size = bytes.size();
@@ -71,7 +71,7 @@ std::vector<std::string> CallAgreement::exchange_descriptions(const Part& mine, 
   return out;
 }
 
-void CallAgreement::agree(Status status, const CollectiveCall& call, std::exception_ptr error, int failed_replica) {
+void CallAgreement::agree(Status status, const detail::CollectiveCall& call, std::exception_ptr error, int failed_replica) {
   stepper_.claim();
   const Part mine{status, &call, std::move(error), failed_replica};
   try {
@@ -86,7 +86,7 @@ void CallAgreement::agree(Status status, const CollectiveCall& call, std::except
 void CallAgreement::agree_or_throw(const Part& mine) {
   workers_->check_usable();
   const collective::CollectiveOp& op = mine.call->op;
-  const Deadline deadline = deadline_after(op.options.timeout);
+  const detail::Deadline deadline = detail::deadline_after(op.options.timeout);
   const Header header{static_cast<std::uint32_t>(mine.status), static_cast<std::uint16_t>(op.kind),
                       stop_raised_here() ? kStopRequested : std::uint16_t{0},
                       mine.status == Status::kCall ? op.sequence : 0,
@@ -100,7 +100,7 @@ void CallAgreement::agree_or_throw(const Part& mine) {
   }
   // Every header came, but a worker may have given up before this one's header reached it.
   const auto what = [&] {
-    return mine.status == Status::kCall ? call_name(*mine.call) : std::string("the end of a run");
+    return mine.status == Status::kCall ? detail::call_name(*mine.call) : std::string("the end of a run");
   };
   workers_->check_nobody_gave_up(what);
   if (std::any_of(headers.begin(), headers.end(), [](const Header& h) { return (h.flags & kStopRequested) != 0; })) {
@@ -118,15 +118,15 @@ void CallAgreement::agree_or_throw(const Part& mine) {
     if (w == workers_->worker_id()) std::rethrow_exception(mine.error);
     throw_failure_of(w, described[static_cast<std::size_t>(w)]);
   }
-  std::vector<RenderedSignature> calls;
+  std::vector<detail::RenderedSignature> calls;
   calls.reserve(described.size());
-  for (const std::string& d : described) calls.push_back(RenderedSignature::deserialize(d));
+  for (const std::string& d : described) calls.push_back(detail::RenderedSignature::deserialize(d));
   const auto name = [this](const std::vector<int>& workers) { return workers_->workers_text(workers); };
-  if (std::exception_ptr error = find_disagreement(
-          calls, Parties{name, "worker", "; every worker's replicas must pass the same kind of value"})) {
+  if (std::exception_ptr error = detail::find_disagreement(
+          calls, detail::Parties{name, "worker", "; every worker's replicas must pass the same kind of value"})) {
     std::rethrow_exception(error);
   }
-  throw InvalidArgumentError(absl::StrCat(call_name(*mine.call),
+  throw InvalidArgumentError(absl::StrCat(detail::call_name(*mine.call),
                                           ": the workers' calls differ in a way their descriptions do not show"));
 }
 
@@ -164,4 +164,4 @@ void CallAgreement::throw_failure_of(int worker, absl::string_view described) {
   throw_status(absl::Status(static_cast<absl::StatusCode>(code), absl::StrCat(who, ": ", message)));
 }
 
-}  // namespace distribute::detail
+}  // namespace distribute::cluster

@@ -4,7 +4,7 @@
 // every other worker. Only when the headers differ do the workers exchange the rendered
 // signatures, from which every worker builds the same error naming the workers, their replicas and
 // what differed (call_signature.h). A worker that does not arrive in time makes the workers
-// unusable (WorkerGroup, collective/hierarchical/worker_group.h, whose transport this uses), as a
+// unusable (WorkerGroup, cluster/worker_group.h, whose transport this uses), as a
 // collective left half done cannot be taken back.
 #pragma once
 
@@ -19,12 +19,12 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "base/role.h"
-#include "base/stop_request.h"
+#include "cluster/stop_request.h"
 #include "base/wait.h"
-#include "collective/hierarchical/worker_group.h"
+#include "cluster/worker_group.h"
 #include "distribute/replica/internal/collective_call.h"
 
-namespace distribute::detail {
+namespace distribute::cluster {
 
 class CallAgreement {
  public:
@@ -50,7 +50,7 @@ class CallAgreement {
   // arrive within the call's timeout: this worker then tells the others that it gave up, and a
   // worker that arrives later gets DeadlineExceededError naming the workers that gave up (never a
   // data phase with workers that left it). After either, UnavailableError at once.
-  void agree(Status status, const CollectiveCall& call, std::exception_ptr error = nullptr, int failed_replica = -1);
+  void agree(Status status, const detail::CollectiveCall& call, std::exception_ptr error = nullptr, int failed_replica = -1);
   // Whether every worker knows that the innermost current run ended: an agree() in it threw (on
   // every worker alike, also one of a cross-replica step in its merge_fn) or found every worker
   // returned. A run that failed on this worker alone before that must still tell the others (a
@@ -68,7 +68,7 @@ class CallAgreement {
     stepper_.claim();
     runs_.pop_back();
   }
-  // The stop request this worker's votes carry (base/stop_request.h), one at a time: false,
+  // The stop request this worker's votes carry (cluster/stop_request.h), one at a time: false,
   // changing nothing, when another one is carried already. The owner stops it before it goes.
   bool carry_stop_request(const StopRequest& request) {
     const StopRequest* none = nullptr;
@@ -94,7 +94,7 @@ class CallAgreement {
   // This worker's part in one step, as agree() was given it.
   struct Part {
     Status status;
-    const CollectiveCall* call;
+    const detail::CollectiveCall* call;
     std::exception_ptr error;
     int failed_replica;
   };
@@ -117,7 +117,7 @@ class CallAgreement {
   void agree_or_throw(const Part& mine);
   // Every worker's description of its call (its rendered signature, or its failure), exchanged
   // when the headers differ.
-  std::vector<std::string> exchange_descriptions(const Part& mine, Deadline deadline);
+  std::vector<std::string> exchange_descriptions(const Part& mine, detail::Deadline deadline);
   [[noreturn]] void time_out(const Part& mine, const std::vector<int>& missing);
   // UnavailableError, leaving the workers unusable, when a worker's header says it left.
   void throw_if_a_worker_left(std::span<const Header> headers, absl::FunctionRef<std::string()> what);
@@ -128,7 +128,7 @@ class CallAgreement {
   // Held by whichever thread takes the current step across the workers: the steps of a run are
   // ordered by its rendezvous, nested runs by their merge_fn, a run's end by its runner, and
   // cross-replica steps are taken outside runs or in a merge_fn.
-  Role stepper_;
+  detail::Role stepper_;
   std::int64_t cross_replica_sequence_ ABSL_GUARDED_BY(stepper_) = 0;
   // Per run in progress, innermost last: whether it concluded.
   std::vector<bool> runs_ ABSL_GUARDED_BY(stepper_);
@@ -137,4 +137,4 @@ class CallAgreement {
   std::atomic<const StopRequest*> local_stop_{nullptr};
 };
 
-}  // namespace distribute::detail
+}  // namespace distribute::cluster

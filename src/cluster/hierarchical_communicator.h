@@ -1,5 +1,5 @@
-// distribute::collective::hierarchical: the Communicator of a multi-worker strategy, a worker's
-// local Communicator (its replicas, threads of this process) joined to the other workers through
+// distribute::collective::hierarchical: the collective::Communicator of a multi-worker strategy, a worker's
+// local collective::Communicator (its replicas, threads of this process) joined to the other workers through
 // their WorkerGroup. In prepare(), which the replica layer's completer of a phase runs while the
 // other replicas wait, an all_reduce is reduced over the local replicas on the host, summed across
 // the workers and kept for the replicas to copy (a reduce_scatter likewise, each replica copying
@@ -7,9 +7,9 @@
 // thread per process talks to the other processes, so the transport needs no thread support and
 // the messages grow with the workers, not the replicas.
 //
-// Where the local Communicator spans the processes itself (NCCL over every worker's GPUs) the data
+// Where the local collective::Communicator spans the processes itself (NCCL over every worker's GPUs) the data
 // phase is the local one's; this only tells it every worker's sizes along an all_gather's axis.
-// The workers agree on each call before prepare() (replica/call_agreement.h), so a step begun here
+// The workers agree on each call before prepare() (cluster/call_agreement.h), so a step begun here
 // is one every worker makes.
 #pragma once
 
@@ -21,39 +21,39 @@
 
 #include "base/role.h"
 #include "collective/communicator.h"
-#include "collective/hierarchical/worker_group.h"
+#include "cluster/worker_group.h"
 
-namespace distribute::collective::hierarchical {
+namespace distribute::cluster {
 
-class HierarchicalCommunicator final : public Communicator {
+class HierarchicalCommunicator final : public collective::Communicator {
  public:
   // `local`'s replicas are this worker's; `workers` outlives this.
-  HierarchicalCommunicator(std::unique_ptr<Communicator> local, detail::WorkerGroup& workers, int local_replicas);
+  HierarchicalCommunicator(std::unique_ptr<collective::Communicator> local, cluster::WorkerGroup& workers, int local_replicas);
 
   std::string_view name() const override { return local_->name(); }
   CommunicationImplementation implementation() const override { return local_->implementation(); }
   bool spans_processes() const override { return local_->spans_processes(); }
-  void stage(int rank, CollectiveOp& op) override;
-  void prepare(std::span<CollectiveOp* const> ops) override;
-  void all_reduce(int rank, std::span<CollectiveOp* const> ops) override;
-  void all_gather(int rank, std::span<CollectiveOp* const> ops) override;
-  void reduce_scatter(int rank, std::span<CollectiveOp* const> ops) override;
-  void reduce_to(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values, std::int64_t count,
+  void stage(int rank, collective::CollectiveOp& op) override;
+  void prepare(std::span<collective::CollectiveOp* const> ops) override;
+  void all_reduce(int rank, std::span<collective::CollectiveOp* const> ops) override;
+  void all_gather(int rank, std::span<collective::CollectiveOp* const> ops) override;
+  void reduce_scatter(int rank, std::span<collective::CollectiveOp* const> ops) override;
+  void reduce_to(ReduceOp op, DType dtype, std::span<const collective::DeviceBuffer> values, std::int64_t count,
                  std::int64_t mean_denominator, void* out, const Device& destination) override;
-  void gather_to(std::span<const DeviceBuffer> values, std::span<const std::int64_t> dims, std::int64_t outer,
+  void gather_to(std::span<const collective::DeviceBuffer> values, std::span<const std::int64_t> dims, std::int64_t outer,
                  std::size_t inner_bytes, void* out, const Device& destination) override;
   void begin_run() override { local_->begin_run(); }
   void abort(int rank) override { local_->abort(rank); }
   void set_failure_flag(const std::atomic<bool>* failed) override;
 
  private:
-  void reduce_across_workers(std::span<CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
-  void gather_across_workers(std::span<CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
-  // For a local Communicator that spans the workers: every worker's sizes along the axis.
-  void share_gather_dims(std::span<CollectiveOp* const> ops);
+  void reduce_across_workers(std::span<collective::CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
+  void gather_across_workers(std::span<collective::CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
+  // For a local collective::Communicator that spans the workers: every worker's sizes along the axis.
+  void share_gather_dims(std::span<collective::CollectiveOp* const> ops);
 
-  const std::unique_ptr<Communicator> local_;
-  detail::WorkerGroup& workers_;
+  const std::unique_ptr<collective::Communicator> local_;
+  cluster::WorkerGroup& workers_;
   const int size_;
   // Held alone by prepare() (the completer of a phase, while every replica waits), shared by the
   // replicas after the phase's release until the next phase's prepare(), which runs only once
@@ -66,4 +66,4 @@ class HierarchicalCommunicator final : public Communicator {
   std::vector<Shape> gathered_shapes_ ABSL_GUARDED_BY(phase_);
 };
 
-}  // namespace distribute::collective::hierarchical
+}  // namespace distribute::cluster

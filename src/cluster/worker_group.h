@@ -3,7 +3,7 @@
 // broadcast) and whether they can still be used. A data step that fails or stalls leaves the
 // group unusable, as a step left half done cannot be taken back: every later step throws
 // UnavailableError citing the first failure. What the workers agree on before a step (the call
-// it is) is replica/call_agreement.h's, which shares this group's transport and state.
+// it is) is cluster/call_agreement.h's, which shares this group's transport and state.
 #pragma once
 
 #include <atomic>
@@ -18,11 +18,11 @@
 #include "absl/functional/function_ref.h"
 #include "base/mutex.h"
 #include "base/wait.h"
-#include "collective/worker_transport.h"
+#include "cluster/worker_transport.h"
 #include "distribute/device/dtype.h"
 #include "distribute/errors.h"
 
-namespace distribute::detail {
+namespace distribute::cluster {
 
 // "worker 1" or "workers 0, 2", and when the workers of the job are on more than one host the
 // hosts of those named: "workers 2, 3 on host1", "workers 1, 2 on host0, host1". hosts[w] is
@@ -84,10 +84,10 @@ class WorkerGroup {
 
   const std::unique_ptr<WorkerTransport> transport_;
   const int num_local_;
-  mutable Mutex broken_mu_;
+  mutable detail::Mutex broken_mu_;
   std::string broken_reason_ ABSL_GUARDED_BY(broken_mu_);
   // Set once broken_reason_ is: the cheap check before every step.
   std::atomic<bool> broken_{false};
 };
 
-}  // namespace distribute::detail
+}  // namespace distribute::cluster
