@@ -7,9 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/error_code.h"
-#include "distribute/collective/internal/collective_op.h"
 #include "distribute/errors.h"
-#include "replica/call_signature.h"
 
 namespace distribute::cluster {
 namespace {
@@ -34,11 +32,11 @@ CallAgreement::~CallAgreement() {
   }
 }
 
-void CallAgreement::time_out(const Part& mine, const std::vector<int>& missing) {
-  const std::string what = mine.status == Status::kCall    ? detail::call_name(*mine.call)
+void CallAgreement::time_out(const Ballot& mine, const std::vector<int>& missing) {
+  const std::string what = mine.status == Status::kCall    ? mine.name()
                            : mine.status == Status::kReturned ? "the end of the replica function"
                                                                           : "the report of a failed run";
-  std::string message = absl::StrCat("timed out after ", mine.call->op.options.timeout.count(), " s: ",
+  std::string message = absl::StrCat("timed out after ", mine.timeout.count(), " s: ",
                                      workers_->workers_text(missing), " did not arrive while ", this_worker(),
                                      " waits in ", what, "; a worker is stuck, slow or skipped the collective");
   workers_->make_unusable(message);
@@ -46,9 +44,9 @@ void CallAgreement::time_out(const Part& mine, const std::vector<int>& missing) 
   throw DeadlineExceededError(message);
 }
 
-std::vector<std::string> CallAgreement::exchange_descriptions(const Part& mine, detail::Deadline deadline) {
+std::vector<std::string> CallAgreement::exchange_descriptions(const Ballot& mine, detail::Deadline deadline) {
   const std::string bytes =
-      mine.status == Status::kFailed ? describe_failure(mine.error, mine.failed_replica) : detail::render_signature(*mine.call).serialize();
+      mine.status == Status::kFailed ? describe_failure(mine.error, mine.failed_replica) : mine.describe();
   const int n = workers_->num_workers();
   std::vector<std::size_t> sizes(static_cast<std::size_t>(n));
   const std::uint64_t size = bytes.size();
@@ -71,9 +69,8 @@ std::vector<std::string> CallAgreement::exchange_descriptions(const Part& mine, 
   return out;
 }
 
-void CallAgreement::agree(Status status, const detail::CollectiveCall& call, std::exception_ptr error, int failed_replica) {
+void CallAgreement::agree(const Ballot& mine) {
   stepper_.claim();
-  const Part mine{status, &call, std::move(error), failed_replica};
   try {
     agree_or_throw(mine);
   } catch (...) {
@@ -83,14 +80,13 @@ void CallAgreement::agree(Status status, const detail::CollectiveCall& call, std
   if (mine.status == Status::kReturned && !runs_.empty()) runs_.back() = true;
 }
 
-void CallAgreement::agree_or_throw(const Part& mine) {
+void CallAgreement::agree_or_throw(const Ballot& mine) {
   workers_->check_usable();
-  const collective::CollectiveOp& op = mine.call->op;
-  const detail::Deadline deadline = detail::deadline_after(op.options.timeout);
-  const Header header{static_cast<std::uint32_t>(mine.status), static_cast<std::uint16_t>(op.kind),
+  const detail::Deadline deadline = detail::deadline_after(mine.timeout);
+  const Header header{static_cast<std::uint32_t>(mine.status), mine.kind,
                       stop_raised_here() ? kStopRequested : std::uint16_t{0},
-                      mine.status == Status::kCall ? op.sequence : 0,
-                      mine.status == Status::kCall ? mine.call->signature : 0};
+                      mine.status == Status::kCall ? mine.sequence : 0,
+                      mine.status == Status::kCall ? mine.signature : 0};
   const int n = workers_->num_workers();
   std::vector<Header> headers(static_cast<std::size_t>(n));
   if (std::vector<int> missing = transport().exchange(std::as_bytes(std::span(&header, 1)),
@@ -100,7 +96,7 @@ void CallAgreement::agree_or_throw(const Part& mine) {
   }
   // Every header came, but a worker may have given up before this one's header reached it.
   const auto what = [&] {
-    return mine.status == Status::kCall ? detail::call_name(*mine.call) : std::string("the end of a run");
+    return mine.status == Status::kCall ? mine.name() : std::string("the end of a run");
   };
   workers_->check_nobody_gave_up(what);
   if (std::any_of(headers.begin(), headers.end(), [](const Header& h) { return (h.flags & kStopRequested) != 0; })) {
@@ -118,16 +114,10 @@ void CallAgreement::agree_or_throw(const Part& mine) {
     if (w == workers_->worker_id()) std::rethrow_exception(mine.error);
     throw_failure_of(w, described[static_cast<std::size_t>(w)]);
   }
-  std::vector<detail::RenderedSignature> calls;
-  calls.reserve(described.size());
-  for (const std::string& d : described) calls.push_back(detail::RenderedSignature::deserialize(d));
   const auto name = [this](const std::vector<int>& workers) { return workers_->workers_text(workers); };
-  if (std::exception_ptr error = detail::find_disagreement(
-          calls, detail::Parties{name, "worker", "; every worker's replicas must pass the same kind of value"})) {
-    std::rethrow_exception(error);
-  }
-  throw InvalidArgumentError(absl::StrCat(detail::call_name(*mine.call),
-                                          ": the workers' calls differ in a way their descriptions do not show"));
+  if (std::exception_ptr error = mine.disagreement(described, name)) std::rethrow_exception(error);
+  throw InvalidArgumentError(
+      absl::StrCat(mine.name(), ": the workers' calls differ in a way their descriptions do not show"));
 }
 
 void CallAgreement::throw_if_a_worker_left(std::span<const Header> headers, absl::FunctionRef<std::string()> what) {

@@ -19,10 +19,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "base/role.h"
-#include "cluster/stop_request.h"
 #include "base/wait.h"
+#include "cluster/ballot.h"
+#include "cluster/stop_request.h"
 #include "cluster/worker_group.h"
-#include "distribute/replica/internal/collective_call.h"
 
 namespace distribute::cluster {
 
@@ -38,19 +38,16 @@ class CallAgreement {
   WorkerGroup& workers() { return *workers_; }
   const std::shared_ptr<WorkerGroup>& shared_workers() const { return workers_; }
 
-  // What this worker brings to a step. kLeft: it destroyed its strategy (sent by the destructor,
-  // never passed to agree).
-  enum class Status : std::uint32_t { kCall, kReturned, kFailed, kLeft };
+  using Status = Ballot::Status;
 
-  // Agrees with every other worker on this worker's step: `call` (its kind, sequence, signature,
-  // and options, whose timeout bounds the agreement; a return call for kReturned and kFailed) and,
-  // for kFailed, the `error` and the global id of the replica that raised it (-1: unknown).
-  // Returns when every worker made the same call (or all returned); otherwise throws, on every worker, the error naming the workers that differ
-  // (a failed worker's own error on that worker). DeadlineExceededError when a worker does not
-  // arrive within the call's timeout: this worker then tells the others that it gave up, and a
-  // worker that arrives later gets DeadlineExceededError naming the workers that gave up (never a
-  // data phase with workers that left it). After either, UnavailableError at once.
-  void agree(Status status, const detail::CollectiveCall& call, std::exception_ptr error = nullptr, int failed_replica = -1);
+  // Agrees with every other worker on this worker's step, `mine` (its timeout bounds the vote).
+  // Returns when every worker made the same call (or all returned); otherwise throws, on every
+  // worker, the error naming the workers that differ (a failed worker's own error on that worker).
+  // DeadlineExceededError when a worker does not arrive within the timeout: this worker then tells
+  // the others that it gave up, and a worker that arrives later gets DeadlineExceededError naming
+  // the workers that gave up (never a data phase with workers that left it). After either,
+  // UnavailableError at once.
+  void agree(const Ballot& mine);
   // Whether every worker knows that the innermost current run ended: an agree() in it threw (on
   // every worker alike, also one of a cross-replica step in its merge_fn) or found every worker
   // returned. A run that failed on this worker alone before that must still tell the others (a
@@ -91,13 +88,6 @@ class CallAgreement {
     const StopRequest* request = local_stop_.load(std::memory_order_acquire);
     return request != nullptr && request->is_raised();
   }
-  // This worker's part in one step, as agree() was given it.
-  struct Part {
-    Status status;
-    const detail::CollectiveCall* call;
-    std::exception_ptr error;
-    int failed_replica;
-  };
   // What every worker sends before a step: equal headers (but for their flags) mean equal calls.
   struct Header {
     std::uint32_t status;
@@ -114,11 +104,11 @@ class CallAgreement {
 
   WorkerTransport& transport() { return workers_->transport(); }
   std::string this_worker() const { return workers_->workers_text({workers_->worker_id()}); }
-  void agree_or_throw(const Part& mine);
+  void agree_or_throw(const Ballot& mine);
   // Every worker's description of its call (its rendered signature, or its failure), exchanged
   // when the headers differ.
-  std::vector<std::string> exchange_descriptions(const Part& mine, detail::Deadline deadline);
-  [[noreturn]] void time_out(const Part& mine, const std::vector<int>& missing);
+  std::vector<std::string> exchange_descriptions(const Ballot& mine, detail::Deadline deadline);
+  [[noreturn]] void time_out(const Ballot& mine, const std::vector<int>& missing);
   // UnavailableError, leaving the workers unusable, when a worker's header says it left.
   void throw_if_a_worker_left(std::span<const Header> headers, absl::FunctionRef<std::string()> what);
   // The error of `worker`, which failed, from its description (the same on every worker).

@@ -396,4 +396,24 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls, int fir
 
 std::string call_name(const CollectiveCall& call) { return collective::op_name(call.op); }
 
+CallBallot::CallBallot(Status what, const CollectiveCall& call, std::exception_ptr failure, int failing_replica)
+    : call_(call) {
+  status = what;
+  kind = static_cast<std::uint16_t>(call.op.kind);
+  sequence = call.op.sequence;
+  signature = call.signature;
+  timeout = call.op.options.timeout;
+  error = std::move(failure);
+  failed_replica = failing_replica;
+}
+
+std::exception_ptr CallBallot::disagreement(
+    const std::vector<std::string>& described,
+    absl::FunctionRef<std::string(const std::vector<int>&)> name_workers) const {
+  std::vector<RenderedSignature> calls;
+  calls.reserve(described.size());
+  for (const std::string& d : described) calls.push_back(RenderedSignature::deserialize(d));
+  return find_disagreement(calls, Parties{name_workers, "worker", "; every worker's replicas must pass the same kind of value"});
+}
+
 }  // namespace distribute::detail

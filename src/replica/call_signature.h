@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "cluster/ballot.h"
 #include "distribute/replica/internal/collective_call.h"
 
 namespace distribute::detail {
@@ -75,5 +76,21 @@ std::exception_ptr compare_calls(std::span<CollectiveCall* const> calls, int fir
 
 // "all_reduce #3".
 std::string call_name(const CollectiveCall& call);
+
+// A call as this worker's ballot in the workers' vote before a step (cluster/ballot.h): the
+// header is the call's kind, sequence and digest, the description its rendering, and the
+// workers' renderings are compared as the replicas' are. A kReturned or kFailed ballot carries a
+// return call. Refers to `call`, which outlives it.
+class CallBallot final : public cluster::Ballot {
+ public:
+  CallBallot(Status what, const CollectiveCall& call, std::exception_ptr failure = nullptr, int failing_replica = -1);
+  std::string name() const override { return call_name(call_); }
+  std::string describe() const override { return render_signature(call_).serialize(); }
+  std::exception_ptr disagreement(const std::vector<std::string>& described,
+                                  absl::FunctionRef<std::string(const std::vector<int>&)> name_workers) const override;
+
+ private:
+  const CollectiveCall& call_;
+};
 
 }  // namespace distribute::detail

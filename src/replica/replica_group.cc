@@ -112,12 +112,12 @@ void ReplicaGroup::complete_phase() {
 
 bool ReplicaGroup::agree_across_workers(std::exception_ptr local_mismatch) {
   const CollectiveCall& first = *calls_[0];
-  using Status = cluster::CallAgreement::Status;
+  using Status = cluster::Ballot::Status;
   const Status status = local_mismatch                               ? Status::kFailed
                         : first.op.kind == CollectiveKind::kReturn ? Status::kReturned
                                                                    : Status::kCall;
   try {
-    agreement_->agree(status, first, local_mismatch);
+    agreement_->agree(CallBallot(status, first, local_mismatch));
     return true;
   } catch (...) {
     std::exception_ptr error = std::current_exception();
@@ -140,7 +140,7 @@ void ReplicaGroup::finish_run() {
   }
   if (!error) return;
   try {
-    agreement_->agree(cluster::CallAgreement::Status::kFailed, failure_report_, error, failed_replica);
+    agreement_->agree(CallBallot(cluster::Ballot::Status::kFailed, failure_report_, error, failed_replica));
   } catch (...) {
     // The workers now know; this worker's run keeps its own error.
   }

@@ -155,7 +155,7 @@ void agree_across_workers(cluster::CallAgreement& agreement, collective::Collect
   leaves.add(leaf.dtype, leaf.shape->span(), open_axis);
   call.leaf_digest = leaves.value();
   call.signature = signature_digest(call);
-  agreement.agree(error ? cluster::CallAgreement::Status::kFailed : cluster::CallAgreement::Status::kCall, call, error);
+  agreement.agree(CallBallot(error ? cluster::Ballot::Status::kFailed : cluster::Ballot::Status::kCall, call, error));
 }
 
 }  // namespace
@@ -184,7 +184,7 @@ void agree_on_checkpoint(StrategyExtended& extended, const CallPurpose& purpose)
   call.purpose = &purpose;
   call.leaf_digest = LeafDigest().value();
   call.signature = signature_digest(call);
-  agreement->agree(cluster::CallAgreement::Status::kCall, call);
+  agreement->agree(CallBallot(cluster::Ballot::Status::kCall, call));
 }
 
 BetweenRuns::BetweenRuns(StrategyExtended& extended) ABSL_NO_THREAD_SAFETY_ANALYSIS {
