@@ -8,7 +8,8 @@
 // the strategy stays usable; workers with different local replica counts get InvalidArgumentError
 // at construction; a worker that does not arrive gives DeadlineExceededError and then
 // UnavailableError; strategies on sub-communicators have their ranks as workers; a strategy whose
-// stalled data phases fail it (StalledCollectiveAction::kFailStrategy) gives the same results.
+// stalled data phases fail it (StalledCollectiveAction::kFailStrategy) gives the same results; the
+// straggler figures count the step across the workers apart from the replicas' waits.
 // Distributed input whose workers' pipelines end at different steps runs the same steps on every
 // worker, the workers without data giving their replicas empty batches, under each input policy;
 // and its errors come alike on every worker.
@@ -254,6 +255,31 @@ TEST_F(MultiWorker, AllGatherTakesUnevenSizesAlongTheAxis) {
     EXPECT_EQ(gathered[l].shape(), (Shape{n() * (n() + 1) / 2, 2}));
     EXPECT_EQ(gathered[l].to_vector<std::int32_t>(), expected);
   }
+}
+
+// The step across the workers that the last replica to arrive takes is moving data, not waiting:
+// it is counted once, apart. Were it counted in the others' waits too, a run of large all_reduces
+// (whose time is mostly that step) would show a wait and a cross-worker time adding up to more
+// than the run.
+TEST_F(MultiWorker, CollectiveStatsCountTheStepAcrossWorkersApartFromTheWaits) {
+  constexpr int kCollectives = 4;
+  s.extended().reset_collective_stats();
+  const auto started = std::chrono::steady_clock::now();
+  s.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    for (int i = 0; i < kCollectives; ++i) ctx->all_reduce(ReduceOp::kSum, Tensor::zeros(DType::kFloat32, Shape{1 << 20}));
+  });
+  const double run_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  CollectiveStats stats = s.extended().collective_stats();
+  EXPECT_GT(stats.cross_worker_seconds, 0.0);
+  EXPECT_LT(stats.cross_worker_seconds, run_seconds);
+  for (const ReplicaCollectiveStats& replica : stats.replicas) {
+    SCOPED_TRACE(replica.replica_id);
+    EXPECT_EQ(replica.collectives, kCollectives);
+    EXPECT_LE(replica.wait_seconds + stats.cross_worker_seconds, run_seconds);
+  }
+  s.extended().reset_collective_stats();
+  EXPECT_EQ(s.extended().collective_stats().cross_worker_seconds, 0.0);
 }
 
 TEST_F(MultiWorker, MergeCallRunsOncePerWorkerAndItsReduceIsCollective) {

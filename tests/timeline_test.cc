@@ -341,6 +341,7 @@ TEST(CollectiveStats, AReplicaThatArrivesLateIsTheLastInEveryCollectiveAndTheOth
   const double run_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   CollectiveStats stats = strategy.extended().collective_stats();
   EXPECT_EQ(stats.worker_id, 0);
+  EXPECT_EQ(stats.cross_worker_seconds, 0.0);  // one process: no step across workers
   ASSERT_EQ(stats.replicas.size(), 3u);
   for (int r = 0; r < 3; ++r) {
     const ReplicaCollectiveStats& replica = stats.replicas[static_cast<std::size_t>(r)];

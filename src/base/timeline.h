@@ -52,7 +52,7 @@ inline constexpr int kProgramTrack = kCrossWorkerTrack + 2;
 
 // This process's worker id, for the process name ("worker k on <host>") and the pid of its events.
 void set_worker(int worker_id);
-// The workers of this process's multi-worker job, as Timeline::stop() reaches them; src/mpi/
+// The workers of this process's multi-worker job, as Timeline::stop() reaches them; src/cluster/
 // implements it over a transport of its own, so that the strategies' traffic never meets it.
 class Job {
  public:

@@ -28,6 +28,7 @@
 #include "checkpoint/chief.h"
 #include "checkpoint/json_text.h"
 #include "checkpoint/require_cross_replica.h"
+#include "strategy/cross_worker.h"
 
 namespace distribute {
 namespace {
@@ -421,7 +422,7 @@ void Checkpoint::assign(StrategyExtended* workers, std::vector<Tensor> values) {
     values.resize(entries_.size());
     for (std::size_t k = 0; k < entries_.size(); ++k) {
       const Saveable& entry = entries_[k].second;
-      values[k] = detail::first_worker_value(
+      values[k] = detail::broadcast_from_chief(
           *workers, chief ? values[k] : Tensor::empty(entry.dtype(), entry.shape(), Device::cpu()));
     }
   }

@@ -17,7 +17,8 @@
 #include "checkpoint/require_cross_replica.h"
 #include "distribute/check.h"
 #include "distribute/errors.h"
-#include "cluster/call_agreement.h"
+#include "cluster/coordinator.h"
+#include "strategy/cross_worker.h"
 
 namespace distribute {
 namespace {
@@ -134,7 +135,7 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
                [count](const Tensor& value) { *count = value.item<std::int64_t>(); }));
   manager_.restore_or_initialize();
   // Last: nothing after it throws, so the destructor that stops carrying it always runs.
-  if (cluster::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
+  if (cluster::Coordinator* agreement = strategy_.extended().coordinator()) {
     DISTRIBUTE_CHECK(agreement->carry_stop_request(*stop_), FailedPreconditionError,
                      "PreemptionCheckpointHandler: another handler serves this strategy already; make one handler "
                      "per strategy");
@@ -143,7 +144,7 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(Strategy& strategy, Che
 }
 
 PreemptionCheckpointHandler::~PreemptionCheckpointHandler() {
-  if (cluster::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
+  if (cluster::Coordinator* agreement = strategy_.extended().coordinator()) {
     agreement->stop_carrying_stop_request();
   }
 }
@@ -193,7 +194,7 @@ void PreemptionCheckpointHandler::save_checkpoint_if_preempted() {
 }
 
 bool PreemptionCheckpointHandler::stop_agreed() {
-  cluster::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended());
+  cluster::Coordinator* agreement = strategy_.extended().coordinator();
   if (agreement != nullptr && strategy_.extended().num_workers() > 1) return agreement->stop_requested();
   return stop_->is_raised();
 }
@@ -202,7 +203,7 @@ void PreemptionCheckpointHandler::clear_stop() {
   terminated_at_ns_ = 0;
   if (sigterm_watch_) g_sigterm_ns.store(0);
   stop_->clear();
-  if (cluster::CallAgreement* agreement = detail::call_agreement_of(strategy_.extended())) {
+  if (cluster::Coordinator* agreement = strategy_.extended().coordinator()) {
     agreement->clear_stop_request();
   }
 }

@@ -1,6 +1,6 @@
 // distribute::cluster::Ballot: one worker's part in the vote that precedes every step across the
 // workers, as the layer that takes the step (the replica layer's collectives, the strategy's
-// cross-replica steps, checkpoints) describes it. The coordinator (call_agreement.h) compares only
+// cross-replica steps, checkpoints) describes it. The coordinator (coordinator.h) compares only
 // the fixed-size header a ballot gives; when the workers' headers differ it exchanges their
 // descriptions and asks the ballot what differed. So the cluster layer moves and compares the
 // words of a vote without knowing what a collective call is.

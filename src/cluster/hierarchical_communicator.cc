@@ -1,6 +1,8 @@
-// HierarchicalCommunicator: a phase's data across the workers, in prepare(), and its copies out.
+// HierarchicalCommunicator: a phase's data across the workers, in cross_process_phase(), and its
+// copies out.
 #include "cluster/hierarchical_communicator.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -25,16 +27,22 @@ void HierarchicalCommunicator::stage(int rank, collective::CollectiveOp& op) {
   if (local_->spans_processes()) local_->stage(rank, op);
 }
 
-void HierarchicalCommunicator::prepare(std::span<collective::CollectiveOp* const> ops) {
+void HierarchicalCommunicator::cross_process_phase(std::span<collective::CollectiveOp* const> ops) {
   phase_.claim();
   const collective::CollectiveKind kind = ops[0]->kind;
   if (local_->spans_processes()) {
     if (kind == collective::CollectiveKind::kAllGather) share_gather_dims(ops);
-    local_->prepare(ops);
     return;
   }
-  if (kind == collective::CollectiveKind::kAllReduce || kind == collective::CollectiveKind::kReduceScatter) reduce_across_workers(ops);
+  if (kind == collective::CollectiveKind::kAllReduce || kind == collective::CollectiveKind::kReduceScatter) {
+    reduce_across_workers(ops);
+  }
   if (kind == collective::CollectiveKind::kAllGather) gather_across_workers(ops);
+}
+
+void HierarchicalCommunicator::prepare(std::span<collective::CollectiveOp* const> ops) {
+  // The local backend's own preparation where it moves the data; otherwise the result is ready.
+  if (local_->spans_processes()) local_->prepare(ops);
 }
 
 void HierarchicalCommunicator::reduce_across_workers(std::span<collective::CollectiveOp* const> ops) {
@@ -197,14 +205,60 @@ void HierarchicalCommunicator::all_gather(int rank, std::span<collective::Collec
 
 void HierarchicalCommunicator::reduce_to(ReduceOp op, DType dtype, std::span<const collective::DeviceBuffer> values,
                                          std::int64_t count, std::int64_t mean_denominator, void* out,
-                                         const Device& destination) {
-  local_->reduce_to(op, dtype, values, count, mean_denominator, out, destination);
+                                         const Device& destination, const collective::CrossReplicaStep& step) {
+  // This worker's sum on the host (in `out` itself for a host destination), summed across the
+  // workers; MEAN divides by every worker's denominators together, so uneven per-worker batches
+  // weigh correctly.
+  std::vector<std::byte> scratch;
+  void* sum = out;
+  if (!destination.is_cpu()) {
+    scratch.resize(static_cast<std::size_t>(count) * dtype_size(dtype));
+    sum = scratch.data();
+  }
+  local_->reduce_to(ReduceOp::kSum, dtype, values, count, 1, sum, Device::cpu(), step);
+  workers_.all_reduce(dtype, sum, count, step.timeout, step.what);
+  std::int64_t denominator = 1;
+  if (op == ReduceOp::kMean) {
+    denominator = std::max<std::int64_t>(workers_.sum(mean_denominator, step.timeout, step.what), 1);
+  }
+  if (destination.is_cpu() && op == ReduceOp::kSum) return;
+  const collective::DeviceBuffer reduced{sum, Device::cpu()};
+  collective::reduce_at_destination(op, dtype, std::span(&reduced, 1), count, denominator, out, destination);
 }
 
-void HierarchicalCommunicator::gather_to(std::span<const collective::DeviceBuffer> values, std::span<const std::int64_t> dims,
-                                         std::int64_t outer, std::size_t inner_bytes, void* out,
-                                         const Device& destination) {
-  local_->gather_to(values, dims, outer, inner_bytes, out, destination);
+void HierarchicalCommunicator::gather_to(std::span<const collective::DeviceBuffer> values,
+                                         std::span<const std::int64_t> dims, std::int64_t outer,
+                                         std::size_t inner_bytes, absl::FunctionRef<void*(std::int64_t total)> output,
+                                         const Device& destination, const collective::CrossReplicaStep& step) {
+  std::int64_t local = 0;
+  for (std::int64_t d : dims) local += d;
+  // The worker's part is its replicas' values concatenated on the host, written straight into
+  // the step's send buffer; the workers' parts are concatenated in place for a host destination,
+  // else on the host and then copied.
+  std::vector<std::byte> gathered;
+  void* result = nullptr;
+  std::int64_t total = 0;
+  workers_.all_gather_along_axis(
+      local, outer, inner_bytes,
+      [&](std::byte* part) {
+        local_->gather_to(values, dims, outer, inner_bytes, [part](std::int64_t) -> void* { return part; },
+                          Device::cpu(), step);
+      },
+      [&](std::int64_t all) {
+        total = all;
+        if (destination.is_cpu()) {
+          result = output(total);
+        } else {
+          gathered.resize(static_cast<std::size_t>(outer * total) * inner_bytes);
+          result = gathered.data();
+        }
+        return static_cast<std::byte*>(result);
+      },
+      step.timeout, step.what);
+  if (destination.is_cpu()) return;
+  const collective::DeviceBuffer host{result, Device::cpu()};
+  const std::int64_t dim[] = {total};
+  collective::gather_at_destination(std::span(&host, 1), dim, outer, inner_bytes, output(total), destination);
 }
 
 }  // namespace distribute::cluster

@@ -1,16 +1,18 @@
-// distribute::collective::hierarchical: the collective::Communicator of a multi-worker strategy, a worker's
-// local collective::Communicator (its replicas, threads of this process) joined to the other workers through
-// their WorkerGroup. In prepare(), which the replica layer's completer of a phase runs while the
-// other replicas wait, an all_reduce is reduced over the local replicas on the host, summed across
-// the workers and kept for the replicas to copy (a reduce_scatter likewise, each replica copying
-// its shard); an all_gather is assembled likewise. Only that one
-// thread per process talks to the other processes, so the transport needs no thread support and
-// the messages grow with the workers, not the replicas.
+// distribute::cluster::HierarchicalCommunicator: the collective::Communicator of a multi-worker
+// strategy, a worker's local Communicator (its replicas, threads of this process) joined to the
+// other workers through their WorkerGroup. In cross_process_phase(), which the replica layer's
+// completer of a phase runs while the other replicas wait, an all_reduce is reduced over the local
+// replicas on the host, summed across the workers and kept for the replicas to copy (a
+// reduce_scatter likewise, each replica copying its shard); an all_gather is assembled likewise.
+// Only that one thread per process talks to the other processes, so the transport needs no thread
+// support and the messages grow with the workers, not the replicas. The cross-replica operations
+// (reduce_to, gather_to: Strategy::reduce and gather) are hierarchical too: the local result,
+// then the step across the workers, then the copy to the destination.
 //
-// Where the local collective::Communicator spans the processes itself (NCCL over every worker's GPUs) the data
+// Where the local Communicator spans the processes itself (NCCL over every worker's GPUs) the data
 // phase is the local one's; this only tells it every worker's sizes along an all_gather's axis.
-// The workers agree on each call before prepare() (cluster/call_agreement.h), so a step begun here
-// is one every worker makes.
+// The workers agree on each call before its cross-process phase (cluster/coordinator.h), so a
+// step begun here is one every worker makes.
 #pragma once
 
 #include <cstddef>
@@ -34,14 +36,17 @@ class HierarchicalCommunicator final : public collective::Communicator {
   CommunicationImplementation implementation() const override { return local_->implementation(); }
   bool spans_processes() const override { return local_->spans_processes(); }
   void stage(int rank, collective::CollectiveOp& op) override;
+  void cross_process_phase(std::span<collective::CollectiveOp* const> ops) override;
   void prepare(std::span<collective::CollectiveOp* const> ops) override;
   void all_reduce(int rank, std::span<collective::CollectiveOp* const> ops) override;
   void all_gather(int rank, std::span<collective::CollectiveOp* const> ops) override;
   void reduce_scatter(int rank, std::span<collective::CollectiveOp* const> ops) override;
   void reduce_to(ReduceOp op, DType dtype, std::span<const collective::DeviceBuffer> values, std::int64_t count,
-                 std::int64_t mean_denominator, void* out, const Device& destination) override;
-  void gather_to(std::span<const collective::DeviceBuffer> values, std::span<const std::int64_t> dims, std::int64_t outer,
-                 std::size_t inner_bytes, void* out, const Device& destination) override;
+                 std::int64_t mean_denominator, void* out, const Device& destination,
+                 const collective::CrossReplicaStep& step) override;
+  void gather_to(std::span<const collective::DeviceBuffer> values, std::span<const std::int64_t> dims,
+                 std::int64_t outer, std::size_t inner_bytes, absl::FunctionRef<void*(std::int64_t total)> output,
+                 const Device& destination, const collective::CrossReplicaStep& step) override;
   void begin_run() override { local_->begin_run(); }
   void abort(int rank) override { local_->abort(rank); }
   void set_failure_flag(const std::atomic<bool>* failed) override;

@@ -1,7 +1,7 @@
 // distribute::cluster::StopRequest: a worker's wish that the job stop after the current step and
 // save a checkpoint (a preemption: SIGTERM, or a termination watcher that fired). A
 // PreemptionCheckpointHandler owns one and raises it; the workers' per-step vote
-// (cluster/call_agreement.h) reads it, so that every other worker learns of it in the same vote at
+// (cluster/coordinator.h) reads it, so that every other worker learns of it in the same vote at
 // no extra cost. It lives in the lowest layer because those two sides meet here.
 #pragma once
 

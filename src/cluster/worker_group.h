@@ -3,7 +3,7 @@
 // broadcast) and whether they can still be used. A data step that fails or stalls leaves the
 // group unusable, as a step left half done cannot be taken back: every later step throws
 // UnavailableError citing the first failure. What the workers agree on before a step (the call
-// it is) is cluster/call_agreement.h's, which shares this group's transport and state.
+// it is) is cluster/coordinator.h's, which shares this group's transport and state.
 #pragma once
 
 #include <atomic>
@@ -40,6 +40,8 @@ class WorkerGroup {
   int num_local_replicas() const { return num_local_; }
   int workers_on_this_host() const { return transport_->workers_on_this_host(); }
   WorkerTransport& transport() { return *transport_; }
+  // Each worker's host name, in worker order.
+  const std::vector<std::string>& hosts() const { return transport_->hosts(); }
 
   // "worker 1 (replicas 2, 3)" or "workers 0, 2 (replicas 0, 1, 4, 5)", with the hosts as
   // workers_on_hosts names them.

@@ -1,6 +1,6 @@
 // distribute::detail: what carries a multi-worker strategy's messages and data between its
 // workers (processes), apart from how: the interface the workers' agreement
-// (cluster/call_agreement.h) and their group (hierarchical/worker_group.h) use, implemented over
+// (cluster/coordinator.h) and their group (hierarchical/worker_group.h) use, implemented over
 // MPI in src/mpi/. Every call that waits
 // takes a deadline; a data phase that stalls past it is the transport's to report.
 #pragma once

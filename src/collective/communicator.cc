@@ -36,13 +36,18 @@ absl::InlinedVector<const void*, 8> values_at(std::span<const DeviceBuffer> valu
 }  // namespace
 
 void Communicator::reduce_to(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values, std::int64_t count,
-                             std::int64_t mean_denominator, void* out, const Device& destination) {
+                             std::int64_t mean_denominator, void* out, const Device& destination,
+                             const CrossReplicaStep& /*step*/) {
   reduce_at_destination(op, dtype, values, count, mean_denominator, out, destination);
 }
 
 void Communicator::gather_to(std::span<const DeviceBuffer> values, std::span<const std::int64_t> dims,
-                             std::int64_t outer, std::size_t inner_bytes, void* out, const Device& destination) {
-  gather_at_destination(values, dims, outer, inner_bytes, out, destination);
+                             std::int64_t outer, std::size_t inner_bytes,
+                             absl::FunctionRef<void*(std::int64_t total)> output, const Device& destination,
+                             const CrossReplicaStep& /*step*/) {
+  std::int64_t total = 0;
+  for (std::int64_t d : dims) total += d;
+  gather_at_destination(values, dims, outer, inner_bytes, output(total), destination);
 }
 
 void reduce_at_destination(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values, std::int64_t count,

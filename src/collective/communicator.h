@@ -6,10 +6,11 @@
 //
 // The unit is the process: a Communicator moves data between the replicas of one process, which
 // are threads, and `rank` is the replica's index in the process. Several processes (workers) are
-// joined hierarchically rather than by making every replica a peer of every other: the
-// hierarchical Communicator (hierarchical/communicator.h) combines a worker's replicas locally,
-// takes the local result across the workers through their transport (MPI), and shares the result
-// locally again, so a backend written here is reused unchanged under the multi-worker strategy.
+// joined hierarchically rather than by making every replica a peer of every other: the cluster
+// layer's hierarchical Communicator (src/cluster/hierarchical_communicator.h) combines a worker's
+// replicas locally, takes the local result across the workers in its cross_process_phase(), and
+// shares the result locally again, so a backend written here is reused unchanged under the
+// multi-worker strategy.
 //
 // GPUs are the exception: NCCL is itself the engine across processes, with its own hierarchy over
 // NVLink, PCIe and the network, so a multi-worker strategy on GPUs builds one NCCL communicator
@@ -19,13 +20,22 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "distribute/collective/internal/collective_op.h"
 
 namespace distribute::collective {
+
+// A cross-replica operation as a Communicator sees it: its name in messages ("Strategy::reduce")
+// and how long a step across processes may wait.
+struct CrossReplicaStep {
+  const char* what;
+  std::chrono::duration<double> timeout;
+};
 
 class Communicator {
  public:
@@ -47,12 +57,17 @@ class Communicator {
   // reading its inputs. Sets op.staged when it did.
   virtual void stage(int /*rank*/, CollectiveOp& /*op*/) {}
 
+  // For a Communicator joined to other processes (the cluster layer's hierarchical one): the step
+  // across them, called once per collective by the rendezvous's last arriver after the ops
+  // matched and the workers agreed on the call, before prepare(), while every replica waits. The
+  // replica layer times it apart from the replicas' waiting (CollectiveStats).
+  virtual void cross_process_phase(std::span<CollectiveOp* const> /*ops*/) {}
   // Called once per collective by the rendezvous's last arriver, after the ops matched and
   // before any replica is released: a backend may copy what every replica will need from the
   // others' ops here, while all of them still wait.
   virtual void prepare(std::span<CollectiveOp* const> /*ops*/) {}
-  // Before prepare() of an all_gather, for a backend that spans processes: the size along the
-  // axis of every rank's part, [leaf * ranks + rank] over the ranks of every worker.
+  // In cross_process_phase() of an all_gather, for a backend that spans processes: the size along
+  // the axis of every rank's part, [leaf * ranks + rank] over the ranks of every worker.
   virtual void set_gather_dims(std::vector<std::int64_t> /*dims*/) {}
 
   // Each is called by every replica `rank` with the same `ops` (ops[r] is replica r's).
@@ -73,13 +88,19 @@ class Communicator {
   // kernel and copies for a GPU one, copying only values from other memory spaces there, so that
   // GPU values never round-trip through the host.
   //
-  // out = op over the values' `count` elements of `dtype` (MEAN divides by mean_denominator).
+  // `step` names the operation in messages and bounds a step across processes.
+  //
+  // out = op over the values' `count` elements of `dtype` (MEAN divides by mean_denominator: the
+  // number of values, or of elements reduced along an axis).
   virtual void reduce_to(ReduceOp op, DType dtype, std::span<const DeviceBuffer> values, std::int64_t count,
-                         std::int64_t mean_denominator, void* out, const Device& destination);
-  // Value r is [outer, dims[r] * inner_bytes] bytes; out gets their concatenation along the middle
-  // dimension, [outer, sum(dims) * inner_bytes].
+                         std::int64_t mean_denominator, void* out, const Device& destination,
+                         const CrossReplicaStep& step);
+  // Value r is [outer, dims[r] * inner_bytes] bytes; output(total) gets the size of the result
+  // along the middle dimension (sum(dims) in one process) and returns where its
+  // [outer, total * inner_bytes] bytes go, on `destination`.
   virtual void gather_to(std::span<const DeviceBuffer> values, std::span<const std::int64_t> dims, std::int64_t outer,
-                         std::size_t inner_bytes, void* out, const Device& destination);
+                         std::size_t inner_bytes, absl::FunctionRef<void*(std::int64_t total)> output,
+                         const Device& destination, const CrossReplicaStep& step);
 
   // Before each run, while no replica runs: a backend whose connections a failure broke (NCCL
   // communicators after an abort) builds new ones here.

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/wait.h"
+#include "cluster/coordinator.h"
 #include "distribute/errors.h"
-#include "cluster/worker_group.h"
 
 namespace distribute::input::internal {
 namespace {
@@ -42,18 +42,16 @@ std::vector<LeafSpec> read_leaves(std::span<const std::int64_t> words) {
 
 }  // namespace
 
-WorkerAgreement::WorkerAgreement(std::shared_ptr<cluster::WorkerGroup> workers, std::chrono::duration<double> timeout)
-    : workers_(std::move(workers)), timeout_(timeout) {}
+WorkerAgreement::WorkerAgreement(std::shared_ptr<cluster::Coordinator> coordinator,
+                                 std::chrono::duration<double> timeout)
+    : coordinator_(std::move(coordinator)), timeout_(timeout) {}
 
-void WorkerAgreement::exchange(const void* mine, void* all, std::size_t bytes, std::int64_t step) {
-  const int n = workers_->num_workers();
-  const std::vector<int> missing = workers_->transport().exchange_input(
-      std::span(static_cast<const std::byte*>(mine), bytes),
-      std::span(static_cast<std::byte*>(all), bytes * static_cast<std::size_t>(n)), detail::deadline_after(timeout_));
+void WorkerAgreement::check_arrived(const std::vector<int>& missing, std::int64_t step) {
   if (missing.empty()) return;
   std::string message = absl::StrCat(
-      kWhere, ": timed out after ", timeout_.count(), " s: ", workers_->workers_text(missing), " did not arrive while ",
-      workers_->workers_text({workers_->worker_id()}), " waits to agree on step ", step,
+      kWhere, ": timed out after ", timeout_.count(), " s: ", coordinator_->workers_text(missing),
+      " did not arrive while ", coordinator_->workers_text({coordinator_->worker_id()}), " waits to agree on step ",
+      step,
       " of a distributed dataset; a worker is stuck or slow, or stopped iterating (every worker must iterate its "
       "distributed datasets alike, to the end)");
   // A late worker's report would be taken for a later step's.
@@ -69,9 +67,12 @@ StepDecision WorkerAgreement::agree(const StepReport& mine, absl::FunctionRef<st
     throw UnavailableError(absl::StrCat(kWhere, ": the workers' distributed input is unusable after an earlier failure (",
                                         broken_reason_, "); create a new strategy on every worker"));
   }
-  const int n = workers_->num_workers();
+  const int n = coordinator_->num_workers();
   std::vector<StepReport> reports(static_cast<std::size_t>(n));
-  exchange(&mine, reports.data(), sizeof(StepReport), mine.step);
+  check_arrived(coordinator_->exchange_reports(std::as_bytes(std::span(&mine, 1)),
+                                                     std::as_writable_bytes(std::span(reports)),
+                                                     detail::deadline_after(timeout_)),
+                mine.step);
   const auto workers_where = [&](auto&& pred) {
     std::vector<int> out;
     for (int w = 0; w < n; ++w) {
@@ -82,7 +83,7 @@ StepDecision WorkerAgreement::agree(const StepReport& mine, absl::FunctionRef<st
   const std::vector<int> failed = workers_where([](const StepReport& r) { return r.status == StepReport::Status::kFailed; });
   if (mine.status == StepReport::Status::kFailed) return {};
   if (!failed.empty()) {
-    throw AbortedError(absl::StrCat(kWhere, ": the input pipeline of ", workers_->workers_text(failed),
+    throw AbortedError(absl::StrCat(kWhere, ": the input pipeline of ", coordinator_->workers_text(failed),
                                     " raised an error while making step ", mine.step,
                                     " (see that worker's error); every worker's iterator stops there"));
   }
@@ -90,8 +91,8 @@ StepDecision WorkerAgreement::agree(const StepReport& mine, absl::FunctionRef<st
   if (!other_step.empty()) {
     const int w = other_step.front();
     throw InvalidArgumentError(absl::StrCat(
-        kWhere, ": ", workers_->workers_text({w}), " asks for step ", reports[static_cast<std::size_t>(w)].step,
-        " of a distributed dataset where ", workers_->workers_text({0}), " asks for step ", reports[0].step,
+        kWhere, ": ", coordinator_->workers_text({w}), " asks for step ", reports[static_cast<std::size_t>(w)].step,
+        " of a distributed dataset where ", coordinator_->workers_text({0}), " asks for step ", reports[0].step,
         "; every worker must iterate its distributed datasets alike (the same get_next calls, in the same order)"));
   }
   const bool drops = std::any_of(reports.begin(), reports.end(), [](const StepReport& r) { return r.drops != 0; });
@@ -121,14 +122,14 @@ StepDecision WorkerAgreement::agree(const StepReport& mine, absl::FunctionRef<st
   }
   if (!scalar.empty()) {
     throw InvalidArgumentError(absl::StrCat(
-        kWhere, ": ", workers_->workers_text(scalar), " has no data for step ", mine.step,
+        kWhere, ": ", coordinator_->workers_text(scalar), " has no data for step ", mine.step,
         " while other workers have, and the elements have a rank-0 leaf (a scalar), so no empty batch can stand in "
         "for them; batch the dataset (with drop_remainder to end every worker's loop at the first step that not "
         "every worker can fill)"));
   }
   if (!unknown.empty()) {
     throw InvalidArgumentError(absl::StrCat(
-        kWhere, ": ", workers_->workers_text(unknown), " has no data for step ", mine.step,
+        kWhere, ": ", coordinator_->workers_text(unknown), " has no data for step ", mine.step,
         " while other workers have, and its input pipeline has made no element in this pass to model its empty "
         "batches on; the other workers' elements are of another structure than a default-constructed element (a "
         "list or dict, whose size and keys only an element shows): give every worker at least one element per "
@@ -143,25 +144,24 @@ StepDecision WorkerAgreement::agree(const StepReport& mine, absl::FunctionRef<st
 std::vector<LeafSpec> WorkerAgreement::exchange_leaves(const std::vector<int>& sources,
                                                        absl::FunctionRef<std::vector<LeafSpec>()> describe,
                                                        std::int64_t step) {
-  const int me = workers_->worker_id();
-  const auto n = static_cast<std::size_t>(workers_->num_workers());
+  const int me = coordinator_->worker_id();
   std::vector<std::int64_t> words;
   if (std::find(sources.begin(), sources.end(), me) != sources.end()) {
     const std::vector<LeafSpec> leaves = describe();
     words.push_back(static_cast<std::int64_t>(leaves.size()));
     for (const LeafSpec& leaf : leaves) append_leaf(words, leaf);
   }
-  // The sizes first, then every worker's description padded to the longest.
-  const auto size = static_cast<std::int64_t>(words.size());
-  std::vector<std::int64_t> sizes(n);
-  exchange(&size, sizes.data(), sizeof(size), step);
-  const auto longest = static_cast<std::size_t>(*std::max_element(sizes.begin(), sizes.end()));
-  words.resize(longest, 0);
-  std::vector<std::int64_t> all(longest * n);
-  exchange(words.data(), all.data(), longest * sizeof(std::int64_t), step);
+  std::vector<std::string> all;
+  check_arrived(coordinator_->exchange_report_bytes(
+                    std::string(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(std::int64_t)), all,
+                    detail::deadline_after(timeout_)),
+                step);
   const int source = sources[static_cast<std::size_t>(me)];
   if (source < 0) return {};
-  return read_leaves(std::span(all).subspan(static_cast<std::size_t>(source) * longest, longest));
+  const std::string& description = all[static_cast<std::size_t>(source)];
+  std::vector<std::int64_t> theirs(description.size() / sizeof(std::int64_t));
+  std::memcpy(theirs.data(), description.data(), theirs.size() * sizeof(std::int64_t));
+  return read_leaves(theirs);
 }
 
 }  // namespace distribute::input::internal

@@ -22,7 +22,9 @@
 #include "distribute/device/gpu.h"
 #include "distribute/mpi/mpi_cluster_resolver.h"
 #include "mpi/cluster_resolver.h"
+#include "cluster/coordinator.h"
 #include "cluster/mpi/mpi_worker_transport.h"
+#include "cluster/timeline_job.h"
 #include "strategy/mirrored_extended.h"
 
 namespace distribute {
@@ -184,42 +186,6 @@ void stop_timeline_at_mpi_finalize() {
   MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
 }
 
-// The timeline's way to the other workers (base/timeline.h): a transport of its own on the
-// workers of the process's first multi-worker strategy, kept until exit.
-class TimelineJob final : public detail::timeline::Job {
- public:
-  // Without a strategy timeout, how long Timeline::stop() waits for a worker.
-  static constexpr std::chrono::seconds kDefaultTimeout{60};
-
-  TimelineJob(MPI_Comm base, std::chrono::duration<double> timeout)
-      : transport_(base, StalledCollectiveAction::kFailStrategy),
-        timeout_(timeout.count() > 0 ? timeout : kDefaultTimeout) {}
-  int worker_id() const override { return transport_.worker_id(); }
-  int num_workers() const override { return transport_.num_workers(); }
-  std::string host() const override { return transport_.hosts()[static_cast<std::size_t>(worker_id())]; }
-  bool reachable() const override {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    return finalized == 0;
-  }
-  std::chrono::duration<double> timeout() const override { return timeout_; }
-  std::vector<int> exchange(std::int64_t mine, std::span<std::int64_t> all, detail::Deadline deadline) override {
-    return transport_.exchange(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(all), deadline);
-  }
-  std::string all_gather(const std::string& mine, std::span<const std::size_t> sizes,
-                         detail::Deadline deadline) override {
-    std::size_t total = 0;
-    for (std::size_t size : sizes) total += size;
-    std::string all(total, '\0');
-    transport_.all_gather(mine.data(), sizes, all.data(), deadline, "Timeline::stop's gathering of the workers' events");
-    return all;
-  }
-
- private:
-  detail::MpiWorkerTransport transport_;
-  const std::chrono::duration<double> timeout_;
-};
-
 }  // namespace
 
 MpiClusterResolver::MpiClusterResolver() {
@@ -286,14 +252,21 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   if (devices[0].is_gpu()) {
     check_gpus_distinct(*engine, devices, options.communication.timeout);
   }
-  auto group = std::make_shared<cluster::WorkerGroup>(std::move(engine), static_cast<int>(local));
+  auto coordinator = std::make_shared<cluster::Coordinator>(std::move(engine), static_cast<int>(local));
   MirroredStrategyOptions mirrored;
   mirrored.communication = options.communication;
-  set_extended(detail::make_mirrored_extended(*this, std::move(devices), mirrored, std::move(group)));
+  set_extended(detail::make_mirrored_extended(*this, std::move(devices), mirrored, std::move(coordinator)));
   // Every worker makes its first strategy, so every worker makes the timeline's transport here.
   static std::once_flag timeline_job;
   std::call_once(timeline_job, [&] {
-    detail::timeline::set_job(std::make_unique<TimelineJob>(base, options.communication.timeout));
+    // The timeline's transport of its own, apart from the strategies' traffic.
+    detail::timeline::set_job(cluster::make_timeline_job(
+        std::make_unique<detail::MpiWorkerTransport>(base, StalledCollectiveAction::kFailStrategy),
+        options.communication.timeout, [] {
+          int finalized = 0;
+          MPI_Finalized(&finalized);
+          return finalized == 0;
+        }));
     stop_timeline_at_mpi_finalize();
   });
 }

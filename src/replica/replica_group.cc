@@ -17,7 +17,7 @@ namespace distribute::detail {
 using collective::CollectiveKind;
 
 ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
-                           CommunicationOptions defaults, cluster::CallAgreement* agreement, int first_id)
+                           CommunicationOptions defaults, cluster::Coordinator* agreement, int first_id)
     : size_(size),
       defaults_(defaults),
       policy_(policy),
@@ -70,7 +70,7 @@ void ReplicaGroup::complete_phase() {
   }
   std::exception_ptr mismatch = compare_calls(calls_, first_id_);
   // A multi-worker step on the timeline's cross-worker track: the workers' vote on the call, then
-  // (in prepare) the backend's local phase and its data phase across the workers.
+  // the backend's cross-process phase (the local combination and the data step across workers).
   std::optional<timeline::Span> across;
   if (agreement_ != nullptr) {
     const CollectiveCall& first = *calls_[0];
@@ -91,6 +91,14 @@ void ReplicaGroup::complete_phase() {
     if (op->staged != staged) op->staged = staged;
   }
   try {
+    if (agreement_ != nullptr) {
+      // The step across the workers, timed apart from the replicas' waiting for each other.
+      const std::int64_t from = cycle_now();
+      communicator_->cross_process_phase(ops_);
+      cross_process_ticks_ = cycle_now() - from;
+      cross_process_total_ticks_.store(cross_process_total_ticks_.load(std::memory_order_relaxed) + cross_process_ticks_,
+                                       std::memory_order_relaxed);
+    }
     communicator_->prepare(ops_);
   } catch (...) {
     std::exception_ptr error = std::current_exception();
@@ -211,8 +219,15 @@ void ReplicaGroup::count_collective(int rank, std::int64_t waited_from) {
   if (waited_from == 0) {
     add(slot.last_arrivals, 1);
   } else {
-    add(slot.wait_ticks, std::max<std::int64_t>(0, cycle_now() - waited_from));
+    // The phase's step across the workers is moving data, not waiting: CollectiveStats counts it
+    // apart. Read after the release, before this replica arrives at the next phase.
+    phase_.claim_shared();
+    add(slot.wait_ticks, std::max<std::int64_t>(0, cycle_now() - waited_from - cross_process_ticks_));
   }
+}
+
+double ReplicaGroup::cross_process_seconds() const {
+  return static_cast<double>(cross_process_total_ticks_.load(std::memory_order_relaxed)) / cycle_ticks_per_second();
 }
 
 ReplicaCollectiveStats ReplicaGroup::stats(int rank) const {
@@ -230,6 +245,7 @@ void ReplicaGroup::reset_stats() {
       counter->store(0, std::memory_order_relaxed);
     }
   }
+  cross_process_total_ticks_.store(0, std::memory_order_relaxed);
 }
 
 void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<int> behind) {

@@ -9,7 +9,7 @@
 // fails, times out or leaves early, so no replica is left hanging.
 //
 // In a multi-worker strategy the group's Communicator is the hierarchical one, which moves the data
-// across the workers, and the group calls the workers' cluster::CallAgreement as it completes each phase:
+// across the workers, and the group calls the workers' cluster::Coordinator as it completes each phase:
 // the workers agree on the call before any data moves, and a run's end or failure is agreed too.
 #pragma once
 
@@ -28,7 +28,7 @@
 #include "collective/rendezvous.h"
 #include "distribute/replica/internal/collective_call.h"
 #include "distribute/replica/collective_stats.h"
-#include "cluster/call_agreement.h"
+#include "cluster/coordinator.h"
 #include "replica/small_all_reduce.h"
 
 namespace distribute::detail {
@@ -38,7 +38,7 @@ class ReplicaGroup {
   // In a multi-worker strategy, `agreement` is the workers' and this group's replicas have the
   // global ids first_id ...; null for a single process.
   ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
-               CommunicationOptions defaults, cluster::CallAgreement* agreement = nullptr, int first_id = 0);
+               CommunicationOptions defaults, cluster::Coordinator* agreement = nullptr, int first_id = 0);
 
   int size() const { return size_; }
 
@@ -79,6 +79,8 @@ class ReplicaGroup {
   // Replica `rank`'s straggler figures (StrategyExtended::collective_stats), and their reset.
   // Between runs; during one they are a moment's reading.
   ReplicaCollectiveStats stats(int rank) const;
+  // The time the collectives spent in their steps across the workers (0 in one process).
+  double cross_process_seconds() const;
   void reset_stats();
 
  private:
@@ -132,9 +134,13 @@ class ReplicaGroup {
   std::vector<CollectiveCall*> calls_ ABSL_GUARDED_BY(phase_);
   std::vector<collective::CollectiveOp*> ops_ ABSL_GUARDED_BY(phase_);  // the calls' buffers, for the backend
   std::shared_ptr<void> merge_result_ ABSL_GUARDED_BY(phase_);
+  // The current phase's step across the workers (cycle_now() ticks; 0 in one process), which the
+  // released replicas take out of their waiting time, and the sum over every phase.
+  std::int64_t cross_process_ticks_ ABSL_GUARDED_BY(phase_) = 0;
+  std::atomic<std::int64_t> cross_process_total_ticks_{0};
   // What finish_run reports to the workers: the end of a run that failed here.
   CollectiveCall failure_report_;
-  cluster::CallAgreement* const agreement_;
+  cluster::Coordinator* const agreement_;
   const int first_id_;
   mutable Mutex mu_;
   std::exception_ptr first_error_ ABSL_GUARDED_BY(mu_);

@@ -15,7 +15,7 @@
 #include "distribute/config.h"
 #include "distribute/device/gpu.h"
 #include "distribute/input/internal/worker_agreement.h"
-#include "cluster/call_agreement.h"
+#include "cluster/coordinator.h"
 #include "replica/replica_group.h"
 #include "replica/replica_runner.h"
 #include "replica/strategy_replica_context.h"
@@ -65,7 +65,7 @@ detail::Backend choose_backend(const std::vector<Device>& devices, const Mirrore
 // This worker's replicas' backend.
 std::unique_ptr<collective::Communicator> make_local_communicator(
     detail::Backend backend, const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
-    const detail::WaitPolicy& policy, [[maybe_unused]] cluster::WorkerGroup* workers,
+    const detail::WaitPolicy& policy, [[maybe_unused]] cluster::Coordinator* coordinator,
     [[maybe_unused]] std::chrono::duration<double> timeout) {
   const int n = static_cast<int>(devices.size());
   std::vector<detail::ReplicaDevice*> raw;
@@ -77,16 +77,16 @@ std::unique_ptr<collective::Communicator> make_local_communicator(
       return std::make_unique<collective::one_device::OneDeviceCommunicator>(std::move(raw), policy);
     case detail::Backend::kNccl:
 #if DISTRIBUTE_HAS_NCCL
-      if (workers != nullptr) {
-        // One communicator over every worker's GPUs; the first worker's id reaches the others
-        // through the workers' engine, as the strategy's other cross-worker steps do.
-        collective::nccl::NcclSpan span{workers->num_workers() * n, workers->worker_id() * n,
-                                        [workers, timeout](std::span<std::byte> id) {
-                                          std::vector<std::size_t> sizes;
-                                          const std::vector<std::byte> all = workers->all_gather(
-                                              id, sizes, timeout, "creating the NCCL communicator across workers");
-                                          std::copy_n(all.begin(), id.size(), id.begin());
-                                        }};
+      if (coordinator != nullptr) {
+        // One communicator over every worker's GPUs; the chief's id reaches the others through
+        // the coordinator, as the strategy's other cross-worker steps do.
+        collective::nccl::NcclSpan span{
+            coordinator->num_workers() * n, coordinator->worker_id() * n, [coordinator, timeout](std::span<std::byte> id) {
+              const std::string chief = coordinator->broadcast_from_chief(
+                  std::string(reinterpret_cast<const char*>(id.data()), id.size()), timeout,
+                  "creating the NCCL communicator across workers");
+              std::memcpy(id.data(), chief.data(), std::min(chief.size(), id.size()));
+            }};
         return std::make_unique<collective::nccl::NcclCommunicator>(std::move(raw), std::move(span));
       }
       return std::make_unique<collective::nccl::NcclCommunicator>(std::move(raw));
@@ -100,11 +100,12 @@ std::unique_ptr<collective::Communicator> make_local_communicator(
 // The backend of a level's replicas, joined to the other workers of `workers` unless it is null.
 std::unique_ptr<collective::Communicator> make_communicator(
     detail::Backend backend, const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
-    const detail::WaitPolicy& policy, cluster::WorkerGroup* workers, std::chrono::duration<double> timeout) {
-  std::unique_ptr<collective::Communicator> local = make_local_communicator(backend, devices, policy, workers, timeout);
-  if (workers == nullptr) return local;
-  return std::make_unique<cluster::HierarchicalCommunicator>(std::move(local), *workers,
-                                                                              static_cast<int>(devices.size()));
+    const detail::WaitPolicy& policy, cluster::Coordinator* coordinator, std::chrono::duration<double> timeout) {
+  std::unique_ptr<collective::Communicator> local =
+      make_local_communicator(backend, devices, policy, coordinator, timeout);
+  if (coordinator == nullptr) return local;
+  return std::make_unique<cluster::HierarchicalCommunicator>(std::move(local), coordinator->group(),
+                                                             static_cast<int>(devices.size()));
 }
 
 std::vector<std::unique_ptr<detail::ReplicaDevice>> make_replica_devices(const std::vector<Device>& devices) {
@@ -117,20 +118,16 @@ std::vector<std::unique_ptr<detail::ReplicaDevice>> make_replica_devices(const s
 // together fit on its cores. When they do not and other workers share the machine, a waiting
 // replica parks at once: yielding would still take turns on the cores from the other processes'
 // replicas and MPI progress, which the waits across workers depend on.
-detail::WaitPolicy wait_policy(int local_replicas, const cluster::WorkerGroup* workers) {
-  const int on_host = workers != nullptr ? workers->workers_on_this_host() : 1;
+detail::WaitPolicy wait_policy(int local_replicas, const cluster::Coordinator* coordinator) {
+  const int on_host = coordinator != nullptr ? coordinator->workers_on_this_host() : 1;
   detail::WaitPolicy policy = detail::WaitPolicy::for_threads(local_replicas * on_host);
   if (on_host > 1 && policy.spin.count() == 0) policy.yield = std::chrono::nanoseconds::zero();
   return policy;
 }
 
-cluster::WorkerGroup* workers_of(cluster::CallAgreement* agreement) {
-  return agreement != nullptr ? &agreement->workers() : nullptr;
-}
-
 // The global id of this worker's first replica, of `local`.
-int first_global_id(cluster::CallAgreement* agreement, int local) {
-  return agreement != nullptr ? agreement->workers().worker_id() * local : 0;
+int first_global_id(const cluster::Coordinator* coordinator, int local) {
+  return coordinator != nullptr ? coordinator->worker_id() * local : 0;
 }
 
 // Everything one level of run needs: threads, the collective group and the replica contexts.
@@ -138,18 +135,18 @@ int first_global_id(cluster::CallAgreement* agreement, int local) {
 // paused ones.
 struct RunLevel {
   RunLevel(Strategy& strategy, const std::vector<Device>& devices, int depth, const MirroredStrategyOptions& options,
-           detail::Backend backend, cluster::CallAgreement* agreement)
+           detail::Backend backend, cluster::Coordinator* coordinator)
       : replica_devices(make_replica_devices(devices)),
         bound(devices.size(), 0),
-        policy(wait_policy(static_cast<int>(devices.size()), workers_of(agreement))),
+        policy(wait_policy(static_cast<int>(devices.size()), coordinator)),
         runner(static_cast<int>(devices.size()), depth == 0 ? "distribute" : absl::StrCat("distrib.", depth),
                options.pin_threads, policy),
         group(static_cast<int>(devices.size()),
-              make_communicator(backend, replica_devices, policy, workers_of(agreement), options.communication.timeout),
-              policy, options.communication, agreement, first_global_id(agreement, static_cast<int>(devices.size()))) {
+              make_communicator(backend, replica_devices, policy, coordinator, options.communication.timeout),
+              policy, options.communication, coordinator, first_global_id(coordinator, static_cast<int>(devices.size()))) {
     const int local = static_cast<int>(devices.size());
-    const int first_id = first_global_id(agreement, local);
-    const int global = agreement ? agreement->workers().num_workers() * local : local;
+    const int first_id = first_global_id(coordinator, local);
+    const int global = coordinator != nullptr ? coordinator->num_workers() * local : local;
     contexts.reserve(devices.size());
     for (int r = 0; r < local; ++r) {
       contexts.push_back(std::make_unique<detail::StrategyReplicaContext>(strategy, first_id + r, global, &group,
@@ -199,39 +196,49 @@ struct RunLevel {
 class MirroredExtended final : public StrategyExtended {
  public:
   MirroredExtended(Strategy& container, std::vector<Device> devices, MirroredStrategyOptions options,
-                   std::shared_ptr<cluster::WorkerGroup> workers)
+                   std::shared_ptr<cluster::Coordinator> coordinator)
       : StrategyExtended(container, std::move(devices), options.communication),
         options_(options),
         backend_(choose_backend(worker_devices(), options)),
-        workers_(std::move(workers)),
-        agreement_(workers_ != nullptr ? std::make_unique<cluster::CallAgreement>(workers_) : nullptr),
-        input_agreement_(workers_ != nullptr && workers_->num_workers() > 1
-                             ? std::make_shared<input::internal::WorkerAgreement>(workers_, options.communication.timeout)
+        coordinator_(std::move(coordinator)),
+        input_agreement_(coordinator_ != nullptr && coordinator_->num_workers() > 1
+                             ? std::make_shared<input::internal::WorkerAgreement>(coordinator_,
+                                                                                  options.communication.timeout)
                              : nullptr) {
     detail::check_timeout(options.communication.timeout,
-                          workers_ != nullptr ? "MultiWorkerMirroredStrategy: options.communication.timeout"
+                          coordinator_ != nullptr ? "MultiWorkerMirroredStrategy: options.communication.timeout"
                                               : "MirroredStrategy: options.communication.timeout",
                           "no timeout");
-    DISTRIBUTE_CHECK(workers_ == nullptr || worker_devices()[0].is_cpu() || backend_ == detail::Backend::kNccl,
+    DISTRIBUTE_CHECK(coordinator_ == nullptr || worker_devices()[0].is_cpu() || backend_ == detail::Backend::kNccl,
                      InvalidArgumentError, "MultiWorkerMirroredStrategy: GPU replicas across workers are ranks of one "
                      "NCCL communicator, which needs ", DISTRIBUTE_HAS_NCCL ? "one physical GPU per replica; "
                      "list GPUs that are not logical GPUs of one physical GPU" : "NCCL, and this build of distribute "
                      "has none (reconfigure with -DDISTRIBUTE_WITH_NCCL=ON)");
-    if (workers_ != nullptr) detail::timeline::set_worker(workers_->worker_id());
+    if (coordinator_ != nullptr) detail::timeline::set_worker(coordinator_->worker_id());
     detail::MutexLock lock(levels_mu_);
-    levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_, agreement_.get());
+    levels_[0] = std::make_unique<RunLevel>(container, worker_devices(), 0, options_, backend_, coordinator_.get());
     level0_ = levels_[0].get();
   }
 
-  int num_workers() const override { return workers_ != nullptr ? workers_->num_workers() : 1; }
-  int worker_id() const override { return workers_ != nullptr ? workers_->worker_id() : 0; }
+  // This worker leaves the others once its replicas are gone.
+  ~MirroredExtended() override {
+    {
+      detail::MutexLock lock(levels_mu_);
+      for (auto& level : levels_) level.reset();
+    }
+    if (coordinator_ != nullptr) coordinator_->leave();
+  }
+
+  int num_workers() const override { return coordinator_ != nullptr ? coordinator_->num_workers() : 1; }
+  int worker_id() const override { return coordinator_ != nullptr ? coordinator_->worker_id() : 0; }
   // A multi-worker strategy: one process per worker, each running the whole program.
-  bool experimental_between_graph() const override { return workers_ != nullptr; }
+  bool experimental_between_graph() const override { return coordinator_ != nullptr; }
 
   // The top level's replicas: a nested run's are its own threads' and not counted.
   CollectiveStats collective_stats() const override {
     CollectiveStats stats = StrategyExtended::collective_stats();
     for (int r = 0; r < level0_->group.size(); ++r) stats.replicas.push_back(level0_->group.stats(r));
+    stats.cross_worker_seconds = level0_->group.cross_process_seconds();
     return stats;
   }
   void reset_collective_stats() override {
@@ -286,7 +293,7 @@ class MirroredExtended final : public StrategyExtended {
     detail::MutexLock lock(levels_mu_);
     return &levels_[0]->group.communicator();
   }
-  cluster::CallAgreement* call_agreement() override { return agreement_.get(); }
+  cluster::Coordinator* coordinator() override { return coordinator_.get(); }
   detail::Mutex* run_mutex() override { return &level0_->run_mu; }
   std::weak_ptr<input::internal::WorkerAgreement> input_agreement() const override { return input_agreement_; }
 
@@ -299,7 +306,7 @@ class MirroredExtended final : public StrategyExtended {
     auto& level = levels_[static_cast<std::size_t>(depth)];
     if (!level) {
       level = std::make_unique<RunLevel>(container_strategy(), worker_devices(), depth, options_, backend_,
-                                         agreement_.get());
+                                         coordinator_.get());
     }
     return *level;
   }
@@ -307,8 +314,7 @@ class MirroredExtended final : public StrategyExtended {
   const MirroredStrategyOptions options_;
   const detail::Backend backend_;
   // Declared before the levels: their groups use these until they are gone.
-  const std::shared_ptr<cluster::WorkerGroup> workers_;
-  const std::unique_ptr<cluster::CallAgreement> agreement_;
+  const std::shared_ptr<cluster::Coordinator> coordinator_;
   // Across workers only: what the iterators of this strategy's distributed datasets agree through.
   const std::shared_ptr<input::internal::WorkerAgreement> input_agreement_;
   detail::Mutex levels_mu_;
@@ -324,8 +330,8 @@ std::vector<Device> parse_mirrored_devices(const std::vector<std::string>& specs
 
 std::unique_ptr<StrategyExtended> make_mirrored_extended(Strategy& container, std::vector<Device> devices,
                                                          MirroredStrategyOptions options,
-                                                         std::shared_ptr<cluster::WorkerGroup> workers) {
-  return std::make_unique<MirroredExtended>(container, std::move(devices), options, std::move(workers));
+                                                         std::shared_ptr<cluster::Coordinator> coordinator) {
+  return std::make_unique<MirroredExtended>(container, std::move(devices), options, std::move(coordinator));
 }
 
 }  // namespace detail

@@ -12,6 +12,7 @@
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/context.h"
 #include "distribute/strategy/strategy.h"
+#include "strategy/cross_worker.h"
 
 namespace distribute {
 
@@ -210,7 +211,7 @@ Tensor first_replica_value(Strategy& strategy, const VariableState& var, Variabl
   const StrategyExtended& extended = strategy.extended();
   const bool across_workers = extended.num_workers() > 1;
   const int local = values.num_replicas();
-  const Tensor first = detail::first_worker_value(strategy.extended(), values[0]);
+  const Tensor first = detail::broadcast_from_chief(strategy.extended(), values[0]);
   if (var.aggregation != VariableAggregation::kNone) return first;
   std::vector<int> differing;
   if (across_workers) {
@@ -274,7 +275,7 @@ Variable create_in_replica(ReplicaContext& ctx, const Tensor& initial_value, con
                            "on replica ", r, " than on replica 0 (trainable, synchronization or aggregation); every "
                            "replica must create it with the same options");
         }
-        return Variable(detail::first_worker_value(strategy.extended(), initials[0]), first);
+        return Variable(detail::broadcast_from_chief(strategy.extended(), initials[0]), first);
       },
       local, &options);
 }

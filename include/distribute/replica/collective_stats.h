@@ -15,12 +15,18 @@ struct ReplicaCollectiveStats {
   // Of those, how many it reached when every other replica of its worker was there already.
   std::int64_t last_arrivals = 0;
   // The time it waited in them for the other replicas of its worker (and, through them, for the
-  // other workers): from its arrival until it was released.
+  // other workers): from its arrival until it was released, less the steps across the workers
+  // (CollectiveStats::cross_worker_seconds).
   double wait_seconds = 0;
 };
 
 struct CollectiveStats {
   int worker_id = 0;
+  // Across workers: the time this worker's collectives spent in their steps across the workers
+  // (moving data between the processes), taken by the replica that arrived last while the others
+  // waited. Counted here, not in any replica's wait_seconds, so that those show only the waiting
+  // for slower replicas. 0 for a strategy of one process.
+  double cross_worker_seconds = 0;
   // This worker's replicas, in replica order.
   std::vector<ReplicaCollectiveStats> replicas;
 

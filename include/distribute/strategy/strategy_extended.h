@@ -32,38 +32,10 @@ class Communicator;  // src/collective/communicator.h
 }  // namespace collective
 class StrategyExtended;
 namespace cluster {
-class CallAgreement;  // src/cluster/call_agreement.h
+class Coordinator;  // src/cluster/coordinator.h
 }  // namespace cluster
 namespace detail {
-// Global replica 0's value on every worker, bit for bit: the first worker's `mine` (its replica
-// 0's value) reaches the others in a cross-replica step agreed on like reduce_to, in cross-replica
-// context. `mine` itself for a strategy of one worker. What a variable's ONLY_FIRST_REPLICA and
-// NONE updates apply.
-Tensor first_worker_value(StrategyExtended& extended, const Tensor& mine);
-// How this worker agrees with the others on each step; null for a strategy of one process. For the
-// layers above the strategy that ride on the agreement (a preemption's stop request).
-cluster::CallAgreement* call_agreement_of(StrategyExtended& extended);
-struct CallPurpose;  // distribute/replica/internal/collective_call.h
-// Agrees with the other workers, before anything is read, written or sent, that every worker makes
-// the checkpoint operation that `purpose` names (its method and entries): workers whose operations
-// differ all throw the same error naming them, as for collectives that differ. In cross-replica
-// context; nothing for a strategy of one worker.
-void agree_on_checkpoint(StrategyExtended& extended, const CallPurpose& purpose);
 class Mutex;  // src/base/mutex.h
-// Keeps a strategy between two steps for its lifetime: waits for a run in progress on another
-// thread to end and keeps the next from starting, so that what a checkpoint reads or writes is
-// one step's state, never parts of two. Inside a merge_fn of the strategy it holds nothing: the
-// run's own thread holds the strategy, and every replica waits in merge_call.
-class BetweenRuns {
- public:
-  explicit BetweenRuns(StrategyExtended& extended);
-  ~BetweenRuns();
-  BetweenRuns(const BetweenRuns&) = delete;
-  BetweenRuns& operator=(const BetweenRuns&) = delete;
-
- private:
-  Mutex* held_ = nullptr;
-};
 }  // namespace detail
 namespace input::internal {
 class WorkerAgreement;  // distribute/input/internal/worker_agreement.h
@@ -152,46 +124,32 @@ class StrategyExtended {
   // MultiWorkerMirroredStrategy worker create and initialise their own copies.
   bool experimental_should_init() const { return true; }
 
+  // For the library's own layers (src/strategy/cross_worker.h), of types a program cannot use: how
+  // this worker reaches the others, null for a strategy of one process; and the lock each top-level
+  // run holds for the whole run, null for a strategy whose runs are not serialised (the
+  // single-replica strategies run on the caller's thread).
+  virtual cluster::Coordinator* coordinator() { return nullptr; }
+  virtual detail::Mutex* run_mutex() { return nullptr; }
+
  protected:
   StrategyExtended(Strategy& container, std::vector<Device> devices, CommunicationOptions default_options);
   void require_cross_replica_or_default(const char* method, const char* hint = nullptr) const;
   // The backend of the cross-replica operations; null for a strategy of one replica, whose values
   // are only copied.
   virtual collective::Communicator* communicator() { return nullptr; }
-  // How this worker agrees with the others on each call, and through it the workers; null for a
-  // strategy of one process.
-  virtual cluster::CallAgreement* call_agreement() { return nullptr; }
-  // Held by the thread of each top-level run for the whole run; null for a strategy whose runs
-  // are not serialised (the single-replica strategies run on the caller's thread).
-  virtual detail::Mutex* run_mutex() { return nullptr; }
   // What the iterators of the strategy's distributed datasets agree on each step through; none
   // for a strategy of one worker, whose input needs no agreement.
   virtual std::weak_ptr<input::internal::WorkerAgreement> input_agreement() const { return {}; }
 
  private:
   friend class Strategy;
-  friend Tensor detail::first_worker_value(StrategyExtended& extended, const Tensor& mine);
-  friend cluster::CallAgreement* detail::call_agreement_of(StrategyExtended& extended);
-  friend void detail::agree_on_checkpoint(StrategyExtended& extended, const detail::CallPurpose& purpose);
-  friend class detail::BetweenRuns;
   // The cross-replica operations behind Strategy::reduce / gather and reduce_to / gather_to:
-  // checks, then the backend. `what` names the public method in error messages.
+  // checks, then (across workers) the workers' agreement, then the backend, which takes a
+  // multi-worker step across the workers itself. `what` names the public method in messages.
   Tensor reduce_components(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
                            const Device& destination, const CommunicationOptions& options, const char* what);
   Tensor concat_components(std::span<const Tensor> components, int axis, const Device& destination,
                            const CommunicationOptions& options, const char* what);
-  // The same among this worker's replicas only.
-  Tensor reduce_locally(ReduceOp op, std::span<const Tensor> components, std::optional<int> axis,
-                        const Device& destination, const CommunicationOptions& options, const char* what);
-  Tensor concat_locally(std::span<const Tensor> components, int axis, const Device& destination,
-                        const CommunicationOptions& options, const char* what);
-  // The same across workers: the local checks, then the workers' agreement, then the local
-  // combination, the step across workers and the copy to destination.
-  Tensor reduce_across_workers(cluster::CallAgreement& agreement, ReduceOp op, std::span<const Tensor> components,
-                               std::optional<int> axis, const Device& destination, const CommunicationOptions& options,
-                               const char* what);
-  Tensor concat_across_workers(cluster::CallAgreement& agreement, std::span<const Tensor> components, int axis,
-                               const Device& destination, const CommunicationOptions& options, const char* what);
   // communicator(), once `options` are known to ask for no other implementation.
   collective::Communicator* checked_backend(const CommunicationOptions& options, const char* what);
 

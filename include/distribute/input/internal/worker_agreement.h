@@ -18,7 +18,7 @@
 #include "distribute/device/shape.h"
 
 namespace distribute::cluster {
-class WorkerGroup;  // src/cluster/worker_group.h
+class Coordinator;  // src/cluster/coordinator.h
 }  // namespace distribute::cluster
 
 namespace distribute::input::internal {
@@ -59,7 +59,7 @@ struct StepDecision {
 class WorkerAgreement {
  public:
   // Each agreement waits at most `timeout` for the other workers (0: no limit).
-  WorkerAgreement(std::shared_ptr<cluster::WorkerGroup> workers, std::chrono::duration<double> timeout);
+  WorkerAgreement(std::shared_ptr<cluster::Coordinator> coordinator, std::chrono::duration<double> timeout);
 
   // Sends `mine` to every worker and decides from every worker's report: the step runs when
   // every worker has a full step if any worker's dataset drops its remainder, else when any
@@ -76,10 +76,10 @@ class WorkerAgreement {
   // others); returns the description this worker needs, if any.
   std::vector<LeafSpec> exchange_leaves(const std::vector<int>& sources,
                                         absl::FunctionRef<std::vector<LeafSpec>()> describe, std::int64_t step);
-  // Exchanges `mine` on the input channel; DeadlineExceededError when a worker does not arrive.
-  void exchange(const void* mine, void* all, std::size_t bytes, std::int64_t step);
+  // Throws DeadlineExceededError naming the `missing` workers of step `step`, unless none is.
+  void check_arrived(const std::vector<int>& missing, std::int64_t step);
 
-  const std::shared_ptr<cluster::WorkerGroup> workers_;
+  const std::shared_ptr<cluster::Coordinator> coordinator_;
   const std::chrono::duration<double> timeout_;
   std::atomic<bool> broken_{false};
   std::string broken_reason_;  // written once, before broken_ is set

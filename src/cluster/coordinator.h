@@ -1,14 +1,23 @@
-// distribute::detail: CallAgreement, how the workers (processes) of a multi-worker strategy agree
-// on each call before any data moves across them. The thread that takes a collective across the
-// workers sends a small header (status, kind, sequence, the digest of the call's signature) to
-// every other worker. Only when the headers differ do the workers exchange the rendered
-// signatures, from which every worker builds the same error naming the workers, their replicas and
-// what differed (call_signature.h). A worker that does not arrive in time makes the workers
-// unusable (WorkerGroup, cluster/worker_group.h, whose transport this uses), as a
-// collective left half done cannot be taken back.
+// distribute::cluster::Coordinator: the one way the layers above (the replica layer's collectives,
+// the strategy's cross-replica steps, distributed input, checkpoints, preemption, the timeline)
+// reach the other workers (processes) of a multi-worker job. It offers the few operations they
+// need:
+//   - the vote before every step across the workers (agree): the thread that takes the step sends
+//     a small header (status, kind, sequence, the digest of the call, a stop-request flag) to
+//     every other worker; only when the headers differ do the workers exchange their ballots'
+//     descriptions, from which every worker builds the same error (ballot.h);
+//   - values from the chief (worker 0) to every worker, as bytes or as how its part ended;
+//   - reports from every worker to every worker (a distributed iterator's step, the timeline's
+//     clocks), on a channel of their own;
+//   - the worker set's identity, usability and first failure (WorkerGroup, worker_group.h, whose
+//     data steps the hierarchical communicator takes).
+// Values cross in one wire format (size, then bytes) and errors in another (wire.h). A worker that
+// does not arrive in time makes the workers unusable, as a step left half done cannot be taken
+// back.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -26,17 +35,51 @@
 
 namespace distribute::cluster {
 
-class CallAgreement {
+class Coordinator {
  public:
-  explicit CallAgreement(std::shared_ptr<WorkerGroup> workers);
-  // Tells the other workers that this one left: whoever waits for it, or calls a collective
-  // later, gets UnavailableError naming it instead of waiting.
-  ~CallAgreement();
-  CallAgreement(const CallAgreement&) = delete;
-  CallAgreement& operator=(const CallAgreement&) = delete;
+  // This worker's transport to the others; `num_local_replicas` names replicas in messages.
+  Coordinator(std::unique_ptr<WorkerTransport> transport, int num_local_replicas);
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
 
-  WorkerGroup& workers() { return *workers_; }
-  const std::shared_ptr<WorkerGroup>& shared_workers() const { return workers_; }
+  int num_workers() const { return group_.num_workers(); }
+  int worker_id() const { return group_.worker_id(); }
+  bool is_chief() const { return worker_id() == 0; }
+  int num_local_replicas() const { return group_.num_local_replicas(); }
+  // How many workers (this one included) share this worker's machine.
+  int workers_on_this_host() const { return group_.workers_on_this_host(); }
+  // This worker's host name.
+  const std::string& host() const { return group_.hosts()[static_cast<std::size_t>(worker_id())]; }
+  // "worker 1 (replicas 2, 3)", "workers 0, 2 on host0, host1 (replicas 0, 1, 4, 5)".
+  std::string workers_text(const std::vector<int>& workers) const { return group_.workers_text(workers); }
+  bool usable() const { return group_.usable(); }
+  // UnavailableError, citing the first failure, once the workers are unusable.
+  void check_usable() const { group_.check_usable(); }
+  // The data steps across the workers, for the hierarchical communicator.
+  WorkerGroup& group() { return group_; }
+
+  // Tells the other workers that this one left (its strategy is gone): whoever waits for it, or
+  // calls a collective later, gets UnavailableError naming it instead of waiting. Once.
+  void leave();
+
+  // The chief's `bytes` on every worker (the argument is ignored elsewhere), in one step of
+  // `timeout` named `what`. The workers agree on the step before (a ballot of its own).
+  std::string broadcast_from_chief(std::string bytes, std::chrono::duration<double> timeout, const StepName& what);
+  // How the chief's part of a step ended, on every worker: null, or its error, which the chief
+  // rethrows and every other worker throws as a distribute::Error of the same code naming the
+  // chief (an exception of no such code becomes InternalError there).
+  void broadcast_outcome_from_chief(std::exception_ptr chief_error, std::chrono::duration<double> timeout,
+                                    const StepName& what);
+
+  // Sends `mine` to every worker and receives worker w's (of mine.size() bytes) into
+  // all[w * mine.size(), ...), on the reports' channel (a distributed iterator's step, the
+  // timeline's clocks): a worker waiting there never takes a vote's header for its own. Returns the
+  // workers whose had not come by `deadline`.
+  std::vector<int> exchange_reports(std::span<const std::byte> mine, std::span<std::byte> all,
+                                    detail::Deadline deadline);
+  // The same for reports of any size: worker w's bytes into all[w].
+  std::vector<int> exchange_report_bytes(const std::string& mine, std::vector<std::string>& all,
+                                         detail::Deadline deadline);
 
   using Status = Ballot::Status;
 
@@ -102,8 +145,8 @@ class CallAgreement {
   };
   static constexpr std::uint16_t kStopRequested = 1;
 
-  WorkerTransport& transport() { return workers_->transport(); }
-  std::string this_worker() const { return workers_->workers_text({workers_->worker_id()}); }
+  WorkerTransport& transport() { return group_.transport(); }
+  std::string this_worker() const { return group_.workers_text({group_.worker_id()}); }
   void agree_or_throw(const Ballot& mine);
   // Every worker's description of its call (its rendered signature, or its failure), exchanged
   // when the headers differ.
@@ -114,7 +157,8 @@ class CallAgreement {
   // The error of `worker`, which failed, from its description (the same on every worker).
   [[noreturn]] void throw_failure_of(int worker, absl::string_view described);
 
-  const std::shared_ptr<WorkerGroup> workers_;
+  WorkerGroup group_;
+  std::atomic<bool> left_{false};
   // Held by whichever thread takes the current step across the workers: the steps of a run are
   // ordered by its rendezvous, nested runs by their merge_fn, a run's end by its runner, and
   // cross-replica steps are taken outside runs or in a merge_fn.
