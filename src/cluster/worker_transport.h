@@ -1,8 +1,8 @@
-// distribute::detail: what carries a multi-worker strategy's messages and data between its
+// distribute::cluster: what carries a multi-worker strategy's messages and data between its
 // workers (processes), apart from how: the interface the workers' agreement
-// (cluster/coordinator.h) and their group (hierarchical/worker_group.h) use, implemented over
-// MPI in src/mpi/. Every call that waits
-// takes a deadline; a data phase that stalls past it is the transport's to report.
+// (cluster/coordinator.h) and their group (cluster/worker_group.h) use, implemented over MPI in
+// src/cluster/mpi/. Every call that waits takes a deadline; a data phase that stalls past it is
+// the transport's to report.
 #pragma once
 
 #include <cstddef>
@@ -33,9 +33,16 @@ class StepName {
   const collective::CollectiveOp* op_ = nullptr;
 };
 
-class WorkerTransport {
+// What a data phase that stalls past its deadline does: end the job (kEndJob), or throw
+// DeadlineExceededError and leave the transport unusable while the job goes on (kFailStrategy).
+// The strategy's public StalledCollectiveAction maps onto it; the transport knows no strategy.
+enum class OnStall { kEndJob, kFailStrategy };
+
+// The workers' messages: who they are, and the small exchanges by which they agree on each step
+// (or learn that one of them left or gave up). Every call is the agreement's, never a tensor's.
+class ControlChannel {
  public:
-  virtual ~WorkerTransport() = default;
+  virtual ~ControlChannel() = default;
   virtual int num_workers() const = 0;
   virtual int worker_id() const = 0;
   // How many workers (this one included) share this worker's machine: their replica threads
@@ -52,15 +59,6 @@ class WorkerTransport {
   // for its own, or the other way round.
   virtual std::vector<int> exchange_input(std::span<const std::byte> mine, std::span<std::byte> all,
                                           detail::Deadline deadline) = 0;
-  // data = the sum of every worker's data, `count` elements of `dtype`, in place. `what` names
-  // the collective if the data phase stalls past `deadline`: the transport then ends the job, or
-  // throws DeadlineExceededError, as its strategy's options say.
-  virtual void all_reduce(DType dtype, void* data, std::int64_t count, detail::Deadline deadline, const StepName& what) = 0;
-  // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
-  virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, detail::Deadline deadline,
-                          const StepName& what) = 0;
-  // Worker `root`'s `bytes` at `data` replace every other worker's, bit for bit.
-  virtual void broadcast(void* data, std::size_t bytes, int root, detail::Deadline deadline, const StepName& what) = 0;
   // Sends `mine` to every other worker as this worker's part of their next exchange, without
   // waiting for theirs: this worker's last word.
   virtual void send_farewell(std::span<const std::byte> mine) = 0;
@@ -73,5 +71,24 @@ class WorkerTransport {
   // waiting for it.
   virtual std::vector<std::pair<int, std::string>> take_gave_up() = 0;
 };
+
+// The workers' data: the collectives' payloads, once the control channel's exchange has agreed
+// on the step. Every call is a data phase, which the transport reports if it stalls (OnStall).
+class DataChannel {
+ public:
+  virtual ~DataChannel() = default;
+  // data = the sum of every worker's data, `count` elements of `dtype`, in place. `what` names
+  // the collective if the data phase stalls past `deadline`: the transport then ends the job, or
+  // throws DeadlineExceededError, as its strategy's options say.
+  virtual void all_reduce(DType dtype, void* data, std::int64_t count, detail::Deadline deadline, const StepName& what) = 0;
+  // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
+  virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, detail::Deadline deadline,
+                          const StepName& what) = 0;
+  // Worker `root`'s `bytes` at `data` replace every other worker's, bit for bit.
+  virtual void broadcast(void* data, std::size_t bytes, int root, detail::Deadline deadline, const StepName& what) = 0;
+};
+
+// What a backend provides: both channels, between the same workers.
+class WorkerTransport : public ControlChannel, public DataChannel {};
 
 }  // namespace distribute::cluster

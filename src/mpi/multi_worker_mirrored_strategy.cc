@@ -40,8 +40,8 @@ std::array<char, MPI_MAX_PROCESSOR_NAME> processor_name() {
 
 // Every rank's host name, gathered over `comm`.
 std::vector<std::string> rank_hosts(MPI_Comm comm) {
-  detail::MutexLock lock(detail::mpi_mutex);
-  return detail::processor_names(comm);
+  detail::MutexLock lock(cluster::mpi::MpiRuntime::instance().mutex());
+  return cluster::mpi::processor_names(comm);
 }
 
 // Sends `mine` to every worker and receives theirs into `all`, worker by worker, during the
@@ -180,7 +180,7 @@ int stop_timeline_on_delete(MPI_Comm, int, void*, void*) {
 }
 
 void stop_timeline_at_mpi_finalize() {
-  detail::MutexLock lock(detail::mpi_mutex);
+  detail::MutexLock lock(cluster::mpi::MpiRuntime::instance().mutex());
   int keyval = MPI_KEYVAL_INVALID;
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, stop_timeline_on_delete, &keyval, nullptr);
   MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
@@ -189,13 +189,13 @@ void stop_timeline_at_mpi_finalize() {
 }  // namespace
 
 MpiClusterResolver::MpiClusterResolver() {
-  detail::ensure_mpi_initialized();
+  cluster::mpi::MpiRuntime::instance().ensure_initialized();
   MPI_Comm_rank(MPI_COMM_WORLD, &task_id_);
   spec_ = ClusterSpec({{"worker", rank_hosts(MPI_COMM_WORLD)}});
 }
 
 MpiClusterResolver::MpiClusterResolver(const MpiCommunicator& comm) {
-  detail::ensure_mpi_initialized();
+  cluster::mpi::MpiRuntime::instance().ensure_initialized();
   DISTRIBUTE_CHECK(comm.comm != MPI_COMM_NULL, InvalidArgumentError,
                    "MpiClusterResolver: the communicator is MPI_COMM_NULL; only the processes that are its ranks "
                    "(MPI_Comm_split gave the others MPI_COMM_NULL) can be its workers");
@@ -237,7 +237,9 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   }
   const MpiCommunicator* comm = resolver_->mpi_communicator();
   const MPI_Comm base = comm != nullptr ? comm->comm : MPI_COMM_WORLD;
-  auto engine = std::make_unique<detail::MpiWorkerTransport>(base, on_stall);
+  auto engine = std::make_unique<cluster::mpi::MpiWorkerTransport>(
+      base, on_stall == StalledCollectiveAction::kFailStrategy ? cluster::OnStall::kFailStrategy
+                                                                 : cluster::OnStall::kEndJob);
   const int rank = engine->worker_id();
   const int workers = engine->num_workers();
   if (!failure) {
@@ -261,7 +263,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   std::call_once(timeline_job, [&] {
     // The timeline's transport of its own, apart from the strategies' traffic.
     detail::timeline::set_job(cluster::make_timeline_job(
-        std::make_unique<detail::MpiWorkerTransport>(base, StalledCollectiveAction::kFailStrategy),
+        std::make_unique<cluster::mpi::MpiWorkerTransport>(base, cluster::OnStall::kFailStrategy),
         options.communication.timeout, [] {
           int finalized = 0;
           MPI_Finalized(&finalized);
