@@ -383,7 +383,7 @@ void Checkpoint::add(std::string name, Saveable state) {
 
 void Checkpoint::save(const std::filesystem::path& path) const {
   detail::require_cross_replica("Checkpoint::save");
-  StrategyExtended* workers = detail::workers_of(variables_);
+  StrategyExtended* workers = detail::multi_worker_strategy_of(variables_);
   detail::agree_on_operation(workers, "Checkpoint::save", entries_);
   save_agreed(workers, path);
 }
@@ -398,7 +398,7 @@ void Checkpoint::save_agreed(StrategyExtended* workers, const std::filesystem::p
 
 void Checkpoint::restore(const std::filesystem::path& path) {
   detail::require_cross_replica("Checkpoint::restore");
-  StrategyExtended* workers = detail::workers_of(variables_);
+  StrategyExtended* workers = detail::multi_worker_strategy_of(variables_);
   detail::agree_on_operation(workers, "Checkpoint::restore", entries_);
   std::vector<Tensor> values;
   detail::on_chief(workers, [&] { values = load(path); });

@@ -84,7 +84,7 @@ CheckpointManager::CheckpointManager(Checkpoint checkpoint, std::filesystem::pat
                    "; give a number of steps > 0, or leave it unset to save at every call");
   DISTRIBUTE_CHECK(!directory_.empty(), InvalidArgumentError,
                    "CheckpointManager: the directory is empty; give the directory to keep checkpoints in");
-  StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
+  StrategyExtended* workers = detail::multi_worker_strategy_of(checkpoint_.variables());
   detail::agree_on_operation(workers, "CheckpointManager's constructor", checkpoint_.entries_);
   detail::on_chief(workers, [&] {
     std::error_code error;
@@ -184,7 +184,7 @@ std::optional<std::filesystem::path> CheckpointManager::save(std::optional<std::
   const std::int64_t number = checkpoint_number ? *checkpoint_number : largest + 1;
   const std::filesystem::path path = path_of(number);
   const auto start = std::chrono::steady_clock::now();
-  StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
+  StrategyExtended* workers = detail::multi_worker_strategy_of(checkpoint_.variables());
   detail::agree_on_operation(workers, "CheckpointManager::save", checkpoint_.entries_);
   checkpoint_.save_agreed(workers, path);
 
@@ -225,7 +225,7 @@ std::vector<std::filesystem::path> CheckpointManager::checkpoints() const {
 
 std::optional<std::filesystem::path> CheckpointManager::restore_or_initialize() {
   detail::require_cross_replica("CheckpointManager::restore_or_initialize");
-  StrategyExtended* workers = detail::workers_of(checkpoint_.variables());
+  StrategyExtended* workers = detail::multi_worker_strategy_of(checkpoint_.variables());
   detail::agree_on_operation(workers, "CheckpointManager::restore_or_initialize", checkpoint_.entries_);
   std::vector<Tensor> values;
   std::optional<std::int64_t> chosen;

@@ -13,7 +13,7 @@
 
 namespace distribute::detail {
 
-StrategyExtended* workers_of(const std::vector<std::pair<std::string, Variable>>& variables) {
+StrategyExtended* multi_worker_strategy_of(const std::vector<std::pair<std::string, Variable>>& variables) {
   if (variables.empty()) return nullptr;
   StrategyExtended& extended = variables.front().second.distribute_strategy().extended();
   return extended.in_multi_worker_mode() ? &extended : nullptr;

@@ -18,7 +18,7 @@ namespace distribute::detail {
 
 // The strategy whose workers take part in operations on these variables: that of the first
 // variable, when it has more than one worker; null otherwise (each process on its own).
-StrategyExtended* workers_of(const std::vector<std::pair<std::string, Variable>>& variables);
+StrategyExtended* multi_worker_strategy_of(const std::vector<std::pair<std::string, Variable>>& variables);
 
 inline bool is_chief(const StrategyExtended* workers) { return workers == nullptr || workers->worker_id() == 0; }
 

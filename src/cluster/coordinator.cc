@@ -84,7 +84,7 @@ std::vector<std::string> Coordinator::exchange_descriptions(const Ballot& mine, 
 }
 
 void Coordinator::agree(const Ballot& mine) {
-  stepper_.claim();
+  stepper_.assume_held();
   try {
     agree_or_throw(mine);
   } catch (...) {

@@ -97,15 +97,15 @@ class Coordinator {
   // kFailed agree). Runs nest (a run in a merge_fn), each concluding on its own: begin_run() and
   // end_run() bracket each, on the thread that runs it.
   bool run_concluded() const {
-    stepper_.claim_shared();
+    stepper_.assume_shared();
     return !runs_.empty() && runs_.back();
   }
   void begin_run() {
-    stepper_.claim();
+    stepper_.assume_held();
     runs_.push_back(false);
   }
   void end_run() {
-    stepper_.claim();
+    stepper_.assume_held();
     runs_.pop_back();
   }
   // The stop request this worker's votes carry (cluster/stop_request.h), one at a time: false,
@@ -122,7 +122,7 @@ class Coordinator {
   void clear_stop_request() { stop_requested_.store(false, std::memory_order_release); }
   // The number of cross-replica steps (reduce_to, gather_to) so far, counted alike on every worker.
   std::int64_t next_cross_replica_sequence() {
-    stepper_.claim();
+    stepper_.assume_held();
     return ++cross_replica_sequence_;
   }
 

@@ -28,7 +28,7 @@ void HierarchicalCommunicator::stage(int rank, collective::CollectiveOp& op) {
 }
 
 void HierarchicalCommunicator::cross_process_phase(std::span<collective::CollectiveOp* const> ops) {
-  phase_.claim();
+  phase_.assume_held();
   const collective::CollectiveKind kind = ops[0]->kind;
   if (local_->spans_processes()) {
     if (kind == collective::CollectiveKind::kAllGather) share_gather_dims(ops);
@@ -161,7 +161,7 @@ void HierarchicalCommunicator::all_reduce(int rank, std::span<collective::Collec
     local_->all_reduce(rank, ops);
     return;
   }
-  phase_.claim_shared();
+  phase_.assume_shared();
   if (reduced_in_output_) return;
   // Each replica copies the result to its own outputs, in parallel.
   const collective::CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
@@ -176,7 +176,7 @@ void HierarchicalCommunicator::reduce_scatter(int rank, std::span<collective::Co
     local_->reduce_scatter(rank, ops);
     return;
   }
-  phase_.claim_shared();
+  phase_.assume_shared();
   const collective::CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
   const std::int64_t replicas = std::int64_t{size_} * workers_.num_workers();
   const std::int64_t id = std::int64_t{workers_.worker_id()} * size_ + rank;
@@ -195,7 +195,7 @@ void HierarchicalCommunicator::all_gather(int rank, std::span<collective::Collec
     local_->all_gather(rank, ops);
     return;
   }
-  phase_.claim_shared();
+  phase_.assume_shared();
   const collective::CollectiveOp& op = *ops[static_cast<std::size_t>(rank)];
   for (std::size_t leaf = 0; leaf < gathered_.size(); ++leaf) {
     void* out = op.allocate_output(op.allocate_context, leaf, gathered_shapes_[leaf]);

@@ -51,7 +51,7 @@ void ReplicaGroup::prepare_run() {
     first_error_rank_ = -1;
     failed_.store(false, std::memory_order_release);
   }
-  phase_.claim();
+  phase_.assume_held();
   if (merge_result_) merge_result_.reset();
   communicator_->begin_run();
 }
@@ -200,7 +200,7 @@ bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
   }
   if (rendezvous_.arrive_and_wait(rank, deadline_after(call.op.options.timeout), [&] {
         completer = waited_from == 0;
-        phase_.claim();
+        phase_.assume_held();
         complete_phase();
       }, meanwhile) !=
       collective::Rendezvous::Outcome::kCompleted) {
@@ -221,7 +221,7 @@ void ReplicaGroup::count_collective(int rank, std::int64_t waited_from) {
   } else {
     // The phase's step across the workers is moving data, not waiting: CollectiveStats counts it
     // apart. Read after the release, before this replica arrives at the next phase.
-    phase_.claim_shared();
+    phase_.assume_shared();
     add(slot.wait_ticks, std::max<std::int64_t>(0, cycle_now() - waited_from - cross_process_ticks_));
   }
 }
@@ -285,7 +285,7 @@ void ReplicaGroup::run_collective(int rank, CollectiveCall& call, CollectiveKind
   }
   if (!data_to_do) return;
   timeline::Span data(first_id_ + rank, "data");
-  phase_.claim_shared();
+  phase_.assume_shared();
   (communicator_.get()->*data_phase)(rank, ops_);
 }
 
@@ -309,7 +309,7 @@ std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
     timeline::Span wait(first_id_ + rank, "wait");
     synchronise(rank, call);
   }
-  phase_.claim_shared();
+  phase_.assume_shared();
   return merge_result_;
 }
 
@@ -325,7 +325,7 @@ void ReplicaGroup::replica_returned(int rank) {
   // nothing to compare or run, unless the other workers are to hear of it.
   rendezvous_.arrive(rank, [this](bool every_replica_returned) {
     if (!every_replica_returned || agreement_ != nullptr) {
-      phase_.claim();
+      phase_.assume_held();
       complete_phase();
     }
   });

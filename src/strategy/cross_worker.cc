@@ -15,7 +15,7 @@ std::chrono::duration<double> step_timeout(const StrategyExtended& extended) {
 }
 
 // The coordinator of a strategy of more than one worker; null otherwise.
-cluster::Coordinator* workers_of(StrategyExtended& extended) {
+cluster::Coordinator* coordinator_across_workers(StrategyExtended& extended) {
   cluster::Coordinator* coordinator = extended.coordinator();
   return coordinator != nullptr && coordinator->num_workers() > 1 ? coordinator : nullptr;
 }
@@ -42,7 +42,7 @@ void agree_on_cross_replica_step(cluster::Coordinator& coordinator, collective::
 }
 
 Tensor broadcast_from_chief(StrategyExtended& extended, const Tensor& mine) {
-  cluster::Coordinator* coordinator = workers_of(extended);
+  cluster::Coordinator* coordinator = coordinator_across_workers(extended);
   if (coordinator == nullptr) return mine;
   const auto timeout = step_timeout(extended);
   // A copy: on the other workers the broadcast overwrites it.
@@ -54,7 +54,7 @@ Tensor broadcast_from_chief(StrategyExtended& extended, const Tensor& mine) {
 }
 
 std::string broadcast_from_chief(StrategyExtended& extended, std::string bytes) {
-  cluster::Coordinator* coordinator = workers_of(extended);
+  cluster::Coordinator* coordinator = coordinator_across_workers(extended);
   if (coordinator == nullptr) return bytes;
   const auto timeout = step_timeout(extended);
   // The bytes' size differs between the chief and the others: the ballot is of a scalar.
@@ -64,7 +64,7 @@ std::string broadcast_from_chief(StrategyExtended& extended, std::string bytes) 
 }
 
 void broadcast_outcome_from_chief(StrategyExtended& extended, std::exception_ptr error) {
-  cluster::Coordinator* coordinator = workers_of(extended);
+  cluster::Coordinator* coordinator = coordinator_across_workers(extended);
   if (coordinator == nullptr) {
     if (error) std::rethrow_exception(error);
     return;
@@ -76,7 +76,7 @@ void broadcast_outcome_from_chief(StrategyExtended& extended, std::exception_ptr
 }
 
 void agree_on_checkpoint(StrategyExtended& extended, const CallPurpose& purpose) {
-  cluster::Coordinator* coordinator = workers_of(extended);
+  cluster::Coordinator* coordinator = coordinator_across_workers(extended);
   if (coordinator == nullptr) return;
   CollectiveCall call;
   call.op.kind = collective::CollectiveKind::kCheckpoint;
