@@ -23,7 +23,7 @@ void HierarchicalCommunicator::set_failure_flag(const std::atomic<bool>* failed)
 }
 
 void HierarchicalCommunicator::stage(int rank, collective::CollectiveOp& op) {
-  // Otherwise prepare() reads every replica's inputs in place while they wait.
+  // Otherwise cross_process_phase() reads every replica's inputs in place while they wait.
   if (local_->spans_processes()) local_->stage(rank, op);
 }
 

@@ -60,9 +60,9 @@ class HierarchicalCommunicator final : public collective::Communicator {
   const std::unique_ptr<collective::Communicator> local_;
   cluster::WorkerGroup& workers_;
   const int size_;
-  // Held alone by prepare() (the completer of a phase, while every replica waits), shared by the
-  // replicas after the phase's release until the next phase's prepare(), which runs only once
-  // every replica has arrived there.
+  // Held alone by cross_process_phase() (the completer of a phase, while every replica waits),
+  // shared by the replicas after the phase's release until the next phase's cross_process_phase(),
+  // which runs only once every replica has arrived there.
   detail::Role phase_;
   std::vector<std::byte> reduced_ ABSL_GUARDED_BY(phase_);  // an all_reduce's (reduce_scatter's) result
   // The last all_reduce across workers was reduced straight in its one replica's output block.

@@ -1,4 +1,4 @@
-// distribute::collective: the ring all-reduce, apart from any transport (as gloo keeps its
+// distribute::cluster: the ring all-reduce, apart from any transport (as gloo keeps its
 // allreduce_ring apart from its transports). The ranks form a ring; each step sends one part of
 // the data to the next rank while receiving another from the previous one. A reduce-scatter
 // (size - 1 steps) leaves each rank with the whole sum of one part, summed in one place, and an

@@ -1,9 +1,10 @@
-// distribute::detail: WorkerGroup, the workers (processes) of a multi-worker strategy as the
+// distribute::cluster: WorkerGroup, the workers (processes) of a multi-worker strategy as the
 // collectives see them: their WorkerTransport, the data steps across them (sum, gather,
 // broadcast) and whether they can still be used. A data step that fails or stalls leaves the
 // group unusable, as a step left half done cannot be taken back: every later step throws
-// UnavailableError citing the first failure. What the workers agree on before a step (the call
-// it is) is cluster/coordinator.h's, which shares this group's transport and state.
+// UnavailableError citing the first failure. The Coordinator (coordinator.h) owns the group:
+// what the workers agree on before a step is its vote; the hierarchical communicator takes the
+// data steps.
 #pragma once
 
 #include <atomic>
