@@ -43,16 +43,17 @@ PollPacer::~PollPacer() {
   if (saved_slack_ns_ >= 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_slack_ns_), 0, 0, 0);
 }
 
-void PollPacer::pause() {
+bool PollPacer::pause() {
   if (saved_slack_ns_ < 0) {
-    if (Clock::now() - start_ < kYieldFor) {
+    if (Clock::now() - start_ < yield_for_) {
       yield_core();
-      return;
+      return false;
     }
     const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     if (slack >= 0 && prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0) saved_slack_ns_ = slack;
   }
   std::this_thread::sleep_for(kSleep);
+  return true;
 }
 
 void WaitWord::park(std::uint32_t old, Deadline deadline) {

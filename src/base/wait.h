@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <utility>
 
 namespace distribute::detail {
 
@@ -47,27 +48,46 @@ struct WaitWord {
 
 void cpu_relax();
 void yield_core();
-// Paces the polls of something that cannot be waited on (a CUDA stream, an NCCL communicator):
-// yields the core between polls for the first kYieldFor of the wait, then sleeps kSleep at a
-// time. Those sleeps run with the thread's timer slack lowered to 1 µs for the rest of the wait
-// (Linux lets a sleep end up to 50 µs late by default, which a stream drained after a millisecond
-// of GPU work would pay in full); the destructor restores it.
+// Paces the polls of something that cannot be waited on (a CUDA stream, an NCCL communicator, an
+// MPI request): yields the core between polls for the first `yield_for` of the wait, then sleeps
+// kSleep at a time. Those sleeps run with the thread's timer slack lowered to 1 µs for the rest of
+// the wait (Linux lets a sleep end up to 50 µs late by default, which a stream drained after a
+// millisecond of GPU work would pay in full); the destructor restores it.
 class PollPacer {
  public:
   static constexpr std::chrono::microseconds kYieldFor{1000};
   static constexpr std::chrono::microseconds kSleep{20};
 
-  PollPacer() = default;
+  explicit PollPacer(std::chrono::nanoseconds yield_for = kYieldFor) : yield_for_(yield_for) {}
   ~PollPacer();
   PollPacer(const PollPacer&) = delete;
   PollPacer& operator=(const PollPacer&) = delete;
 
-  void pause();
+  // Yields or sleeps; returns whether it slept.
+  bool pause();
 
  private:
+  std::chrono::nanoseconds yield_for_;
   Deadline start_ = Clock::now();
   long saved_slack_ns_ = -1;  // the thread's timer slack before the first sleep; -1: unchanged
 };
+
+// The one poll loop: polls `done` (which may throw) until it returns true (returns true) or
+// `deadline` passes (returns false), paced by a PollPacer(yield_for). `idle` runs after each
+// sleep, before the next poll: what a waiter owes others meanwhile (answering their queries).
+template <class Done, class Idle>
+bool poll_until(Done&& done, Deadline deadline, std::chrono::nanoseconds yield_for, Idle&& idle) {
+  PollPacer pacer(yield_for);
+  for (;;) {
+    if (done()) return true;
+    if (Clock::now() >= deadline) return false;
+    if (pacer.pause()) idle();
+  }
+}
+template <class Done>
+bool poll_until(Done&& done, Deadline deadline) {
+  return poll_until(std::forward<Done>(done), deadline, PollPacer::kYieldFor, [] {});
+}
 
 template <class Stop>
 bool WaitWord::wait_while_equal(std::uint32_t old, Deadline deadline, const WaitPolicy& policy,

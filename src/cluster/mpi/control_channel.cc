@@ -100,7 +100,7 @@ std::vector<int> MpiControlChannel::exchange(int tag, std::span<const std::byte>
   for (int w = 0; w < slot_.size(); ++w) {
     if (w != slot_.rank()) waiting.push_back(w);
   }
-  const bool done = poll_until(
+  const bool done = detail::poll_until(
       [&] {
         NonBlockingMpiLock lock;
         receive_arrived(tag, waiting, all, bytes);
@@ -109,7 +109,7 @@ std::vector<int> MpiControlChannel::exchange(int tag, std::span<const std::byte>
         MPI_Testall(static_cast<int>(sends.requests.size()), sends.requests.data(), &sent, MPI_STATUSES_IGNORE);
         return sent != 0;
       },
-      deadline, idle);
+      deadline, kPollYieldFor, idle);
   if (done) return {};
   // Abandoned: the sends keep their buffer until they complete (reap_sends).
   NonBlockingMpiLock lock;

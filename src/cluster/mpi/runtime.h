@@ -107,21 +107,9 @@ class ABSL_SCOPED_LOCKABLE NonBlockingMpiLock {
 // Whether every request completed (takes the MPI lock).
 bool completed(std::span<MPI_Request> requests);
 
-// Polls `done` until it returns true or `deadline` passes; returns whether it did. Sleeps a little
-// between polls once the first ones found nothing, so that a waiting worker leaves the cores to
-// the replicas still computing; while it sleeps between polls, `idle` runs before each poll.
-template <class Done, class Idle>
-bool poll_until(Done&& done, detail::Deadline deadline, Idle&& idle) {
-  for (int i = 0;; ++i) {
-    if (done()) return true;
-    if (detail::Clock::now() >= deadline) return false;
-    if (i < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-      idle();
-    }
-  }
-}
+// How long a worker waiting on MPI yields the core between its polls before it sleeps between
+// them (detail::poll_until), leaving the cores to the replicas still computing: a few tens of
+// polls, each an MPI_Test under the MPI lock.
+inline constexpr std::chrono::microseconds kPollYieldFor{50};
 
 }  // namespace distribute::cluster::mpi

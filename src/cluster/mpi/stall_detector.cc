@@ -84,7 +84,7 @@ void StallDetector::abandon(std::span<MPI_Request> requests, std::initializer_li
 }
 
 void StallDetector::wait_for_data(std::span<MPI_Request> requests, detail::Deadline deadline, const StepName& what) {
-  const bool done = poll_until([&] { return completed(requests); }, deadline, [&] {
+  const bool done = detail::poll_until([&] { return completed(requests); }, deadline, kPollYieldFor, [&] {
     NonBlockingMpiLock lock;
     reply_to_queries();
     control_.receive_gave_up();
@@ -115,7 +115,7 @@ std::optional<std::string> StallDetector::find_stall(std::span<MPI_Request> requ
   const auto all_answered = [&] {
     return std::all_of(answered.begin(), answered.end(), [](char a) { return a != 0; });
   };
-  const bool done = poll_until(
+  const bool done = detail::poll_until(
       [&] {
         if (completed(requests)) return true;
         NonBlockingMpiLock lock;
@@ -134,7 +134,7 @@ std::optional<std::string> StallDetector::find_stall(std::span<MPI_Request> requ
         }
         return all_answered();
       },
-      detail::Clock::now() + kAnswerGrace,
+      detail::Clock::now() + kAnswerGrace, kPollYieldFor,
       [this] {
         NonBlockingMpiLock lock;
         reply_to_queries();

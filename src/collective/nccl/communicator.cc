@@ -89,20 +89,20 @@ void NcclCommunicator::create_communicators() {
   const detail::Deadline deadline = detail::Clock::now() + kInitTimeout;
   for (std::size_t r = 0; r < devices_.size(); ++r) {
     ncclComm_t comm = comms_[r];
-    detail::PollPacer pacer;
-    for (;;) {
-      ncclResult_t state = ncclInProgress;
-      if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
-      if (state == ncclSuccess) break;
-      if (state != ncclInProgress) {
-        throw_nccl_error(state, comm, absl::StrCat("creating the NCCL communicator of replica ", first + r));
-      }
-      if (detail::Clock::now() >= deadline) {
-        throw UnavailableError(absl::StrCat("creating the NCCL communicator of replica ", first + r,
-                                            " took longer than ", kInitTimeout.count(), " s",
-                                            span_ ? " (every worker must build its strategy)" : ""));
-      }
-      pacer.pause();
+    const bool created = detail::poll_until(
+        [&] {
+          ncclResult_t state = ncclInProgress;
+          if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
+          if (state != ncclSuccess && state != ncclInProgress) {
+            throw_nccl_error(state, comm, absl::StrCat("creating the NCCL communicator of replica ", first + r));
+          }
+          return state == ncclSuccess;
+        },
+        deadline);
+    if (!created) {
+      throw UnavailableError(absl::StrCat("creating the NCCL communicator of replica ", first + r,
+                                          " took longer than ", kInitTimeout.count(), " s",
+                                          span_ ? " (every worker must build its strategy)" : ""));
     }
   }
   std::fill(aborted_.begin(), aborted_.end(), 0);
@@ -141,28 +141,27 @@ void NcclCommunicator::fail(int rank, ncclResult_t result, const CollectiveOp& o
 void NcclCommunicator::wait(int rank, ncclResult_t started, const CollectiveOp& op) {
   if (started != ncclSuccess && started != ncclInProgress) fail(rank, started, op);
   ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
-  const detail::Deadline deadline = detail::deadline_after(op.options.timeout);
-  detail::PollPacer pacer;
-  for (;;) {
-    ncclResult_t state = ncclInProgress;
-    if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
-    if (state == ncclSuccess) return;
-    if (state != ncclInProgress) fail(rank, state, op);
-    // Across processes the operation was matched on every worker and completes; aborting it
-    // would strand the other workers' kernels.
-    if (!span_ && run_failed()) {
-      abort(rank);
-      throw AbortedError(absl::StrCat("replica ", rank, " left ", op_name(op),
-                                      ": another replica failed, so its NCCL communicator was aborted"));
-    }
-    if (detail::Clock::now() >= deadline) {
-      abort(rank);
-      throw DeadlineExceededError(absl::StrCat("replica ", replica_id(rank), ": NCCL did not take ", op_name(op),
-                                               " within ", op.options.timeout.count(), " s; its communicator was aborted",
-                                               span_ ? " (it spans the workers: this strategy is unusable now)" : ""));
-    }
-    pacer.pause();
-  }
+  const bool taken = detail::poll_until(
+      [&] {
+        ncclResult_t state = ncclInProgress;
+        if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) state = q;
+        if (state == ncclSuccess) return true;
+        if (state != ncclInProgress) fail(rank, state, op);
+        // Across processes the operation was matched on every worker and completes; aborting it
+        // would strand the other workers' kernels.
+        if (!span_ && run_failed()) {
+          abort(rank);
+          throw AbortedError(absl::StrCat("replica ", rank, " left ", op_name(op),
+                                          ": another replica failed, so its NCCL communicator was aborted"));
+        }
+        return false;
+      },
+      detail::deadline_after(op.options.timeout));
+  if (taken) return;
+  abort(rank);
+  throw DeadlineExceededError(absl::StrCat("replica ", replica_id(rank), ": NCCL did not take ", op_name(op), " within ",
+                                           op.options.timeout.count(), " s; its communicator was aborted",
+                                           span_ ? " (it spans the workers: this strategy is unusable now)" : ""));
 }
 
 void NcclCommunicator::stage(int rank, CollectiveOp& op) {

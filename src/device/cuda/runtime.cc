@@ -213,17 +213,20 @@ class CudaReplicaDevice final : public ReplicaDevice {
   }
 
   SyncResult synchronize(Deadline deadline, const std::function<bool()>& cancelled) override {
-    PollPacer pacer;
-    for (;;) {
-      const cudaError_t state = cudaStreamQuery(stream_->stream);
-      if (state == cudaSuccess) return SyncResult::kDone;
-      if (state != cudaErrorNotReady) {
-        throw_cuda_error(state, absl::StrCat("the work of the replica on ", device().short_name(), " failed"));
-      }
-      if (cancelled()) return SyncResult::kCancelled;
-      if (Clock::now() >= deadline) return SyncResult::kTimedOut;
-      pacer.pause();
-    }
+    bool was_cancelled = false;
+    const bool ended = poll_until(
+        [&] {
+          const cudaError_t state = cudaStreamQuery(stream_->stream);
+          if (state == cudaSuccess) return true;
+          if (state != cudaErrorNotReady) {
+            throw_cuda_error(state, absl::StrCat("the work of the replica on ", device().short_name(), " failed"));
+          }
+          was_cancelled = cancelled();
+          return was_cancelled;
+        },
+        deadline);
+    if (!ended) return SyncResult::kTimedOut;
+    return was_cancelled ? SyncResult::kCancelled : SyncResult::kDone;
   }
 
   void copy(void* dst, const void* src, std::size_t nbytes) override {
