@@ -14,7 +14,27 @@
 namespace distribute::input::internal {
 namespace {
 
-static_assert(sizeof(StepReport) == 24, "StepReport is sent as bytes: it must have no padding");
+// A StepReport as it is sent: fixed widths, no padding, every byte set.
+struct WireStepReport {
+  std::int64_t step = 0;
+  std::uint64_t structure = 0;
+  std::uint8_t status = 0;
+  std::uint8_t full = 0;
+  std::uint8_t drops = 0;
+  std::uint8_t empties = 0;
+  std::uint32_t unused = 0;
+};
+static_assert(sizeof(WireStepReport) == 24, "WireStepReport is sent as bytes: it must have no padding");
+
+WireStepReport to_wire(const StepReport& r) {
+  return {r.step, r.structure, static_cast<std::uint8_t>(r.status), static_cast<std::uint8_t>(r.full),
+          static_cast<std::uint8_t>(r.drops), static_cast<std::uint8_t>(r.empties)};
+}
+
+StepReport from_wire(const WireStepReport& w) {
+  return {w.step, w.structure, static_cast<StepReport::Status>(w.status), w.full != 0, w.drops != 0,
+          static_cast<StepReport::Empties>(w.empties)};
+}
 
 constexpr const char* kWhere = "DistributedIterator::get_next";
 
@@ -68,11 +88,15 @@ StepDecision WorkerAgreement::agree(const StepReport& mine, absl::FunctionRef<st
                                         broken_reason_, "); create a new strategy on every worker"));
   }
   const int n = coordinator_->num_workers();
-  std::vector<StepReport> reports(static_cast<std::size_t>(n));
-  check_arrived(coordinator_->exchange_reports(std::as_bytes(std::span(&mine, 1)),
-                                                     std::as_writable_bytes(std::span(reports)),
-                                                     detail::deadline_after(timeout_)),
+  const WireStepReport sent = to_wire(mine);
+  std::vector<WireStepReport> received(static_cast<std::size_t>(n));
+  check_arrived(coordinator_->exchange_reports(std::as_bytes(std::span(&sent, 1)),
+                                               std::as_writable_bytes(std::span(received)),
+                                               detail::deadline_after(timeout_)),
                 mine.step);
+  std::vector<StepReport> reports;
+  reports.reserve(received.size());
+  for (const WireStepReport& w : received) reports.push_back(from_wire(w));
   const auto workers_where = [&](auto&& pred) {
     std::vector<int> out;
     for (int w = 0; w < n; ++w) {
@@ -95,7 +119,7 @@ StepDecision WorkerAgreement::agree(const StepReport& mine, absl::FunctionRef<st
         " of a distributed dataset where ", coordinator_->workers_text({0}), " asks for step ", reports[0].step,
         "; every worker must iterate its distributed datasets alike (the same get_next calls, in the same order)"));
   }
-  const bool drops = std::any_of(reports.begin(), reports.end(), [](const StepReport& r) { return r.drops != 0; });
+  const bool drops = std::any_of(reports.begin(), reports.end(), [](const StepReport& r) { return r.drops; });
   const auto has_data = [](const StepReport& r) { return r.status == StepReport::Status::kData; };
   const bool run = drops ? std::all_of(reports.begin(), reports.end(), [&](const StepReport& r) { return has_data(r) && r.full; })
                          : std::any_of(reports.begin(), reports.end(), has_data);

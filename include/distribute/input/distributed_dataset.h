@@ -283,7 +283,7 @@ class Steps {
     const std::shared_ptr<WorkerAgreement> agreement = workers_->agreement();
     StepReport mine;
     mine.step = ++step_;
-    mine.drops = drops_ ? 1 : 0;
+    mine.drops = drops_;
     std::optional<LocalStep<T>> local;
     try {
       local = pass_.next();
@@ -293,7 +293,7 @@ class Steps {
     }
     if (local) {
       mine.status = StepReport::Status::kData;
-      mine.full = local->full ? 1 : 0;
+      mine.full = local->full;
       if (!model_ && !scalar_) learn_model(local->batches[0]);
     }
     mine.empties = model_ ? StepReport::Empties::kCan : scalar_ ? StepReport::Empties::kScalar : StepReport::Empties::kNone;

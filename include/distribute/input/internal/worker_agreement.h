@@ -23,8 +23,7 @@ class Coordinator;  // src/cluster/coordinator.h
 
 namespace distribute::input::internal {
 
-// What one worker knows of the step its get_next asks for. Sent as it is: no padding, every byte
-// set.
+// What one worker knows of the step its get_next asks for.
 struct StepReport {
   enum class Status : std::uint8_t { kData, kEnd, kFailed };
   // How the worker would make its replicas' empty batches: modelled on an element it has seen
@@ -36,10 +35,9 @@ struct StepReport {
   // nest::structure_hash of the worker's elements: of its model element, else of a default T.
   std::uint64_t structure = 0;
   Status status = Status::kEnd;
-  std::uint8_t full = 0;   // kData: every local replica has an element
-  std::uint8_t drops = 0;  // the dataset's last batch() drops its remainder
+  bool full = false;   // kData: every local replica has an element
+  bool drops = false;  // the dataset's last batch() drops its remainder
   Empties empties = Empties::kNone;
-  std::uint32_t unused = 0;
 };
 
 // A leaf of an element: its dtype and shape (dimension 0 aside).
