@@ -2,8 +2,8 @@
 // memory and the reduction to one device, whose code GPU replicas run too): the shard rule, SUM
 // and MEAN on nests of every shape (empty leaves, leaves shorter than the replica count, uneven
 // shards), each shard bit for bit the matching part of the all_reduce of the same values, string
-// op names; and its errors: a scalar leaf, shapes that differ, a replica that throws, a replica
-// that does not arrive.
+// op names; all_gather_shards_in_place, its way back; and their errors: a scalar leaf, wholes of
+// different counts, shapes that differ, a replica that throws, a replica that does not arrive.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -207,6 +207,39 @@ TEST_P(ReduceScatter, AScalarLeafIsAnInvalidArgument) {
   for (int r = 1; r < n(); ++r) EXPECT_EQ(result[r].num_elements(), 0);
 }
 
+TEST_P(ReduceScatter, AllGatherShardsInPlaceGivesEveryReplicaEveryPart) {
+  MirroredStrategy s = strategy();
+  // Leaves of 7, 2 and 0 elements: uneven shards, shards of none, an empty leaf.
+  const std::vector<Shape> shapes{Shape{7}, Shape{2, 1}, Shape{0}};
+  auto result = s.run([&] {
+    ReplicaContext& ctx = *get_replica_context();
+    const int r = ctx.replica_id_in_sync_group();
+    std::vector<Tensor> wholes;
+    for (const Shape& shape : shapes) {
+      // This replica's part holds 10 * (r + 1) + i; the rest holds -1, to be overwritten.
+      std::vector<float> v(static_cast<std::size_t>(shape.num_elements()), -1.0f);
+      const Shard mine = ctx.shard(shape.num_elements());
+      for (std::int64_t i = mine.begin; i < mine.begin + mine.size; ++i) {
+        v[static_cast<std::size_t>(i)] = float(10 * (r + 1) + i);
+      }
+      wholes.push_back(Tensor::from_vector<float>(v, shape));
+    }
+    ctx.all_gather_shards_in_place(wholes);
+    return wholes;
+  });
+  for (int r = 0; r < n(); ++r) {
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      std::vector<float> expected;
+      for (int owner = 0; owner < n(); ++owner) {
+        const Shard part = shard_of(shapes[k].num_elements(), n(), owner);
+        for (std::int64_t i = part.begin; i < part.begin + part.size; ++i) expected.push_back(float(10 * (owner + 1) + i));
+      }
+      EXPECT_EQ(result[r][k].shape(), shapes[k]);
+      EXPECT_EQ(result[r][k].to_vector<float>(), expected) << "leaf " << k << " replica " << r;
+    }
+  }
+}
+
 class ReduceScatterMisuse : public ::testing::Test {
  protected:
   MirroredStrategy strategy_{cpu_devices(3)};
@@ -227,6 +260,26 @@ TEST_F(ReduceScatterMisuse, DifferentShapesNameTheReplicas) {
     return get_replica_context()->reduce_scatter(ReduceOp::kSum, Tensor::from_vector<float>({1, 1, 1}));
   });
   EXPECT_EQ(ok[2].to_vector<float>(), std::vector<float>{3});
+}
+
+TEST_F(ReduceScatterMisuse, AllGatherShardsInPlaceOfWholesOfDifferentCountsIsNamed) {
+  testing::Watchdog watchdog(std::chrono::seconds(30), "AllGatherShardsInPlaceOfWholesOfDifferentCountsIsNamed");
+  expect_error<InvalidArgumentError>(
+      [&] {
+        strategy_.run([] {
+          ReplicaContext& ctx = *get_replica_context();
+          const Tensor whole = Tensor::zeros(DType::kFloat32, Shape{ctx.replica_id_in_sync_group() == 1 ? 9 : 6});
+          ctx.all_gather_shards_in_place(std::span(&whole, 1));
+        });
+      },
+      {"all_gather_shards_in_place: leaf 0: the replicas' shards add up to 7 elements but this replica's whole has ",
+       "every replica must pass wholes of the same element counts"});
+  auto ok = strategy_.run([] {
+    const Tensor whole = Tensor::from_vector<float>({1, 2, 3});
+    get_replica_context()->all_gather_shards_in_place(std::span(&whole, 1));
+    return whole;
+  });
+  EXPECT_EQ(ok[1].to_vector<float>(), (std::vector<float>{1, 2, 3}));
 }
 
 TEST_F(ReduceScatterMisuse, AnAllReduceWhereTheOthersReduceScatterIsNamed) {

@@ -13,6 +13,7 @@
 #include "distribute/replica/replica_context.h"
 #include "distribute/strategy/context.h"
 #include "device/gpu_runtime.h"
+#include "optimizers/slot.h"
 
 namespace distribute::optimizers {
 namespace {
@@ -21,7 +22,7 @@ bool in_replica_fn() { return get_replica_context() != nullptr && has_strategy()
 
 // The strategy an optimizer made now is for. Not inside a replica's function: each replica would
 // make an optimizer of its own.
-const std::shared_ptr<detail::StrategyIdentity>& strategy_for_new_optimizer(const std::string& name) {
+const std::shared_ptr<distribute::detail::StrategyIdentity>& strategy_for_new_optimizer(const std::string& name) {
   DISTRIBUTE_CHECK(!in_replica_fn(), FailedPreconditionError, name,
                    ": created inside a replica's fn; create the optimizer under strategy.scope(), outside "
                    "Strategy::run, and use it in every replica");
@@ -65,18 +66,14 @@ std::vector<Tensor> gradients_at(const GradientPlace& place,
 
 Tensor Optimizer::shard_view(const Tensor& whole, const Part& part) {
   const Shard shard = shard_of(whole.num_elements(), part.replicas, part.replica);
-  auto* data = static_cast<std::byte*>(const_cast<void*>(whole.raw_data()));
-  return Tensor::from_blob(data + static_cast<std::size_t>(shard.begin) * dtype_size(whole.dtype()), whole.dtype(),
-                           Shape{shard.size}, whole.device());
+  return whole.reshape(Shape{whole.num_elements()}).slice(shard.begin, shard.begin + shard.size);
 }
 
 // Each variable's slots, in the order they were created.
 struct Optimizer::SlotTable {
   struct Entry {
     Variable variable;
-    std::vector<Variable> slots;  // slot_names_ order
-    // Sharded state instead: [slot][component], each component's shard of the slot, on its device.
-    std::vector<std::vector<Tensor>> shards;
+    std::vector<std::unique_ptr<detail::Slot>> slots;  // slot_names_ order
   };
   std::vector<Entry> entries;
   absl::flat_hash_map<Variable, std::size_t> index;  // into entries
@@ -156,34 +153,7 @@ std::vector<std::pair<std::string, Saveable>> Optimizer::checkpoint_state() cons
                          iterations.assign(value);
                        }));
   for (const SlotTable::Entry& entry : slots_->entries) {
-    for (std::size_t s = 0; s < slot_names_.size(); ++s) {
-      if (!shard_state_) {
-        out.emplace_back(entry.slots[s].name(), entry.slots[s]);
-        continue;
-      }
-      const Variable& variable = entry.variable;
-      const std::vector<Tensor>& shards = entry.shards[s];
-      const std::shared_ptr<detail::StrategyIdentity> strategy = strategy_;
-      const std::string name = name_;
-      // Read: every replica's shard, in replica order, is the flattened slot.
-      auto read = [strategy, name, shards, shape = variable.shape()] {
-        Strategy& owner = strategy->get(name);
-        return owner.gather(PerReplica<Tensor>(shards), 0).reshape(shape);
-      };
-      // Write: each of this worker's components takes its shard of the value.
-      auto write = [strategy, name, shards](const Tensor& value) {
-        Strategy& owner = strategy->get(name);
-        const int first = owner.extended().worker_id() * owner.extended().num_local_replicas();
-        for (std::size_t c = 0; c < shards.size(); ++c) {
-          const Part part{first + static_cast<int>(c), owner.num_replicas_in_sync()};
-          const Tensor from = shard_view(value, part);
-          Tensor to = shards[c];
-          detail::copy_bytes(to.raw_data(), to.device(), from.raw_data(), from.device(), to.nbytes());
-        }
-      };
-      out.emplace_back(absl::StrCat(name_, "/", variable.name(), "/", slot_names_[s]),
-                       Saveable(variable.dtype(), variable.shape(), std::move(read), std::move(write)));
-    }
+    for (const std::unique_ptr<detail::Slot>& slot : entry.slots) out.emplace_back(slot->name(), slot->saveable());
   }
   return out;
 }
@@ -195,7 +165,7 @@ Variable Optimizer::get_slot(const Variable& variable, std::string_view slot_nam
   DISTRIBUTE_CHECK(entry != nullptr, InvalidArgumentError, name_, ".get_slot: variable '", variable.name(),
                    "' has no slots yet; apply_gradients or build creates them");
   for (std::size_t i = 0; i < slot_names_.size(); ++i) {
-    if (slot_names_[i] == slot_name) return entry->slots[i];
+    if (slot_names_[i] == slot_name) return *entry->slots[i]->variable();
   }
   const std::string known = slot_names_.empty() ? std::string("none") : absl::StrJoin(slot_names_, ", ");
   throw InvalidArgumentError(
@@ -205,14 +175,16 @@ Variable Optimizer::get_slot(const Variable& variable, std::string_view slot_nam
 std::vector<Variable> Optimizer::variables() const {
   require_unsharded("variables");
   std::vector<Variable> out{iterations_};
-  for (const SlotTable::Entry& e : slots_->entries) out.insert(out.end(), e.slots.begin(), e.slots.end());
+  for (const SlotTable::Entry& e : slots_->entries) {
+    for (const std::unique_ptr<detail::Slot>& slot : e.slots) out.push_back(*slot->variable());
+  }
   return out;
 }
 
 void Optimizer::check_variable(const Variable& var, std::size_t k, const char* method) const {
   DISTRIBUTE_CHECK(var.defined(), InvalidArgumentError, name_, ".", method, ": variable ", k,
                    " of the list is undefined (default-constructed)");
-  DISTRIBUTE_CHECK(detail::created_for(var, strategy_->get(name_)), InvalidArgumentError, name_, ".", method,
+  DISTRIBUTE_CHECK(distribute::detail::created_for(var, strategy_->get(name_)), InvalidArgumentError, name_, ".", method,
                    ": variable '", var.name(), "' was created for ", var.distribute_strategy().name(),
                    " but the optimizer for ", strategy_->name(),
                    "; create the optimizer under the scope of the variables' strategy");
@@ -262,21 +234,11 @@ void Optimizer::create_slots(const std::vector<Variable>& variables) {
   if (&get_strategy() != &strategy) scope.emplace(strategy.scope());
   for (const Variable& variable : variables) {
     if (slots_->index.contains(variable)) continue;
-    SlotTable::Entry entry{variable, {}, {}};
+    SlotTable::Entry entry{variable, {}};
     for (const std::string& slot : slot_names_) {
-      if (shard_state_) {
-        // Component c is replica (worker, c)'s, whose shard it keeps.
-        const int first = strategy.extended().worker_id() * strategy.extended().num_local_replicas();
-        std::vector<Tensor>& shards = entry.shards.emplace_back();
-        for (int c = 0; c < variable.num_components(); ++c) {
-          const Shard shard = shard_of(variable.shape().num_elements(), strategy.num_replicas_in_sync(), first + c);
-          shards.push_back(Tensor::zeros(variable.dtype(), Shape{shard.size}, variable.component(c).device()));
-        }
-        continue;
-      }
-      entry.slots.emplace_back(Tensor::zeros(variable.dtype(), variable.shape(), Device::cpu()),
-                               VariableOptions{.name = absl::StrCat(name_, "/", variable.name(), "/", slot),
-                                               .trainable = false});
+      std::string name = absl::StrCat(name_, "/", variable.name(), "/", slot);
+      entry.slots.push_back(shard_state_ ? detail::make_sharded_slot(std::move(name), variable, strategy, strategy_, name_)
+                                         : detail::make_whole_slot(std::move(name), variable));
     }
     slots_->index.emplace(variable, slots_->entries.size());
     slots_->entries.push_back(std::move(entry));
@@ -287,10 +249,10 @@ void Optimizer::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& 
                                 const ApplyOptions& options) {
   ReplicaContext* ctx = get_replica_context();
   if (ctx == nullptr || !has_strategy()) {
-    const detail::timeline::Span span(detail::timeline::kProgramTrack, "apply_gradients");
+    const distribute::detail::timeline::Span span(distribute::detail::timeline::kProgramTrack, "apply_gradients");
     apply_in_cross_replica_context(grads_and_vars);
   } else {
-    const detail::timeline::Span span(ctx->replica_id_in_sync_group(), "apply_gradients");
+    const distribute::detail::timeline::Span span(ctx->replica_id_in_sync_group(), "apply_gradients");
     apply_in_replica(*ctx, grads_and_vars, options);
   }
 }
@@ -321,11 +283,11 @@ void Optimizer::apply_in_replica(ReplicaContext& ctx, const std::vector<std::pai
   // The collectives below name the variables, in order, in their signature: replicas (or
   // workers) listing other variables or another order fail instead of applying one variable's
   // gradient to another.
-  absl::InlinedVector<detail::VariableKey, 16> keys;
-  for (const auto& [gradient, variable] : grads_and_vars) keys.push_back(detail::variable_key(variable));
-  const detail::CallPurpose purpose(apply_action_.c_str(), keys);
+  absl::InlinedVector<distribute::detail::VariableKey, 16> keys;
+  for (const auto& [gradient, variable] : grads_and_vars) keys.push_back(distribute::detail::variable_key(variable));
+  const distribute::detail::CallPurpose purpose(apply_action_.c_str(), keys);
   if (!has_slots_for(grads_and_vars)) {
-    detail::ScopedCallPurpose issued_for(ctx, purpose);
+    distribute::detail::ScopedCallPurpose issued_for(ctx, purpose);
     ctx.merge_call(
         [](Strategy&, const PerReplica<Optimizer*>& optimizers,
            const PerReplica<const std::vector<std::pair<Tensor, Variable>>*>& lists) {
@@ -344,7 +306,7 @@ void Optimizer::apply_in_replica(ReplicaContext& ctx, const std::vector<std::pai
     return;
   }
   if (!options.skip_gradients_aggregation) {
-    detail::ScopedCallPurpose issued_for(ctx, purpose);
+    distribute::detail::ScopedCallPurpose issued_for(ctx, purpose);
     gradients = ctx.all_reduce(ReduceOp::kSum, gradients);
   }
   update_component(gradients, grads_and_vars, ctx.local_replica_id(), Part{});
@@ -352,7 +314,7 @@ void Optimizer::apply_in_replica(ReplicaContext& ctx, const std::vector<std::pai
 
 void Optimizer::apply_sharded_in_replica(ReplicaContext& ctx,
                                          const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
-                                         const std::vector<Tensor>& gradients, const detail::CallPurpose& purpose,
+                                         const std::vector<Tensor>& gradients, const distribute::detail::CallPurpose& purpose,
                                          bool summed) {
   const Part part{ctx.replica_id_in_sync_group(), ctx.num_replicas_in_sync()};
   std::vector<Tensor> shards;
@@ -360,7 +322,7 @@ void Optimizer::apply_sharded_in_replica(ReplicaContext& ctx,
     shards.reserve(gradients.size());
     for (const Tensor& gradient : gradients) shards.push_back(shard_view(gradient, part));
   } else {
-    detail::ScopedCallPurpose issued_for(ctx, purpose);
+    distribute::detail::ScopedCallPurpose issued_for(ctx, purpose);
     shards = ctx.reduce_scatter(ReduceOp::kSum, gradients);
   }
   const int component = ctx.local_replica_id();
@@ -369,8 +331,8 @@ void Optimizer::apply_sharded_in_replica(ReplicaContext& ctx,
   std::vector<Tensor> components;
   components.reserve(grads_and_vars.size());
   for (const auto& [gradient, variable] : grads_and_vars) components.push_back(variable.component(component));
-  detail::ScopedCallPurpose issued_for(ctx, purpose);
-  detail::all_gather_shards_in_place(ctx, components);
+  distribute::detail::ScopedCallPurpose issued_for(ctx, purpose);
+  ctx.all_gather_shards_in_place(components);
 }
 
 void Optimizer::update_component(const std::vector<Tensor>& gradients,
@@ -392,8 +354,7 @@ void Optimizer::update_component(const std::vector<Tensor>& gradients,
     const Variable& variable = grads_and_vars[k].second;
     slots.clear();
     const SlotTable::Entry& entry = *slots_->find(variable);
-    for (const Variable& slot : entry.slots) slots.push_back(slot.component(component));
-    for (const std::vector<Tensor>& shards : entry.shards) slots.push_back(shards[static_cast<std::size_t>(component)]);
+    for (const std::unique_ptr<detail::Slot>& slot : entry.slots) slots.push_back(slot->part(component));
     Tensor target = part.replica < 0 ? variable.component(component) : shard_view(variable.component(component), part);
     const Tensor& gradient = gradients[k];
     update_step(gradient.device() == target.device() ? gradient : gradient.to(target.device()), target,
@@ -402,7 +363,7 @@ void Optimizer::update_component(const std::vector<Tensor>& gradients,
   if (counter_on_host) {
     counter.data<std::int64_t>()[0] = step.number;
   } else {
-    detail::gpu::increment(static_cast<std::int64_t*>(counter.raw_data()), counter.device());
+    distribute::detail::gpu::increment(static_cast<std::int64_t*>(counter.raw_data()), counter.device());
   }
 }
 

@@ -84,21 +84,20 @@ void ReplicaContext::run_reduce_scatter(detail::CollectiveArgs& args) {
   }
 }
 
-void detail::all_gather_shards_in_place(ReplicaContext& context, std::span<const Tensor> wholes) {
-  context.require_current("all_gather");
+void ReplicaContext::all_gather_shards_in_place(std::span<const Tensor> wholes, const CommunicationOptions& options) {
+  require_current("all_gather_shards_in_place");
   std::vector<Tensor> shards;
   shards.reserve(wholes.size());
   for (const Tensor& whole : wholes) {
-    const Shard shard = context.shard(whole.num_elements());
-    auto* data = static_cast<std::byte*>(const_cast<void*>(whole.raw_data()));
-    shards.push_back(Tensor::from_blob(data + static_cast<std::size_t>(shard.begin) * dtype_size(whole.dtype()),
-                                       whole.dtype(), Shape{shard.size}, whole.device()));
+    const Shard part = shard(whole.num_elements());
+    shards.push_back(whole.reshape(Shape{whole.num_elements()}).slice(part.begin, part.begin + part.size));
   }
-  detail::CollectiveArgs args(shards, collective::CollectiveKind::kAllGather, context.device_);
-  args.call().purpose = context.purpose();
+  detail::CollectiveArgs args(shards, collective::CollectiveKind::kAllGather, device_);
+  args.call().op.options = options;
+  args.call().purpose = purpose();
   args.prepare_gather(0);
   args.gather_into(wholes);
-  context.run_all_gather(args);
+  run_all_gather(args);
 }
 
 std::shared_ptr<void> ReplicaContext::run_merge_call(detail::CollectiveCall& call) {
@@ -204,8 +203,12 @@ void CollectiveArgs::gather_into(std::span<const Tensor> wholes) {
 void* CollectiveArgs::allocate_output(std::size_t leaf, const Shape& shape) {
   if (call_.op.gather_in_place) {
     const Tensor& whole = gather_into_[leaf];
-    DISTRIBUTE_CHECK(whole.num_elements() == shape.num_elements(), InternalError, method_, " in place: leaf ", leaf,
-                     " gathers ", shape.num_elements(), " elements into a tensor of ", whole.num_elements());
+    // Wholes of equal counts give shards that add up to that count on every replica; any other
+    // counts leave at least one replica, and usually all, with a total unlike its own.
+    DISTRIBUTE_CHECK(whole.num_elements() == shape.num_elements(), InvalidArgumentError,
+                     "all_gather_shards_in_place: leaf ", leaf, ": the replicas' shards add up to ",
+                     shape.num_elements(), " elements but this replica's whole has ", whole.num_elements(),
+                     "; every replica must pass wholes of the same element counts");
     return const_cast<void*>(whole.raw_data());
   }
   tensors_[leaf] = Tensor::empty(inputs_[leaf].dtype, shape, device_);

@@ -162,7 +162,7 @@ class Optimizer {
   void update_component(const std::vector<Tensor>& gradients,
                         const std::vector<std::pair<Tensor, Variable>>& grads_and_vars, int component,
                         const Part& part) const;
-  // `part`'s shard of `whole`, flattened: a view of its memory, which outlives it.
+  // `part`'s shard of `whole`, flattened: a view sharing its storage.
   static Tensor shard_view(const Tensor& whole, const Part& part);
   // UnimplementedError naming `method` when the slots are kept in shards.
   void require_unsharded(const char* method) const;

@@ -99,27 +99,29 @@ std::uint64_t type_list_hash() {
   return hash;
 }
 
+// The purpose the current thread's next collective is issued for, and by which context (see
+// ScopedCallPurpose). A replica's collectives run on its own thread, so the thread tells whose.
+struct IssuedPurpose {
+  const ReplicaContext* context = nullptr;
+  const CallPurpose* purpose = nullptr;
+};
+inline thread_local IssuedPurpose issued_purpose;
+
 // Marks the collective or merge_call that `context`'s replica makes while it lives as issued for
 // `purpose` (see CallPurpose): how the library's variable updates and optimizers name their
-// variables in the call's signature. Made around one collective.
+// variables in the call's signature. Made around one collective, on the replica's thread.
 class ScopedCallPurpose {
  public:
-  ScopedCallPurpose(ReplicaContext& context, const CallPurpose& purpose);
-  ~ScopedCallPurpose();
+  ScopedCallPurpose(const ReplicaContext& context, const CallPurpose& purpose) : saved_(issued_purpose) {
+    issued_purpose = {&context, &purpose};
+  }
+  ~ScopedCallPurpose() { issued_purpose = saved_; }
   ScopedCallPurpose(const ScopedCallPurpose&) = delete;
   ScopedCallPurpose& operator=(const ScopedCallPurpose&) = delete;
 
  private:
-  ReplicaContext& context_;
+  IssuedPurpose saved_;
 };
-
-// The all_gather of the optimizers' sharded state (OptimizerOptions::shard_state), in place: each
-// of `wholes` is this replica's copy of a variable, contiguous, whose shard (shard_of its
-// elements by replica id) holds this replica's part; afterwards every whole holds every
-// replica's part. One collective with the checks and errors of all_gather of the shards along
-// axis 0, and no new tensor: each backend writes the other replicas' parts straight into the
-// wholes and leaves this replica's own part alone.
-void all_gather_shards_in_place(ReplicaContext& context, std::span<const Tensor> wholes);
 
 }  // namespace detail
 
@@ -178,6 +180,14 @@ class ReplicaContext {
   }
   // This replica's shard of a leaf of `count` elements.
   Shard shard(std::int64_t count) const { return shard_of(count, num_replicas_, replica_id_); }
+  // The way back from reduce_scatter, in place (how sharded optimizer state, ZeRO stage 1, gives
+  // every replica the updated variables): each of `wholes` is this replica's copy of a tensor,
+  // whose shard(num_elements()) of the flattened elements holds this replica's part; afterwards
+  // every whole holds every replica's part. One collective with the checks and errors of
+  // all_gather of the shards along axis 0, and nothing allocated: each backend writes the other
+  // replicas' parts straight into the wholes and leaves this replica's part alone. Every replica
+  // passes wholes of the same dtypes and element counts, on its device.
+  void all_gather_shards_in_place(std::span<const Tensor> wholes, const CommunicationOptions& options = {});
 
   // Pauses every replica, runs merge_fn(strategy, PerReplica<Args>...) once in cross-replica
   // context and gives its result to every replica, each PerReplica/Mirrored in it unpacked to the
@@ -209,9 +219,9 @@ class ReplicaContext {
   detail::ThreadMode merge_mode() const;
   // What the collective being made is issued for (null: the user's own call); see
   // ScopedCallPurpose, whose scope holds one collective.
-  const detail::CallPurpose* purpose() const { return purpose_; }
-  friend class detail::ScopedCallPurpose;
-  friend void detail::all_gather_shards_in_place(ReplicaContext& context, std::span<const Tensor> wholes);
+  const detail::CallPurpose* purpose() const {
+    return detail::issued_purpose.context == this ? detail::issued_purpose.purpose : nullptr;
+  }
 
   template <class Fn, class... Args>
   struct MergeFrame {
@@ -228,14 +238,7 @@ class ReplicaContext {
   Device device_;
   int run_depth_;
   bool default_context_;
-  const detail::CallPurpose* purpose_ = nullptr;
 };
-
-inline detail::ScopedCallPurpose::ScopedCallPurpose(ReplicaContext& context, const CallPurpose& purpose)
-    : context_(context) {
-  context_.purpose_ = &purpose;
-}
-inline detail::ScopedCallPurpose::~ScopedCallPurpose() { context_.purpose_ = nullptr; }
 
 // ---------------------------------------------------------------------------------------------
 // Implementation of the templates.
