@@ -321,17 +321,23 @@ TEST(Tensor, ReplicaStepsGiveTheirReferencesBackBeforeRunReturns) {
 TEST(Tensor, ViewOnAnotherCpuSharesTheMemoryAndReportsThatDevice) {
   Tensor original = Tensor::from_vector<float>({1, 2, 3, 4}, Shape{2, 2});
   const Tensor row = original.slice(1, 2);
-  const Tensor view = detail::view_on_cpu(row, Device::cpu(3));
+  const Tensor view = row.view_on(Device::cpu(3));
   EXPECT_EQ(view.device(), Device::cpu(3));
   EXPECT_EQ(view.raw_data(), row.raw_data());
   EXPECT_EQ(view.shape(), (Shape{1, 2}));
   EXPECT_TRUE(view.same_storage(original));
   EXPECT_TRUE(original.same_storage(view));
-  EXPECT_TRUE(detail::view_on_cpu(view, Device::cpu(1)).same_storage(original));
+  EXPECT_TRUE(view.view_on(Device::cpu(1)).same_storage(original));
   EXPECT_FALSE(view.same_storage(original.clone()));
   original = Tensor();
   EXPECT_EQ(view.to_vector<float>(), (std::vector<float>{3, 4})) << "the view keeps the memory alive";
   EXPECT_EQ(view.to(Device::cpu(0)).device(), Device::cpu(0));
+}
+
+TEST(Tensor, ViewOnAGpuIsAnInvalidArgument) {
+  expect_error<InvalidArgumentError>([] { Tensor::from_vector<float>({1, 2}).view_on(Device::gpu(0)); },
+                                     {"Tensor::view_on: a tensor on CPU:0 cannot be seen as one of GPU:0 without a "
+                                      "copy; view_on relabels host memory for another CPU device (use to() to copy)"});
 }
 
 TEST(Tensor, CloneIsDeep) {

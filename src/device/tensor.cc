@@ -113,8 +113,12 @@ bool Tensor::same_storage(const Tensor& other) const {
   return storage_ == other.storage_ || (storage_ && other.storage_ && storage_->block() == other.storage_->block());
 }
 
-Tensor detail::view_on_cpu(const Tensor& host, const Device& cpu) {
-  return Tensor(alias_storage(host.storage_, cpu), host.data_, host.dtype_, host.shape_);
+Tensor Tensor::view_on(const Device& cpu) const {
+  check_defined("view_on");
+  DISTRIBUTE_CHECK(device().is_cpu() && cpu.is_cpu(), InvalidArgumentError, "Tensor::view_on: a tensor on ",
+                   device().short_name(), " cannot be seen as one of ", cpu.short_name(),
+                   " without a copy; view_on relabels host memory for another CPU device (use to() to copy)");
+  return Tensor(alias_storage(storage_, cpu), data_, dtype_, shape_);
 }
 
 Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {

@@ -42,7 +42,7 @@ Tensor InputWorkers::place(const Tensor& batch, int replica) const {
   const Device& device = devices_[static_cast<std::size_t>(replica)];
   const Device& where = batch.device();
   if (!to_device_ || where == device) return batch;
-  if (device.is_cpu() && where.is_cpu()) return detail::view_on_cpu(batch, device);
+  if (device.is_cpu() && where.is_cpu()) return batch.view_on(device);
   return batch.to(device);
 }
 

@@ -77,11 +77,6 @@ const Device& storage_device(const Storage& storage);
 void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device,
                 std::size_t nbytes);
 
-// `host`, a defined tensor in host memory, as a tensor of the CPU device `cpu`: the same elements
-// in the same memory (one address space serves every CPU), reporting `cpu` as its device. How a
-// CPU replica's part of a batch reports its replica's device. same_storage(host) holds.
-Tensor view_on_cpu(const Tensor& host, const Device& cpu);
-
 }  // namespace detail
 
 // An Eigen object whose elements lie contiguously in memory (a Matrix, an Array, or a Map of
@@ -183,6 +178,11 @@ class Tensor {
   // A deep copy on the same device / on `device`.
   Tensor clone() const;
   Tensor to(const Device& device) const;
+  // This tensor, in host memory, as a tensor of the CPU device `cpu`, with no copy: the same
+  // elements in the same memory (one address space serves every CPU), reporting `cpu` as its
+  // device, and same_storage(*this). How a CPU replica's part of a batch reports its replica's
+  // device. InvalidArgumentError unless the tensor is on a CPU device and so is `cpu`.
+  Tensor view_on(const Device& cpu) const;
   // The same storage seen with another shape of the same number of elements.
   Tensor reshape(Shape shape) const;
   // Rows [begin, end) of dimension 0, sharing this tensor's storage (no copy): shape (end - begin,
@@ -193,11 +193,13 @@ class Tensor {
   // True when both view the same block of memory (possibly different parts of it).
   bool same_storage(const Tensor& other) const;
 
- private:
-  friend class detail::TensorViews;
-  friend Tensor detail::view_on_cpu(const Tensor& host, const Device& cpu);
+  // A view of `data`, inside the block `storage` holds (and keeps alive), with this dtype and
+  // shape: how the library carves one collective's outputs from one block (detail::TensorViews).
+  // A program makes tensors with the factories above.
   Tensor(detail::StorageRef storage, void* data, DType dtype, Shape shape)
       : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)) {}
+
+ private:
   // A tensor owning all of `storage`.
   Tensor(detail::StorageRef storage, DType dtype, Shape shape);
   void check_defined(const char* what) const {

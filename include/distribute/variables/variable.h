@@ -182,10 +182,12 @@ class Variable {
     return H::combine(std::move(h), v.state_.get());
   }
 
- private:
-  friend bool detail::created_for(const Variable& variable, const Strategy& strategy);
-  friend const detail::VariableKey& detail::variable_key(const Variable& variable);
+  // What every handle of this variable shares, opaque outside the library (variable.cc), where
+  // detail::created_for and detail::variable_key read it. InvalidArgumentError naming `method`
+  // for an undefined handle.
   const detail::VariableState& state(const char* method) const;
+
+ private:
   void update(detail::VariableUpdate op, const Tensor& value, const char* method) const;
   // A scalar tensor of the variable's dtype holding `value` (on the replica's device in replica
   // context); InvalidArgumentError when the dtype cannot hold it exactly.

@@ -53,7 +53,7 @@ class InputWorkers {
 
   // `batch` where replica `replica` reads it. Host memory is one space, so a host batch serves a
   // CPU replica where it is, through a view that reports the replica's device when fetch_to_device
-  // or place_dataset_on_device (detail::view_on_cpu); a GPU replica gets a copy on its GPU when fetch_to_device or
+  // or place_dataset_on_device (Tensor::view_on); a GPU replica gets a copy on its GPU when fetch_to_device or
   // place_dataset_on_device (Tensor::to: from a thread that is no replica's, on the GPU's legacy
   // stream, which every replica stream of that GPU waits for); else the batch stays where it is.
   Tensor place(const Tensor& batch, int replica) const;
