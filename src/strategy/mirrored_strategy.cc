@@ -43,12 +43,13 @@ std::vector<Device> parse_devices(const std::vector<std::string>& specs) {
     Device device = Device::parse(spec);
     DISTRIBUTE_CHECK(seen.insert(device).second, InvalidArgumentError, "MirroredStrategy: device \"", spec,
                      "\" is listed twice (as ", device.short_name(), "); each replica needs its own device");
-    DISTRIBUTE_CHECK(device.is_cpu() || detail::gpu::built(), UnimplementedError, "MirroredStrategy: device \"", spec,
-                     "\" is a GPU and this build of distribute has no GPU backend "
-                     "(reconfigure with -DDISTRIBUTE_WITH_CUDA=ON)");
+    // A list that mixes the types is wrong in every build, so it is named first.
     DISTRIBUTE_CHECK(devices.empty() || devices[0].type() == device.type(), InvalidArgumentError,
                      "MirroredStrategy: devices ", devices[0].short_name(), " and ", device.short_name(),
                      " mix CPUs and GPUs; list devices of one type");
+    DISTRIBUTE_CHECK(device.is_cpu() || detail::gpu::built(), UnimplementedError, "MirroredStrategy: device \"", spec,
+                     "\" is a GPU and this build of distribute has no GPU backend "
+                     "(reconfigure with -DDISTRIBUTE_WITH_CUDA=ON)");
     if (device.is_gpu()) physical_gpu_of(device);  // OutOfRangeError when it does not exist
     devices.push_back(device);
   }
