@@ -45,7 +45,7 @@ PollPacer::~PollPacer() {
 
 bool PollPacer::pause() {
   if (saved_slack_ns_ < 0) {
-    if (Clock::now() - start_ < yield_for_) {
+    if (Clock::now() - start_ < kYieldFor) {
       yield_core();
       return false;
     }

@@ -49,7 +49,7 @@ struct WaitWord {
 void cpu_relax();
 void yield_core();
 // Paces the polls of something that cannot be waited on (a CUDA stream, an NCCL communicator, an
-// MPI request): yields the core between polls for the first `yield_for` of the wait, then sleeps
+// MPI request): yields the core between polls for the first kYieldFor of the wait, then sleeps
 // kSleep at a time. Those sleeps run with the thread's timer slack lowered to 1 µs for the rest of
 // the wait (Linux lets a sleep end up to 50 µs late by default, which a stream drained after a
 // millisecond of GPU work would pay in full); the destructor restores it.
@@ -58,7 +58,7 @@ class PollPacer {
   static constexpr std::chrono::microseconds kYieldFor{1000};
   static constexpr std::chrono::microseconds kSleep{20};
 
-  explicit PollPacer(std::chrono::nanoseconds yield_for = kYieldFor) : yield_for_(yield_for) {}
+  PollPacer() = default;
   ~PollPacer();
   PollPacer(const PollPacer&) = delete;
   PollPacer& operator=(const PollPacer&) = delete;
@@ -67,17 +67,16 @@ class PollPacer {
   bool pause();
 
  private:
-  std::chrono::nanoseconds yield_for_;
   Deadline start_ = Clock::now();
   long saved_slack_ns_ = -1;  // the thread's timer slack before the first sleep; -1: unchanged
 };
 
 // The one poll loop: polls `done` (which may throw) until it returns true (returns true) or
-// `deadline` passes (returns false), paced by a PollPacer(yield_for). `idle` runs after each
-// sleep, before the next poll: what a waiter owes others meanwhile (answering their queries).
+// `deadline` passes (returns false), paced by a PollPacer. `idle` runs after each sleep, before
+// the next poll: what a waiter owes others meanwhile (answering their queries).
 template <class Done, class Idle>
-bool poll_until(Done&& done, Deadline deadline, std::chrono::nanoseconds yield_for, Idle&& idle) {
-  PollPacer pacer(yield_for);
+bool poll_until(Done&& done, Deadline deadline, Idle&& idle) {
+  PollPacer pacer;
   for (;;) {
     if (done()) return true;
     if (Clock::now() >= deadline) return false;
@@ -86,7 +85,7 @@ bool poll_until(Done&& done, Deadline deadline, std::chrono::nanoseconds yield_f
 }
 template <class Done>
 bool poll_until(Done&& done, Deadline deadline) {
-  return poll_until(std::forward<Done>(done), deadline, PollPacer::kYieldFor, [] {});
+  return poll_until(std::forward<Done>(done), deadline, [] {});
 }
 
 template <class Stop>

@@ -109,7 +109,7 @@ std::vector<int> MpiControlChannel::exchange(int tag, std::span<const std::byte>
         MPI_Testall(static_cast<int>(sends.requests.size()), sends.requests.data(), &sent, MPI_STATUSES_IGNORE);
         return sent != 0;
       },
-      deadline, kPollYieldFor, idle);
+      deadline, idle);
   if (done) return {};
   // Abandoned: the sends keep their buffer until they complete (reap_sends).
   NonBlockingMpiLock lock;

@@ -107,9 +107,4 @@ class ABSL_SCOPED_LOCKABLE NonBlockingMpiLock {
 // Whether every request completed (takes the MPI lock).
 bool completed(std::span<MPI_Request> requests);
 
-// How long a worker waiting on MPI yields the core between its polls before it sleeps between
-// them (detail::poll_until), leaving the cores to the replicas still computing: a few tens of
-// polls, each an MPI_Test under the MPI lock.
-inline constexpr std::chrono::microseconds kPollYieldFor{50};
-
 }  // namespace distribute::cluster::mpi

@@ -84,7 +84,7 @@ void StallDetector::abandon(std::span<MPI_Request> requests, std::initializer_li
 }
 
 void StallDetector::wait_for_data(std::span<MPI_Request> requests, detail::Deadline deadline, const StepName& what) {
-  const bool done = detail::poll_until([&] { return completed(requests); }, deadline, kPollYieldFor, [&] {
+  const bool done = detail::poll_until([&] { return completed(requests); }, deadline, [&] {
     NonBlockingMpiLock lock;
     reply_to_queries();
     control_.receive_gave_up();
@@ -134,7 +134,7 @@ std::optional<std::string> StallDetector::find_stall(std::span<MPI_Request> requ
         }
         return all_answered();
       },
-      detail::Clock::now() + kAnswerGrace, kPollYieldFor,
+      detail::Clock::now() + kAnswerGrace,
       [this] {
         NonBlockingMpiLock lock;
         reply_to_queries();
