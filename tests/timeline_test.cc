@@ -85,6 +85,37 @@ TEST(Timeline, TwoReplicasShowTheSameCollectivesWithTheSameSequenceNumbers) {
   std::filesystem::remove(path);
 }
 
+TEST(Timeline, AsyncCollectivesHaveTheTrackOfTheirReplicasLane) {
+  const std::string path = temp_path("timeline_async", ".json");
+  MirroredStrategy strategy({"CPU:0", "CPU:1"});
+  Timeline::start(path);
+  constexpr std::int64_t kElements = 1 << 16;
+  strategy.run([] {
+    ReplicaContext* ctx = get_replica_context();
+    Tensor grad = Tensor::zeros(DType::kFloat32, Shape{kElements});
+    auto first = ctx->all_reduce_async(ReduceOp::kSum, grad);
+    auto second = ctx->all_reduce_async(ReduceOp::kSum, grad);
+    ctx->all_reduce(ReduceOp::kMean, grad);
+    second.wait();
+  });
+  EXPECT_TRUE(Timeline::stop());
+
+  const json trace = read_trace(path);
+  const std::vector<json> events = check_schema(trace);
+  const std::map<std::pair<int, int>, std::string> names = testing::track_names(trace);
+  constexpr int kLane = 1 << 19;
+  EXPECT_EQ(names.at({0, kLane}), "replica 0 async");
+  EXPECT_EQ(names.at({0, kLane + 1}), "replica 1 async");
+  const std::vector<std::pair<std::string, std::int64_t>> on_lane = {{"all_reduce", 1}, {"all_reduce", 2}};
+  const std::vector<std::pair<std::string, std::int64_t>> on_replica = {{"all_reduce", 3}};
+  for (int replica : {0, 1}) {
+    SCOPED_TRACE(replica);
+    EXPECT_EQ(collectives_of(events, kLane + replica), on_lane);
+    EXPECT_EQ(collectives_of(events, replica), on_replica);
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(Timeline, InputWaitsApplyGradientsAndCheckpointSavesHaveTheirSpans) {
   const std::string path = temp_path("timeline_training_events", ".json");
   const std::string checkpoint_path = temp_path("timeline_checkpoint", ".json");

@@ -233,7 +233,9 @@ std::string track_name(int track) {
     case kCrossWorkerTrack: return "cross-worker";
     case kInputTrack: return "input";
     case kProgramTrack: return "program";
-    default: return absl::StrCat("replica ", track);
+    default:
+      if (track >= kAsyncLaneTrack) return absl::StrCat("replica ", track - kAsyncLaneTrack, " async");
+      return absl::StrCat("replica ", track);
   }
 }
 

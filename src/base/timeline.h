@@ -40,6 +40,9 @@ void begin(int track, const char* name, const Args& args);
 void end(int track, const char* name);
 void instant(int track, const char* name, std::string message);
 
+// The tracks of the replicas' async lanes (src/replica/async_lane.h): kAsyncLaneTrack plus the
+// replica's global id, "replica k async", where the collectives it issued without waiting run.
+inline constexpr int kAsyncLaneTrack = 1 << 19;
 // The track of a multi-worker collective's steps across the workers (the local phase, the
 // workers' vote on the call, the data phase over the transport), which one thread per worker
 // takes while its replicas wait: a thread of its own, "cross-worker", next to the replicas'.

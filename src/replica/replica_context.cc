@@ -40,6 +40,15 @@ detail::ThreadMode ReplicaContext::merge_mode() const {
   return detail::ThreadMode{strategy_, nullptr, true, run_depth_ + 1};
 }
 
+void ReplicaContext::issue_async(std::shared_ptr<detail::AsyncCollective> job) {
+  // A GPU replica's lane would need the replica's device and a stream of its own.
+  if (group_ == nullptr || !device_.is_cpu()) {
+    job->run();
+    return;
+  }
+  group_->issue_async(local_replica_id_, std::move(job));
+}
+
 void ReplicaContext::run_all_reduce(detail::CollectiveArgs& args) {
   detail::CollectiveCall& call = args.call();
   if (group_ != nullptr) {

@@ -16,6 +16,13 @@ namespace distribute::detail {
 
 using collective::CollectiveKind;
 
+namespace {
+
+// Set on the threads of the async lanes, which run collectives a replica issued earlier.
+thread_local bool on_async_lane = false;
+
+}  // namespace
+
 ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
                            CommunicationOptions defaults, cluster::Coordinator* agreement, int first_id)
     : size_(size),
@@ -275,16 +282,42 @@ timeline::Args ReplicaGroup::replica_args(int rank, const CollectiveCall& call) 
 // On the timeline each collective is a span of its kind, with the call's args, holding a "wait"
 // span (the rendezvous, from this replica's arrival until the phase completes) and a "data" span
 // (the backend). A small all_reduce done in the meeting itself has no "data" span.
+int ReplicaGroup::track(int rank) const {
+  return first_id_ + rank + (on_async_lane ? timeline::kAsyncLaneTrack : 0);
+}
+
+void ReplicaGroup::issue_async(int rank, std::shared_ptr<AsyncCollective> job) {
+  Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  if (!slot.lane) {
+    slot.lane = std::make_unique<AsyncLane>(absl::StrCat("async/r", first_id_ + rank), [] { on_async_lane = true; });
+  }
+  slot.lane->push(std::move(job));
+}
+
+void ReplicaGroup::drain_async(int rank) {
+  AsyncLane* lane = slots_[static_cast<std::size_t>(rank)].lane.get();
+  if (lane == nullptr) return;
+  lane->drain();
+  // The run has failed already: its first error is the one it reports.
+  lane->take_unobserved_error();
+}
+
+void ReplicaGroup::finish_async_before(int rank) {
+  AsyncLane* lane = slots_[static_cast<std::size_t>(rank)].lane.get();
+  if (lane != nullptr && !on_async_lane) [[unlikely]] lane->drain();
+}
+
 void ReplicaGroup::run_collective(int rank, CollectiveCall& call, CollectiveKind kind, DataPhase data_phase) {
+  finish_async_before(rank);
   call.op.kind = kind;
-  timeline::Span span(first_id_ + rank, collective::kind_name(kind), [&] { return replica_args(rank, call); });
+  timeline::Span span(track(rank), collective::kind_name(kind), [&] { return replica_args(rank, call); });
   bool data_to_do = false;
   {
-    timeline::Span wait(first_id_ + rank, "wait");
+    timeline::Span wait(track(rank), "wait");
     data_to_do = synchronise(rank, call);
   }
   if (!data_to_do) return;
-  timeline::Span data(first_id_ + rank, "data");
+  timeline::Span data(track(rank), "data");
   phase_.assume_shared();
   (communicator_.get()->*data_phase)(rank, ops_);
 }
@@ -303,10 +336,11 @@ void ReplicaGroup::reduce_scatter(int rank, CollectiveCall& call) {
 
 // merge_fn runs inside the wait, on the replica that completes the phase.
 std::shared_ptr<void> ReplicaGroup::merge_call(int rank, CollectiveCall& call) {
+  finish_async_before(rank);
   call.op.kind = CollectiveKind::kMergeCall;
-  timeline::Span span(first_id_ + rank, "merge_call", [&] { return replica_args(rank, call); });
+  timeline::Span span(track(rank), "merge_call", [&] { return replica_args(rank, call); });
   {
-    timeline::Span wait(first_id_ + rank, "wait");
+    timeline::Span wait(track(rank), "wait");
     synchronise(rank, call);
   }
   phase_.assume_shared();
@@ -317,6 +351,10 @@ void ReplicaGroup::replica_returned(int rank) {
   // The return call is made once, in the constructor: only its sequence changes, so a return
   // writes no line of it that the completer of the last phase read.
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  if (slot.lane) [[unlikely]] {
+    slot.lane->drain();
+    if (std::exception_ptr unwaited = slot.lane->take_unobserved_error()) std::rethrow_exception(unwaited);
+  }
   CollectiveCall& call = slot.returned;
   call.op.sequence = ++slot.sequence;
   slot.call = &call;

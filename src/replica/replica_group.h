@@ -29,6 +29,7 @@
 #include "distribute/replica/internal/collective_call.h"
 #include "distribute/replica/collective_stats.h"
 #include "cluster/coordinator.h"
+#include "replica/async_lane.h"
 #include "replica/small_all_reduce.h"
 
 namespace distribute::detail {
@@ -63,9 +64,18 @@ class ReplicaGroup {
   void reduce_scatter(int rank, CollectiveCall& call);
   // Runs calls[0]'s run_merge once for all replicas and returns its result to each.
   std::shared_ptr<void> merge_call(int rank, CollectiveCall& call);
-  // Replica `rank`'s function returned. Does not wait: a replica still in a collective, or one
-  // arriving at a collective later, sees the difference and fails with an error naming `rank`.
+  // Replica `rank`'s function returned. Does not wait for the other replicas: a replica still in
+  // a collective, or one arriving at a collective later, sees the difference and fails with an
+  // error naming `rank`. It does wait for rank's async lane, and throws the error of a collective
+  // there that failed with nobody waiting for it.
   void replica_returned(int rank);
+
+  // Runs `job` on replica `rank`'s async lane (made at its first job), after the collectives
+  // issued before it. Called by rank's own thread.
+  void issue_async(int rank, std::shared_ptr<AsyncCollective> job);
+  // Returns once rank's async lane has run every job it holds: after a failure, before the
+  // replica's part of the run ends.
+  void drain_async(int rank);
 
   // Replica `rank` failed with `error`: it becomes the run's error if it is the first, and every
   // replica waiting now or later is released with an AbortedError naming `rank`.
@@ -89,12 +99,18 @@ class ReplicaGroup {
   // Replica `rank`'s collective of `kind`: its rendezvous, then `data_phase` unless the small path
   // completed it.
   void run_collective(int rank, CollectiveCall& call, collective::CollectiveKind kind, DataPhase data_phase);
+  // Before rank's blocking collective, merge_call or return: the async collectives it issued
+  // first are run first (unless this is the lane's own thread, running one of them).
+  void finish_async_before(int rank);
   // Publishes `call`, then meets the other replicas at the rendezvous (unless the small path
   // completed it); returns whether the data phase is still to do.
   bool synchronise(int rank, CollectiveCall& call);
   // Publishes `call` as rank's part of the next phase; `small` says whether it went on the small
   // path.
   void publish(int rank, CollectiveCall& call, bool& small);
+  // The timeline track of replica `rank`'s collectives on this thread: the replica's, or on its
+  // async lane the lane's.
+  int track(int rank) const;
   // What the timeline events of `call`, numbered `sequence`, carry; only while a timeline records.
   timeline::Args timeline_args(const CollectiveCall& call, std::int64_t sequence) const;
   // Replica `rank`'s args of `call`, before publish() numbers it.
@@ -119,6 +135,8 @@ class ReplicaGroup {
     std::atomic<std::int64_t> collectives{0};
     std::atomic<std::int64_t> last_arrivals{0};
     std::atomic<std::int64_t> wait_ticks{0};  // of cycle_now()
+    // The replica's async lane, made by its thread at its first async collective; null before.
+    std::unique_ptr<AsyncLane> lane;
   };
 
   const int size_;

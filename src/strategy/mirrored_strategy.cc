@@ -281,6 +281,8 @@ class MirroredExtended final : public StrategyExtended {
                                     detail::describe_exception(std::current_exception()));
         }
         level.group.fail(r, std::current_exception());
+        // Released by the failure, the collectives it issued without waiting end before its part.
+        level.group.drain_async(r);
       }
       level.finish_device_work(r, options_.communication.timeout);
       if (borrowed_thread) device.unbind_thread();

@@ -27,6 +27,7 @@
 #include "distribute/collective/communication_options.h"
 #include "distribute/collective/shard.h"
 #include "distribute/device/reduce_op.h"
+#include "distribute/replica/collective_handle.h"
 #include "distribute/replica/internal/collective_args.h"
 #include "distribute/replica/internal/context_stack.h"
 #include "distribute/values/distributed_values.h"
@@ -189,6 +190,22 @@ class ReplicaContext {
   // passes wholes of the same dtypes and element counts, on its device.
   void all_gather_shards_in_place(std::span<const Tensor> wholes, const CommunicationOptions& options = {});
 
+  // all_reduce, reduce_scatter and all_gather without waiting: each checks its arguments and
+  // returns a CollectiveHandle at once, and the collective runs on a thread of this replica's
+  // own while the replica goes on (every collective of a replica, blocking or not, still meets
+  // the others' in issue order: a blocking one waits for those issued before it). Its signature
+  // is compared with the other replicas' as the blocking call's is, and its errors, timeout and
+  // release when another replica fails are the blocking call's, thrown by wait(). The value is
+  // copied (tensors share their storage): do not write a tensor the collective reads until
+  // wait() returns. On a GPU replica the collective runs at issue for now, and its handle is
+  // ready at once.
+  template <class V>
+  CollectiveHandle<V> all_reduce_async(ReduceOp op, const V& value, const CommunicationOptions& options = {});
+  template <class V>
+  CollectiveHandle<V> reduce_scatter_async(ReduceOp op, const V& value, const CommunicationOptions& options = {});
+  template <class V>
+  CollectiveHandle<V> all_gather_async(const V& value, int axis, const CommunicationOptions& options = {});
+
   // Pauses every replica, runs merge_fn(strategy, PerReplica<Args>...) once in cross-replica
   // context and gives its result to every replica, each PerReplica/Mirrored in it unpacked to the
   // replica's own component.
@@ -212,6 +229,14 @@ class ReplicaContext {
   static Tensor as_tensor(E& eigen) {
     return Tensor::view(eigen);
   }
+  // The *_async calls: `prepare` readies the CollectiveArgs made of the handle's copy of `value`
+  // (on this thread, at issue); `run` runs the collective, on the lane.
+  template <class V, class Prepare>
+  CollectiveHandle<V> issue(const char* method, collective::CollectiveKind kind, const V& value,
+                            const CommunicationOptions& options, Prepare&& prepare,
+                            void (ReplicaContext::*run)(detail::CollectiveArgs&));
+  // Hands `job` to this replica's async lane, or runs it now (one replica, a GPU replica).
+  void issue_async(std::shared_ptr<detail::AsyncCollective> job);
   void run_all_reduce(detail::CollectiveArgs& args);
   void run_all_gather(detail::CollectiveArgs& args);
   void run_reduce_scatter(detail::CollectiveArgs& args);
@@ -310,6 +335,60 @@ V ReplicaContext::reduce_scatter(ReduceOp op, const V& value, const Communicatio
   args.allocate_shard_outputs(replica_id_, num_replicas_);
   run_reduce_scatter(args);
   return args.rebuild(value);
+}
+
+template <class V, class Prepare>
+CollectiveHandle<V> ReplicaContext::issue(const char* method, collective::CollectiveKind kind, const V& value,
+                                          const CommunicationOptions& options, Prepare&& prepare,
+                                          void (ReplicaContext::*run)(detail::CollectiveArgs&)) {
+  require_current(method);
+  auto state = std::make_shared<detail::AsyncState<V>>(value);
+  auto args = std::make_unique<detail::CollectiveArgs>(state->value, kind, device_);
+  args->call().op.options = options;
+  if (const detail::CallPurpose* issued_for = purpose()) {
+    state->purpose_keys.assign(issued_for->variables.begin(), issued_for->variables.end());
+    args->call().purpose = &state->purpose.emplace(issued_for->action, state->purpose_keys);
+  }
+  prepare(*args);
+  state->job.set_work([this, run, s = state.get(), args = std::move(args)] {
+    (this->*run)(*args);
+    s->result.emplace(args->rebuild(s->value));
+  });
+  issue_async(std::shared_ptr<detail::AsyncCollective>(state, &state->job));
+  return CollectiveHandle<V>(std::move(state));
+}
+
+template <class V>
+CollectiveHandle<V> ReplicaContext::all_reduce_async(ReduceOp op, const V& value, const CommunicationOptions& options) {
+  static_assert(nest::Nest<V>, "all_reduce_async takes a Tensor, an arithmetic scalar or a nest of them");
+  return issue(
+      "all_reduce_async", collective::CollectiveKind::kAllReduce, value, options,
+      [op](detail::CollectiveArgs& args) {
+        args.call().op.op = op;
+        args.allocate_outputs_like_inputs();
+      },
+      &ReplicaContext::run_all_reduce);
+}
+
+template <class V>
+CollectiveHandle<V> ReplicaContext::reduce_scatter_async(ReduceOp op, const V& value,
+                                                         const CommunicationOptions& options) {
+  static_assert(nest::Nest<V>, "reduce_scatter_async takes a Tensor or a nest of Tensors");
+  return issue(
+      "reduce_scatter_async", collective::CollectiveKind::kReduceScatter, value, options,
+      [this, op](detail::CollectiveArgs& args) {
+        args.call().op.op = op;
+        args.allocate_shard_outputs(replica_id_, num_replicas_);
+      },
+      &ReplicaContext::run_reduce_scatter);
+}
+
+template <class V>
+CollectiveHandle<V> ReplicaContext::all_gather_async(const V& value, int axis, const CommunicationOptions& options) {
+  static_assert(nest::Nest<V>, "all_gather_async takes a Tensor or a nest of Tensors");
+  return issue(
+      "all_gather_async", collective::CollectiveKind::kAllGather, value, options,
+      [axis](detail::CollectiveArgs& args) { args.prepare_gather(axis); }, &ReplicaContext::run_all_gather);
 }
 
 template <class Fn, class... Args>

@@ -1,0 +1,88 @@
+// AsyncCollective and AsyncLane: collectives run on a replica's own second thread, in issue order.
+#include "replica/async_lane.h"
+
+#include <pthread.h>
+
+#include <utility>
+
+namespace distribute::detail {
+
+void AsyncCollective::run() noexcept {
+  try {
+    work_();
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+  work_ = nullptr;  // the buffers go as soon as the collective is over
+  done_.store(1, std::memory_order_release);
+  done_.notify_all();
+}
+
+void AsyncCollective::wait() {
+  while (done_.load(std::memory_order_acquire) == 0) done_.wait(0, std::memory_order_acquire);
+  observed_.store(true, std::memory_order_release);
+  if (error_) std::rethrow_exception(error_);
+}
+
+AsyncLane::AsyncLane(std::string name, std::function<void()> setup)
+    : thread_([this, setup = std::move(setup)] { loop(setup); }) {
+  pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
+}
+
+AsyncLane::~AsyncLane() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void AsyncLane::push(std::shared_ptr<AsyncCollective> job) {
+  pending_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    MutexLock lock(mu_);
+    since_last_check_.push_back(job);
+    queue_.push_back(std::move(job));
+  }
+  changed_.notify_all();
+}
+
+void AsyncLane::drain() {
+  if (!busy()) return;
+  MutexLock lock(mu_);
+  while (pending_.load(std::memory_order_acquire) != 0) changed_.wait(mu_);
+}
+
+std::exception_ptr AsyncLane::take_unobserved_error() {
+  MutexLock lock(mu_);
+  std::exception_ptr error;
+  for (const std::shared_ptr<AsyncCollective>& job : since_last_check_) {
+    if (!error) error = job->unobserved_error();
+  }
+  since_last_check_.clear();
+  return error;
+}
+
+void AsyncLane::loop(const std::function<void()>& setup) {
+  if (setup) setup();
+  for (;;) {
+    std::shared_ptr<AsyncCollective> job;
+    {
+      MutexLock lock(mu_);
+      while (queue_.empty() && !stopping_) changed_.wait(mu_);
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job->run();
+    job.reset();
+    {
+      MutexLock lock(mu_);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    changed_.notify_all();
+  }
+}
+
+}  // namespace distribute::detail
