@@ -1,6 +1,7 @@
 // Optimizers with OptimizerOptions::shard_state: bit for bit the unsharded optimizer's results
 // (SGD plain, momentum, Nesterov; Adam) for 1-4 replicas (uneven shards included), float32 and
-// float64, in replica context, with skipped aggregation and in cross-replica context; each
+// float64, in replica context, with skipped aggregation, in cross-replica context and through
+// GradientBuckets (which equal apply_gradients bit for bit, sharded or not); each
 // replica's slots only its shard; and what sharded state does not offer yet (slots as variables).
 #include <gtest/gtest.h>
 
@@ -89,7 +90,8 @@ class ShardedState : public ::testing::TestWithParam<std::tuple<int, DType>> {
 
   // Trains variables of shapes_ for `steps` steps with `kind` (sharded or not); `mode` 0: replica
   // context, 1: replica context with aggregation skipped (each replica passes the sums), 2:
-  // cross-replica context. Returns every variable's every component.
+  // cross-replica context, 3: replica context through GradientBuckets. Returns every variable's
+  // every component.
   std::vector<std::vector<Tensor>> train(const Kind& kind, bool shard_state, int mode, int steps) {
     MirroredStrategy strategy(cpu_devices(n()));
     StrategyScope scope = strategy.scope();
@@ -119,6 +121,16 @@ class ShardedState : public ::testing::TestWithParam<std::tuple<int, DType>> {
         }
         return tensor_of(dtype(), sum, shapes_[k]);
       };
+      if (mode == 3) {
+        strategy.run([&] {
+          const int r = get_replica_context()->replica_id_in_sync_group();
+          // Buckets of a few hundred bytes, filled as a backward pass would: last variable first.
+          optimizers::GradientBuckets buckets = optimizer->gradient_buckets({.bucket_bytes = 300});
+          for (std::size_t k = variables.size(); k-- > 0;) buckets.add(variables[k], gradient(r, k));
+          optimizer->apply_gradients(buckets);
+        });
+        continue;
+      }
       if (mode == 2) {
         std::vector<std::pair<Tensor, Variable>> pairs;
         for (std::size_t k = 0; k < variables.size(); ++k) pairs.emplace_back(summed(k), variables[k]);
@@ -173,6 +185,21 @@ TEST_P(ShardedState, ReplicaStepsAreBitIdenticalToTheUnshardedOptimizers) { expe
 TEST_P(ShardedState, StepsWithSkippedAggregationAreBitIdentical) { expect_bit_identical(1); }
 
 TEST_P(ShardedState, CrossReplicaStepsAreBitIdentical) { expect_bit_identical(2); }
+
+TEST_P(ShardedState, StepsThroughGradientBucketsAreBitIdenticalToApplyGradients) {
+  for (const Kind& kind : kinds()) {
+    const auto plain = train(kind, false, 0, 3);
+    for (const bool shard_state : {false, true}) {
+      const auto bucketed = train(kind, shard_state, 3, 3);
+      for (std::size_t k = 0; k < plain.size(); ++k) {
+        for (std::size_t c = 0; c < plain[k].size(); ++c) {
+          EXPECT_EQ(bytes_of(bucketed[k][c]), bytes_of(plain[k][c]))
+              << kind.name << ": variable " << k << ", component " << c << ", shard_state " << shard_state;
+        }
+      }
+    }
+  }
+}
 
 TEST_P(ShardedState, StepsOfAFewHundredBytesAreBitIdentical) {
   shapes_ = {Shape{7, 3}, Shape{5}, Shape{2}};
@@ -262,6 +289,78 @@ TEST(ShardedStateRules, AVariableListThatDiffersBetweenReplicasIsStillNamed) {
         });
       },
       {"reduce_scatter #1", "SGD.apply_gradients of 'a'", "SGD.apply_gradients of 'b'"});
+}
+
+TEST(GradientBucketsRules, ReplicasThatAddOtherVariablesAreNamed) {
+  for (const bool shard_state : {false, true}) {
+    MirroredStrategy strategy(cpu_devices(2));
+    StrategyScope scope = strategy.scope();
+    Variable a(Tensor::from_vector<float>({1, 2, 3}), VariableOptions{.name = "a"});
+    Variable b(Tensor::from_vector<float>({1, 2, 3}), VariableOptions{.name = "b"});
+    SGD sgd(SGDOptions{.learning_rate = 0.1}, OptimizerOptions{.shard_state = shard_state});
+    expect_error<InvalidArgumentError>(
+        [&] {
+          strategy.run([&] {
+            const bool first = get_replica_context()->replica_id_in_sync_group() == 0;
+            optimizers::GradientBuckets buckets = sgd.gradient_buckets();
+            buckets.add(first ? a : b, Tensor::from_vector<float>({1, 1, 1}));
+            sgd.apply_gradients(buckets);
+          });
+        },
+        {shard_state ? "reduce_scatter #1" : "all_reduce #1", "SGD.apply_gradients of 'a'",
+         "SGD.apply_gradients of 'b'"});
+  }
+}
+
+TEST(GradientBucketsRules, MisuseIsNamed) {
+  MirroredStrategy strategy(cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  Variable w(Tensor::from_vector<float>({1, 2, 3}), VariableOptions{.name = "w"});
+  SGD sgd(0.1);
+  const Tensor grad = Tensor::from_vector<float>({1, 1, 1});
+  expect_error<FailedPreconditionError>([&] { sgd.gradient_buckets(); },
+                                        {"SGD.gradient_buckets: called outside a replica's fn"});
+  const auto in_run = [&](auto&& body) { strategy.run([&] { body(); }); };
+  expect_error<InvalidArgumentError>([&] { in_run([&] { sgd.gradient_buckets({.bucket_bytes = 0}); }); },
+                                     {"SGD.gradient_buckets: bucket_bytes is 0; it must be at least 1"});
+  expect_error<InvalidArgumentError>(
+      [&] {
+        in_run([&] {
+          auto buckets = sgd.gradient_buckets();
+          buckets.add(w, grad);
+          buckets.add(w, grad);
+        });
+      },
+      {"SGD.GradientBuckets::add: variable 'w' was added twice in this step"});
+  expect_error<InvalidArgumentError>(
+      [&] { in_run([&] { sgd.gradient_buckets().add(w, Tensor::from_vector<float>({1, 1})); }); },
+      {"SGD.GradientBuckets::add: the gradient of variable 'w' has shape (2,) but the variable has shape (3,)"});
+  expect_error<InvalidArgumentError>(
+      [&] {
+        in_run([&] {
+          auto buckets = sgd.gradient_buckets();
+          sgd.apply_gradients(buckets);
+        });
+      },
+      {"SGD.apply_gradients: no gradient was added to the buckets"});
+  expect_error<FailedPreconditionError>(
+      [&] {
+        in_run([&] {
+          auto buckets = sgd.gradient_buckets();
+          buckets.add(w, grad);
+          sgd.apply_gradients(buckets);
+          buckets.add(w, grad);
+        });
+      },
+      {"GradientBuckets::add: the buckets were applied already; make new ones with gradient_buckets()"});
+  // After every misuse the strategy still steps.
+  auto after = strategy.run([&] {
+    auto buckets = sgd.gradient_buckets();
+    buckets.add(w, grad);
+    sgd.apply_gradients(buckets);
+    return w.value().to_vector<float>();
+  });
+  EXPECT_EQ(after[1], after[0]);
 }
 
 }  // namespace

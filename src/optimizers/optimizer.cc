@@ -2,10 +2,12 @@
 #include "distribute/optimizers/optimizer.h"
 
 #include <cmath>
+#include <deque>
 #include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -272,13 +274,34 @@ void Optimizer::apply_in_cross_replica_context(const std::vector<std::pair<Tenso
   for (int i = 0; i < iterations_.num_components(); ++i) update_component(gradients, grads_and_vars, i, Part{});
 }
 
+void Optimizer::require_strategy_of(const ReplicaContext& ctx, const char* method) const {
+  strategy_->get(name_);
+  DISTRIBUTE_CHECK(ctx.strategy().identity()->id() == strategy_->id(), FailedPreconditionError, name_, ".", method,
+                   ": called in a replica of ", ctx.strategy().name(), " but the optimizer was created for ",
+                   strategy_->name(), "; create the optimizer under the scope of the strategy that runs the step");
+}
+
+void Optimizer::ensure_slots_in_replica(ReplicaContext& ctx,
+                                        const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
+                                        const distribute::detail::CallPurpose& purpose) {
+  if (has_slots_for(grads_and_vars)) return;
+  distribute::detail::ScopedCallPurpose issued_for(ctx, purpose);
+  ctx.merge_call(
+      [](Strategy&, const PerReplica<Optimizer*>& optimizers,
+         const PerReplica<const std::vector<std::pair<Tensor, Variable>>*>& lists) {
+        for (int r = 1; r < optimizers.num_replicas(); ++r) {
+          DISTRIBUTE_CHECK(optimizers[r] == optimizers[0], InvalidArgumentError, optimizers[0]->name_,
+                           ".apply_gradients: replica ", r, " called it on another optimizer than replica 0; "
+                           "create one optimizer under strategy.scope() and use it in every replica");
+        }
+        optimizers[0]->create_slots(variables_of(*lists[0]));
+      },
+      this, &grads_and_vars);
+}
+
 void Optimizer::apply_in_replica(ReplicaContext& ctx, const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
                                  const ApplyOptions& options) {
-  strategy_->get(name_);
-  DISTRIBUTE_CHECK(ctx.strategy().identity()->id() == strategy_->id(), FailedPreconditionError, name_,
-                   ".apply_gradients: called in a replica of ", ctx.strategy().name(),
-                   " but the optimizer was created for ", strategy_->name(),
-                   "; create the optimizer under the scope of the strategy that runs the step");
+  require_strategy_of(ctx, "apply_gradients");
   check(grads_and_vars);
   // The collectives below name the variables, in order, in their signature: replicas (or
   // workers) listing other variables or another order fail instead of applying one variable's
@@ -286,20 +309,7 @@ void Optimizer::apply_in_replica(ReplicaContext& ctx, const std::vector<std::pai
   absl::InlinedVector<distribute::detail::VariableKey, 16> keys;
   for (const auto& [gradient, variable] : grads_and_vars) keys.push_back(distribute::detail::variable_key(variable));
   const distribute::detail::CallPurpose purpose(apply_action_.c_str(), keys);
-  if (!has_slots_for(grads_and_vars)) {
-    distribute::detail::ScopedCallPurpose issued_for(ctx, purpose);
-    ctx.merge_call(
-        [](Strategy&, const PerReplica<Optimizer*>& optimizers,
-           const PerReplica<const std::vector<std::pair<Tensor, Variable>>*>& lists) {
-          for (int r = 1; r < optimizers.num_replicas(); ++r) {
-            DISTRIBUTE_CHECK(optimizers[r] == optimizers[0], InvalidArgumentError, optimizers[0]->name_,
-                             ".apply_gradients: replica ", r, " called it on another optimizer than replica 0; "
-                             "create one optimizer under strategy.scope() and use it in every replica");
-          }
-          optimizers[0]->create_slots(variables_of(*lists[0]));
-        },
-        this, &grads_and_vars);
-  }
+  ensure_slots_in_replica(ctx, grads_and_vars, purpose);
   std::vector<Tensor> gradients = gradients_at({ctx.device()}, grads_and_vars);
   if (shard_state_) {
     apply_sharded_in_replica(ctx, grads_and_vars, gradients, purpose, options.skip_gradients_aggregation);
@@ -325,6 +335,13 @@ void Optimizer::apply_sharded_in_replica(ReplicaContext& ctx,
     distribute::detail::ScopedCallPurpose issued_for(ctx, purpose);
     shards = ctx.reduce_scatter(ReduceOp::kSum, gradients);
   }
+  apply_shards_in_replica(ctx, grads_and_vars, shards, purpose);
+}
+
+void Optimizer::apply_shards_in_replica(ReplicaContext& ctx,
+                                        const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
+                                        const std::vector<Tensor>& shards, const distribute::detail::CallPurpose& purpose) {
+  const Part part{ctx.replica_id_in_sync_group(), ctx.num_replicas_in_sync()};
   const int component = ctx.local_replica_id();
   update_component(shards, grads_and_vars, component, part);
   // Every replica's updated shard goes straight into every replica's component.
@@ -333,6 +350,131 @@ void Optimizer::apply_sharded_in_replica(ReplicaContext& ctx,
   for (const auto& [gradient, variable] : grads_and_vars) components.push_back(variable.component(component));
   distribute::detail::ScopedCallPurpose issued_for(ctx, purpose);
   ctx.all_gather_shards_in_place(components);
+}
+
+// A step's gradients in buckets: the open one (the last) fills, the others are summing.
+struct GradientBuckets::State {
+  struct Bucket {
+    std::vector<Tensor> gradients;
+    std::vector<Variable> variables;
+    std::int64_t bytes = 0;
+    CollectiveHandle<std::vector<Tensor>> summed;  // set when the bucket starts
+  };
+  Optimizer* optimizer = nullptr;
+  ReplicaContext* context = nullptr;
+  std::int64_t bucket_bytes = 0;
+  std::deque<Bucket> buckets{1};
+  absl::flat_hash_set<Variable> added;
+  bool applied = false;
+
+  void require_usable(const char* method) const {
+    DISTRIBUTE_CHECK(!applied, FailedPreconditionError, "GradientBuckets::", method,
+                     ": the buckets were applied already; make new ones with gradient_buckets() for the next step");
+    DISTRIBUTE_CHECK(get_replica_context() == context, FailedPreconditionError, "GradientBuckets::", method,
+                     ": called outside the replica's fn that made the buckets (replica ",
+                     context->replica_id_in_sync_group(), ")");
+  }
+
+  // Starts the open bucket's collective, naming its variables in its signature, and opens
+  // another.
+  void start_open_bucket() {
+    Bucket& open = buckets.back();
+    if (open.variables.empty()) return;
+    std::vector<distribute::detail::VariableKey> keys;
+    keys.reserve(open.variables.size());
+    for (const Variable& v : open.variables) keys.push_back(distribute::detail::variable_key(v));
+    const distribute::detail::CallPurpose purpose(optimizer->apply_action_.c_str(), keys);
+    distribute::detail::ScopedCallPurpose issued_for(*context, purpose);
+    open.summed = optimizer->shard_state_ ? context->reduce_scatter_async(ReduceOp::kSum, open.gradients)
+                                          : context->all_reduce_async(ReduceOp::kSum, open.gradients);
+    open.gradients.clear();  // the collective holds them
+    buckets.emplace_back();
+  }
+};
+
+GradientBuckets::GradientBuckets(std::unique_ptr<State> state) : state_(std::move(state)) {}
+GradientBuckets::GradientBuckets(GradientBuckets&&) noexcept = default;
+GradientBuckets& GradientBuckets::operator=(GradientBuckets&&) noexcept = default;
+GradientBuckets::~GradientBuckets() = default;
+
+void GradientBuckets::add(const Variable& variable, const Tensor& gradient) {
+  DISTRIBUTE_CHECK(state_ != nullptr, FailedPreconditionError, "GradientBuckets::add: the buckets were moved from");
+  State& s = *state_;
+  s.require_usable("add");
+  const Optimizer& optimizer = *s.optimizer;
+  const std::size_t index = s.added.size();
+  optimizer.check_variable(variable, index, "GradientBuckets::add");
+  const std::string& name = optimizer.name();
+  DISTRIBUTE_CHECK(gradient.defined(), InvalidArgumentError, name, ".GradientBuckets::add: the gradient of variable '",
+                   variable.name(), "' is an undefined Tensor");
+  DISTRIBUTE_CHECK(gradient.dtype() == variable.dtype(), InvalidArgumentError, name,
+                   ".GradientBuckets::add: the gradient of variable '", variable.name(), "' has dtype ",
+                   dtype_name(gradient.dtype()), " but the variable has dtype ", dtype_name(variable.dtype()));
+  DISTRIBUTE_CHECK(gradient.shape() == variable.shape(), InvalidArgumentError, name,
+                   ".GradientBuckets::add: the gradient of variable '", variable.name(), "' has shape ",
+                   gradient.shape().to_string(), " but the variable has shape ", variable.shape().to_string());
+  DISTRIBUTE_CHECK(s.added.insert(variable).second, InvalidArgumentError, name,
+                   ".GradientBuckets::add: variable '", variable.name(), "' was added twice in this step");
+  State::Bucket& open = s.buckets.back();
+  const Device& device = s.context->device();
+  open.gradients.push_back(gradient.device() == device ? gradient : gradient.to(device));
+  open.variables.push_back(variable);
+  open.bytes += static_cast<std::int64_t>(gradient.nbytes());
+  if (open.bytes >= s.bucket_bytes) s.start_open_bucket();
+}
+
+GradientBuckets Optimizer::gradient_buckets(const BucketOptions& options) {
+  ReplicaContext* ctx = get_replica_context();
+  DISTRIBUTE_CHECK(in_replica_fn(), FailedPreconditionError, name_,
+                   ".gradient_buckets: called outside a replica's fn; buckets hold one replica's gradients of one "
+                   "step (outside a run, pass the summed gradients to apply_gradients)");
+  require_strategy_of(*ctx, "gradient_buckets");
+  DISTRIBUTE_CHECK(options.bucket_bytes >= 1, InvalidArgumentError, name_, ".gradient_buckets: bucket_bytes is ",
+                   options.bucket_bytes, "; it must be at least 1");
+  auto state = std::make_unique<GradientBuckets::State>();
+  state->optimizer = this;
+  state->context = ctx;
+  state->bucket_bytes = options.bucket_bytes;
+  return GradientBuckets(std::move(state));
+}
+
+void Optimizer::apply_gradients(GradientBuckets& buckets) {
+  DISTRIBUTE_CHECK(buckets.state_ != nullptr, FailedPreconditionError, name_,
+                   ".apply_gradients: the buckets were moved from");
+  GradientBuckets::State& s = *buckets.state_;
+  DISTRIBUTE_CHECK(s.optimizer == this, InvalidArgumentError, name_,
+                   ".apply_gradients: the buckets were made by optimizer ", s.optimizer->name(),
+                   "; apply them with the optimizer that made them");
+  s.require_usable("apply_gradients");
+  DISTRIBUTE_CHECK(!s.added.empty(), InvalidArgumentError, name_,
+                   ".apply_gradients: no gradient was added to the buckets");
+  s.start_open_bucket();
+  s.applied = true;
+  ReplicaContext& ctx = *s.context;
+  const distribute::detail::timeline::Span span(ctx.replica_id_in_sync_group(), "apply_gradients");
+  // The pairs in the order they were added: each bucket's sums (or this replica's shards of them).
+  std::vector<std::pair<Tensor, Variable>> summed;
+  summed.reserve(s.added.size());
+  for (GradientBuckets::State::Bucket& bucket : s.buckets) {
+    if (bucket.variables.empty()) continue;
+    const std::vector<Tensor>& sums = bucket.summed.wait();
+    for (std::size_t k = 0; k < sums.size(); ++k) summed.emplace_back(sums[k], bucket.variables[k]);
+  }
+  // The step's remaining collectives (the slots' creation, the shards' all_gather) name every
+  // variable, in order.
+  std::vector<distribute::detail::VariableKey> keys;
+  keys.reserve(summed.size());
+  for (const auto& [gradient, variable] : summed) keys.push_back(distribute::detail::variable_key(variable));
+  const distribute::detail::CallPurpose purpose(apply_action_.c_str(), keys);
+  ensure_slots_in_replica(ctx, summed, purpose);
+  std::vector<Tensor> gradients;
+  gradients.reserve(summed.size());
+  for (const auto& [gradient, variable] : summed) gradients.push_back(gradient);
+  if (shard_state_) {
+    apply_shards_in_replica(ctx, summed, gradients, purpose);
+    return;
+  }
+  update_component(gradients, summed, ctx.local_replica_id(), Part{});
 }
 
 void Optimizer::update_component(const std::vector<Tensor>& gradients,

@@ -70,6 +70,46 @@ struct ApplyOptions {
   bool skip_gradients_aggregation = false;
 };
 
+// How Optimizer::gradient_buckets groups the gradients.
+struct BucketOptions {
+  // A bucket's collective starts once its gradients hold this many bytes (PyTorch DDP's
+  // bucket_cap_mb is 25 MiB); the last bucket's starts at apply_gradients(buckets).
+  std::int64_t bucket_bytes = std::int64_t{25} << 20;
+};
+
+class Optimizer;
+
+// The gradients of one step, summed across replicas while the backward pass goes on (PyTorch
+// DDP's buckets): add() takes each gradient as it is made and starts a bucket's all_reduce
+// (reduce_scatter with sharded state) without waiting once the bucket is full, and
+// Optimizer::apply_gradients(buckets) waits for the rest and applies the step. Made by
+// Optimizer::gradient_buckets in a replica's fn, for that replica and that step only.
+//
+//   auto buckets = optimizer.gradient_buckets({.bucket_bytes = 1 << 20});
+//   for (layer in reverse) buckets.add(layer.w, backward(layer));   // the collectives overlap
+//   optimizer.apply_gradients(buckets);
+//
+// Every replica adds the same variables in the same order (checked: each bucket's collective
+// names its variables in its signature, and a difference is an InvalidArgumentError naming
+// both, thrown by apply_gradients). add() checks each pair as apply_gradients does.
+class GradientBuckets {
+ public:
+  GradientBuckets(GradientBuckets&&) noexcept;
+  GradientBuckets& operator=(GradientBuckets&&) noexcept;
+  ~GradientBuckets();
+
+  // Takes `variable`'s gradient for this step. InvalidArgumentError for a pair apply_gradients
+  // would reject and for a variable added twice; FailedPreconditionError outside the replica
+  // that made the buckets, or once they were applied.
+  void add(const Variable& variable, const Tensor& gradient);
+
+ private:
+  friend class Optimizer;
+  struct State;  // optimizer.cc
+  explicit GradientBuckets(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer();
@@ -86,6 +126,14 @@ class Optimizer {
 
   // Creates the slot variables of `variables` that do not exist yet, in cross-replica context.
   void build(const std::vector<Variable>& variables);
+
+  // In a replica's fn: empty buckets for this step's gradients (see GradientBuckets), and the
+  // step that applies them once summed. Both collective, like apply_gradients; the result is
+  // bit for bit apply_gradients' on the same gradients (docs/overlap.md says where the
+  // cross-worker ring's summation order makes it differ, and by how much).
+  // FailedPreconditionError outside a replica's fn; InvalidArgumentError for a bucket_bytes < 1.
+  GradientBuckets gradient_buckets(const BucketOptions& options = {});
+  void apply_gradients(GradientBuckets& buckets);
 
   // "SGD", "Adam": the prefix of the names of the optimizer's variables.
   const std::string& name() const { return name_; }
@@ -138,6 +186,7 @@ class Optimizer {
 
  private:
   struct SlotTable;  // optimizer.cc
+  friend class GradientBuckets;
 
   void check_variable(const Variable& var, std::size_t index, const char* method) const;
   void check(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) const;
@@ -152,6 +201,15 @@ class Optimizer {
   // `summed`).
   void apply_sharded_in_replica(ReplicaContext& ctx, const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
                                 const std::vector<Tensor>& gradients, const detail::CallPurpose& purpose, bool summed);
+  // With sharded state: updates this replica's shard of every variable, given the summed
+  // gradients' `shards`, then all-gathers the shards into every replica's component.
+  void apply_shards_in_replica(ReplicaContext& ctx, const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
+                               const std::vector<Tensor>& shards, const detail::CallPurpose& purpose);
+  // FailedPreconditionError naming `method` unless `ctx` is a replica of the optimizer's strategy.
+  void require_strategy_of(const ReplicaContext& ctx, const char* method) const;
+  // The merge_call that creates the slots the listed variables lack (the first step only).
+  void ensure_slots_in_replica(ReplicaContext& ctx, const std::vector<std::pair<Tensor, Variable>>& grads_and_vars,
+                               const detail::CallPurpose& purpose);
   // Which part of each variable a replica updates: all of it, or with sharded state its shard.
   struct Part {
     int replica = -1;  // the global replica id whose shard; -1: the whole variable
