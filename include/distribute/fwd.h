@@ -16,6 +16,7 @@ class Tensor;
 // collective/
 struct CommunicationOptions;
 enum class CommunicationImplementation;
+enum class Compression;
 
 // values/
 template <class T>

@@ -26,6 +26,7 @@ CommunicationOptions CommunicationOptions::merged_with(const CommunicationOption
   if (out.bytes_per_pack == 0) out.bytes_per_pack = defaults.bytes_per_pack;
   if (out.timeout.count() == 0) out.timeout = defaults.timeout;
   if (out.implementation == CommunicationImplementation::kAuto) out.implementation = defaults.implementation;
+  if (out.compression == Compression::kNone) out.compression = defaults.compression;
   return out;
 }
 
@@ -41,5 +42,16 @@ const char* implementation_name(CommunicationImplementation implementation) {
 std::ostream& operator<<(std::ostream& os, CommunicationImplementation implementation) {
   return os << implementation_name(implementation);
 }
+
+const char* compression_name(Compression compression) {
+  switch (compression) {
+    case Compression::kNone: return "NONE";
+    case Compression::kBfloat16: return "BF16";
+    case Compression::kFloat16: return "FP16";
+  }
+  return "?";
+}
+
+std::ostream& operator<<(std::ostream& os, Compression compression) { return os << compression_name(compression); }
 
 }  // namespace distribute

@@ -19,6 +19,16 @@ namespace distribute {
 // since a collective cannot change backend. Strategies with one replica move no data and ignore it.
 enum class CommunicationImplementation { kAuto, kRing, kNccl };
 
+// How float32 values of an all_reduce or reduce_scatter cross the links between processes (the
+// ring between workers). kBfloat16 and kFloat16 send each value in 16 bits, rounded to nearest
+// even, and add what arrives in float32; the owner of each part rounds its final sum too, so every
+// replica ends with the same bits. Values summed inside one process (replicas sharing its memory)
+// are added in float32 exactly as without compression: nothing crosses a link there. Other dtypes
+// and other collectives move unchanged. A finite value or partial sum beyond float16's range
+// (|x| > 65504) is an InvalidArgumentError naming the collective on every worker, never an inf.
+// docs/overlap.md gives the error bound. Not offered by NCCL yet (UnimplementedError).
+enum class Compression { kNone, kBfloat16, kFloat16 };
+
 struct CommunicationOptions {
   // Upper bound on the bytes fused into one pack by backends that pack (NCCL); 0 lets the backend
   // choose. The CPU backend reduces a whole nest in one pass without packing copies.
@@ -28,6 +38,9 @@ struct CommunicationOptions {
   // those that did not arrive.
   std::chrono::duration<double> timeout{0};
   CommunicationImplementation implementation = CommunicationImplementation::kAuto;
+  // Given to all_reduce or reduce_scatter (or as a strategy's default, which other calls ignore);
+  // kNone in a call's options takes the strategy's.
+  Compression compression = Compression::kNone;
 
   // These options with each unset field taken from `defaults`. Every collective and cross-replica
   // operation merges its options this way: InvalidArgumentError when this timeout is invalid (the
@@ -39,6 +52,9 @@ struct CommunicationOptions {
 // "AUTO", "RING", "NCCL".
 const char* implementation_name(CommunicationImplementation implementation);
 std::ostream& operator<<(std::ostream& os, CommunicationImplementation implementation);
+// "NONE", "BF16", "FP16".
+const char* compression_name(Compression compression);
+std::ostream& operator<<(std::ostream& os, Compression compression);
 
 namespace detail {
 // InvalidArgumentError unless `timeout` is finite and >= 0. `field` names it in the message
