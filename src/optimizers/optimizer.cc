@@ -363,6 +363,7 @@ struct GradientBuckets::State {
   Optimizer* optimizer = nullptr;
   ReplicaContext* context = nullptr;
   std::int64_t bucket_bytes = 0;
+  CommunicationOptions communication;
   std::deque<Bucket> buckets{1};
   absl::flat_hash_set<Variable> added;
   bool applied = false;
@@ -385,8 +386,9 @@ struct GradientBuckets::State {
     for (const Variable& v : open.variables) keys.push_back(distribute::detail::variable_key(v));
     const distribute::detail::CallPurpose purpose(optimizer->apply_action_.c_str(), keys);
     distribute::detail::ScopedCallPurpose issued_for(*context, purpose);
-    open.summed = optimizer->shard_state_ ? context->reduce_scatter_async(ReduceOp::kSum, open.gradients)
-                                          : context->all_reduce_async(ReduceOp::kSum, open.gradients);
+    open.summed = optimizer->shard_state_
+                      ? context->reduce_scatter_async(ReduceOp::kSum, open.gradients, communication)
+                      : context->all_reduce_async(ReduceOp::kSum, open.gradients, communication);
     open.gradients.clear();  // the collective holds them
     buckets.emplace_back();
   }
@@ -435,6 +437,7 @@ GradientBuckets Optimizer::gradient_buckets(const BucketOptions& options) {
   state->optimizer = this;
   state->context = ctx;
   state->bucket_bytes = options.bucket_bytes;
+  state->communication = options.communication;
   return GradientBuckets(std::move(state));
 }
 

@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "distribute/collective/communication_options.h"
 #include "distribute/collective/shard.h"
 #include "distribute/device/tensor.h"
 #include "distribute/variables/saveable.h"
@@ -75,6 +76,9 @@ struct BucketOptions {
   // A bucket's collective starts once its gradients hold this many bytes (PyTorch DDP's
   // bucket_cap_mb is 25 MiB); the last bucket's starts at apply_gradients(buckets).
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
+  // The options of every bucket's collective (Compression::kBfloat16 for 16-bit gradients on
+  // the wire, a timeout); merged with the strategy's like any collective's.
+  CommunicationOptions communication;
 };
 
 class Optimizer;
