@@ -122,6 +122,40 @@ TEST(Errors, E93_ImplementationThatIsNotTheStrategys) {
   EXPECT_EQ(sums[1], 2.0f);
 }
 
+TEST(Errors, E124_CompressionOfACollectiveThatDoesNotCompress) {
+  MirroredStrategy strategy(cpu_devices(2));
+  const CommunicationOptions bf16{.compression = Compression::kBfloat16};
+  expect_row<InvalidArgumentError>(
+      "E124", [&] { strategy.run([&] { (void)get_replica_context()->all_gather(Tensor::from_vector<float>({1}), 0, bf16); }); },
+      {"all_gather #1: CommunicationOptions::compression is BF16 but only all_reduce and reduce_scatter compress (the "
+       "others move values unchanged)"});
+  expect_row<InvalidArgumentError>(
+      "E124",
+      [&] { strategy.run([&] { (void)get_replica_context()->all_gather_async(Tensor::from_vector<float>({1}), 0, bf16); }); },
+      {"all_gather #1: "});
+  const PerReplica<Tensor> values{Tensor::scalar(1.0f), Tensor::scalar(2.0f)};
+  expect_row<InvalidArgumentError>(
+      "E124", [&] { (void)strategy.extended().reduce_to(ReduceOp::kSum, values, Device::cpu(), bf16); },
+      {"extended().reduce_to: CommunicationOptions::compression is BF16 but only all_reduce and reduce_scatter in a "
+       "replica's fn compress"});
+  // The strategy stays usable, and in one process an all_reduce takes it (nothing crosses a link).
+  auto sums = strategy.run([&] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f, bf16); });
+  EXPECT_EQ(sums[1], 2.0f);
+}
+
+TEST(Errors, E125_CompressionThroughNccl) {
+  SKIP_UNLESS_GPU();
+  MirroredStrategyOptions options;
+  options.communication.implementation = CommunicationImplementation::kNccl;
+  MirroredStrategy strategy({"GPU:0"}, options);
+  const CommunicationOptions fp16{.compression = Compression::kFloat16};
+  expect_row<UnimplementedError>(
+      "E125",
+      [&] { strategy.run([&] { (void)get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::scalar(1.0f), fp16); }); },
+      {"all_reduce #1: CommunicationOptions::compression FP16 is not offered with NCCL yet (NCCL would add the 16-bit "
+       "values in 16 bits)"});
+}
+
 TEST(Errors, E94_ImplementationThatContradictsCrossDeviceOps) {
   MirroredStrategyOptions options;
   options.communication.implementation = CommunicationImplementation::kRing;

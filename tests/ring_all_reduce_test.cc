@@ -1,6 +1,7 @@
 // cluster::ring_all_reduce over threads: each rank a thread, its links to the next and previous
 // ranks mailboxes in shared memory. Sums are exact, uneven and tiny parts (fewer elements than
-// ranks) work, and every rank ends with the same bits, also where the order of additions matters.
+// ranks) work, and every rank ends with the same bits, also where the order of additions matters;
+// the same for the ring that sends float32 values in 16 bits, within its error bound.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <limits>
+#include <tuple>
 #include <mutex>
 #include <random>
 #include <span>
@@ -71,9 +74,10 @@ class ThreadLinks final : public RingLinks {
   const int size_;
 };
 
-// Runs the ring over `size` threads on data[r] (rank r's values) and returns every rank's result.
-template <class T>
-std::vector<std::vector<T>> run_ring(std::vector<std::vector<T>> data) {
+// Runs `reduce(links, rank's data, scratch)` over `size` threads on data[r] (rank r's values),
+// leaving every rank's result in data.
+template <class T, class Reduce>
+void on_ring_threads(std::vector<std::vector<T>>& data, Reduce reduce) {
   const int size = static_cast<int>(data.size());
   testing::Watchdog watchdog(std::chrono::seconds(30), "ring all-reduce test");
   Mailboxes boxes(size);
@@ -82,13 +86,34 @@ std::vector<std::vector<T>> run_ring(std::vector<std::vector<T>> data) {
     threads.emplace_back([&, r] {
       ThreadLinks links(boxes, r, size);
       std::vector<std::byte> scratch;
-      std::vector<T>& mine = data[static_cast<std::size_t>(r)];
-      ring_all_reduce(links, dtype_v<T>, reinterpret_cast<std::byte*>(mine.data()),
-                      static_cast<std::int64_t>(mine.size()), scratch);
+      reduce(links, data[static_cast<std::size_t>(r)], scratch);
     });
   }
   for (std::thread& t : threads) t.join();
+}
+
+template <class T>
+std::vector<std::vector<T>> run_ring(std::vector<std::vector<T>> data) {
+  on_ring_threads(data, [](RingLinks& links, std::vector<T>& mine, std::vector<std::byte>& scratch) {
+    ring_all_reduce(links, dtype_v<T>, reinterpret_cast<std::byte*>(mine.data()), static_cast<std::int64_t>(mine.size()),
+                    scratch);
+  });
   return data;
+}
+
+// The compressed ring: every rank's result, and what each rank returned (the overflowed rank).
+struct CompressedRing {
+  std::vector<std::vector<float>> results;
+  std::vector<int> overflowed;
+};
+
+CompressedRing run_compressed_ring(std::vector<std::vector<float>> data, Compression compression) {
+  std::vector<int> overflowed(data.size(), -2);
+  on_ring_threads(data, [&](RingLinks& links, std::vector<float>& mine, std::vector<std::byte>& scratch) {
+    overflowed[static_cast<std::size_t>(links.rank())] = ring_all_reduce_compressed(
+        links, compression, mine.data(), static_cast<std::int64_t>(mine.size()), scratch);
+  });
+  return {std::move(data), std::move(overflowed)};
 }
 
 class RingAllReduce : public ::testing::TestWithParam<int> {
@@ -146,6 +171,103 @@ TEST_P(RingAllReduce, Int64) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, RingAllReduce, ::testing::Values(1, 2, 3, 4, 7),
                          [](const ::testing::TestParamInfo<int>& ranks) { return std::to_string(ranks.param) + "ranks"; });
+
+// The compressed ring at 2, 3, 4 and 8 ranks: the bound of docs/overlap.md, the same bits on every
+// rank, exact sums where 16 bits hold every partial sum, and overflow reported by every rank.
+class CompressedRingAllReduce : public ::testing::TestWithParam<std::tuple<int, Compression>> {
+ protected:
+  int size() const { return std::get<0>(GetParam()); }
+  Compression compression() const { return std::get<1>(GetParam()); }
+  // The unit roundoff of the format and half its smallest subnormal.
+  double unit_roundoff() const { return compression() == Compression::kFloat16 ? 0x1p-11 : 0x1p-8; }
+  double absolute_floor() const { return compression() == Compression::kFloat16 ? 0x1p-25 : 0x1p-134; }
+};
+
+TEST_P(CompressedRingAllReduce, WithinTheBoundAndTheSameBitsEverywhere) {
+  std::mt19937_64 random(7);
+  std::uniform_real_distribution<double> values(-100, 100);
+  std::uniform_int_distribution<int> exponent(-30, 8);
+  for (const std::int64_t count : {std::int64_t{1}, std::int64_t{size() - 1}, std::int64_t{4099}}) {
+    std::vector<std::vector<float>> data(static_cast<std::size_t>(size()));
+    for (auto& mine : data) {
+      for (std::int64_t i = 0; i < count; ++i) {
+        mine.push_back(static_cast<float>(values(random) * std::ldexp(1.0, exponent(random)) / 256));
+      }
+    }
+    const CompressedRing ring = run_compressed_ring(data, compression());
+    for (int r = 0; r < size(); ++r) {
+      EXPECT_EQ(ring.overflowed[static_cast<std::size_t>(r)], -1) << "rank " << r;
+      ASSERT_EQ(std::memcmp(ring.results[static_cast<std::size_t>(r)].data(), ring.results[0].data(),
+                            static_cast<std::size_t>(count) * sizeof(float)),
+                0)
+          << "rank " << r << " differs from rank 0, count " << count;
+    }
+    const double n = size();
+    for (std::int64_t i = 0; i < count; ++i) {
+      double sum = 0;
+      double magnitude = 0;
+      for (const auto& mine : data) {
+        sum += mine[static_cast<std::size_t>(i)];
+        magnitude += std::abs(mine[static_cast<std::size_t>(i)]);
+      }
+      // n roundings to 16 bits (n - 1 hops and the owner's), each of a partial sum no larger than
+      // the sum of magnitudes, and n float32 additions.
+      const double bound = n * ((unit_roundoff() + 0x1p-24) * magnitude * (1 + n * unit_roundoff()) + absolute_floor());
+      ASSERT_LE(std::abs(ring.results[0][static_cast<std::size_t>(i)] - sum), bound)
+          << "element " << i << " of " << count << ": sum " << sum;
+    }
+  }
+}
+
+TEST_P(CompressedRingAllReduce, ExactWhereSixteenBitsHoldEveryPartialSum) {
+  // Small integers and their sums fit both formats' 8 (bfloat16) and 11 (float16) bits.
+  std::vector<std::vector<float>> data(static_cast<std::size_t>(size()));
+  for (int r = 0; r < size(); ++r) {
+    for (int i = 0; i < 1000; ++i) data[static_cast<std::size_t>(r)].push_back(static_cast<float>((r + i) % 9 - 4));
+  }
+  const CompressedRing ring = run_compressed_ring(data, compression());
+  for (int i = 0; i < 1000; ++i) {
+    float sum = 0;
+    for (int r = 0; r < size(); ++r) sum += static_cast<float>((r + i) % 9 - 4);
+    for (int r = 0; r < size(); ++r) ASSERT_EQ(ring.results[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)], sum);
+  }
+}
+
+TEST_P(CompressedRingAllReduce, EveryRankReportsTheOverflow) {
+  // One element overflows: in float16 only in its partial sums (40000 fits, 80000 does not), in
+  // bfloat16 where a finite float32 above its largest rounds up to inf. Its
+  // part's owner, which one rank is, flags it; infs and NaNs the ranks send are no overflow.
+  const float big = compression() == Compression::kFloat16 ? 40000.0f : 3.4e38f;
+  std::vector<std::vector<float>> data(static_cast<std::size_t>(size()), std::vector<float>(64, 1.0f));
+  for (auto& mine : data) {
+    mine[5] = big;
+    mine[9] = std::numeric_limits<float>::infinity();
+    mine[17] = std::numeric_limits<float>::quiet_NaN();
+  }
+  const CompressedRing ring = run_compressed_ring(data, compression());
+  const int flagged = ring.overflowed[0];
+  EXPECT_GE(flagged, 0);
+  EXPECT_LT(flagged, size());
+  for (int r = 0; r < size(); ++r) {
+    EXPECT_EQ(ring.overflowed[static_cast<std::size_t>(r)], flagged) << "rank " << r;
+    EXPECT_TRUE(std::isinf(ring.results[static_cast<std::size_t>(r)][9])) << "rank " << r;
+    EXPECT_TRUE(std::isnan(ring.results[static_cast<std::size_t>(r)][17])) << "rank " << r;
+    EXPECT_EQ(ring.results[static_cast<std::size_t>(r)][0], static_cast<float>(size())) << "rank " << r;
+  }
+
+  std::vector<std::vector<float>> special(static_cast<std::size_t>(size()), std::vector<float>(64, 1.0f));
+  for (auto& mine : special) mine[9] = std::numeric_limits<float>::infinity();
+  const CompressedRing quiet = run_compressed_ring(special, compression());
+  for (int r = 0; r < size(); ++r) EXPECT_EQ(quiet.overflowed[static_cast<std::size_t>(r)], -1) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CompressedRingAllReduce,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8),
+                                            ::testing::Values(Compression::kBfloat16, Compression::kFloat16)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, Compression>>& p) {
+                           return std::to_string(std::get<0>(p.param)) + "ranks" +
+                                  compression_name(std::get<1>(p.param));
+                         });
 
 }  // namespace
 }  // namespace distribute::cluster

@@ -114,6 +114,12 @@ TEST(TimelineMultiWorker, OneFileForTheJobWithEveryCollectiveOnEveryReplicasTrac
     EXPECT_GE(count(events, worker, kCross, "vote", "B"), 3);
     EXPECT_EQ(count(events, worker, kCross, "local", "B"), 2);
     EXPECT_EQ(count(events, worker, kCross, "data", "B"), 2);
+    // Each carries the bytes sent: 2^16 float32 values.
+    for (const json& e : events) {
+      if (e.at("pid") == worker && e.at("tid") == kCross && e.at("name") == "data" && e.at("ph") == "B") {
+        EXPECT_EQ(e.at("args").at("bytes"), 4 << 16);
+      }
+    }
   }
   std::filesystem::remove(path);
 }

@@ -280,6 +280,8 @@ void write_worker_events(TraceText& out, const WorkerEvents& events, int pid, co
                       {"sequence", event.args.sequence},
                       {"bytes", event.args.bytes},
                       {"backend", std::string(event.args.backend)}};
+    } else if (event.phase == 'B' && event.args.bytes >= 0) {
+      json["args"] = {{"bytes", event.args.bytes}};  // a step's payload (the cross-worker "data")
     }
     out.append(",");
     out.append(to_text(json));

@@ -27,17 +27,18 @@ void HierarchicalCommunicator::stage(int rank, collective::CollectiveOp& op) {
   if (local_->spans_processes()) local_->stage(rank, op);
 }
 
-void HierarchicalCommunicator::cross_process_phase(std::span<collective::CollectiveOp* const> ops) {
+std::int64_t HierarchicalCommunicator::cross_process_phase(std::span<collective::CollectiveOp* const> ops) {
   phase_.assume_held();
   const collective::CollectiveKind kind = ops[0]->kind;
   if (local_->spans_processes()) {
     if (kind == collective::CollectiveKind::kAllGather) share_gather_dims(ops);
-    return;
+    return 0;
   }
   if (kind == collective::CollectiveKind::kAllReduce || kind == collective::CollectiveKind::kReduceScatter) {
-    reduce_across_workers(ops);
+    return reduce_across_workers(ops);
   }
-  if (kind == collective::CollectiveKind::kAllGather) gather_across_workers(ops);
+  if (kind == collective::CollectiveKind::kAllGather) return gather_across_workers(ops);
+  return 0;
 }
 
 void HierarchicalCommunicator::prepare(std::span<collective::CollectiveOp* const> ops) {
@@ -45,7 +46,7 @@ void HierarchicalCommunicator::prepare(std::span<collective::CollectiveOp* const
   if (local_->spans_processes()) local_->prepare(ops);
 }
 
-void HierarchicalCommunicator::reduce_across_workers(std::span<collective::CollectiveOp* const> ops) {
+std::int64_t HierarchicalCommunicator::reduce_across_workers(std::span<collective::CollectiveOp* const> ops) {
   const collective::CollectiveOp& first = *ops[0];
   // One replica per worker (the default of MultiWorkerMirroredStrategy) whose outputs are one
   // block laid out like reduced_ (host memory, as every replica on this path is a CPU's): the
@@ -71,34 +72,60 @@ void HierarchicalCommunicator::reduce_across_workers(std::span<collective::Colle
     std::memset(end, 0, static_cast<std::size_t>(block + first.leaf_offsets[leaf + 1] - end));
   }
   local.reset();
-  // One step per run of leaves of one dtype: the padding between them is zero and stays so.
-  const detail::timeline::Span across(detail::timeline::kCrossWorkerTrack, "data");
+  // One step per run of leaves of one dtype: the padding between them is zero and stays so. A
+  // run is leaves [begin, end), bytes [from, to) of the block.
+  const auto for_each_run = [&](auto&& fn) {
+    for (std::size_t begin = 0; begin < first.inputs.size();) {
+      const DType dtype = first.inputs[begin].dtype;
+      std::size_t end = begin + 1;
+      while (end < first.inputs.size() && first.inputs[end].dtype == dtype) ++end;
+      fn(dtype, first.leaf_offsets[begin], first.leaf_offsets[end - 1] + first.inputs[end - 1].nbytes());
+      begin = end;
+    }
+  };
+  const Compression compression = first.options.compression;
+  std::int64_t wire_bytes = 0;
+  if (workers_.num_workers() > 1) {
+    for_each_run([&](DType dtype, std::size_t from, std::size_t to) {
+      const auto bytes = static_cast<std::int64_t>(to - from);
+      wire_bytes += compression != Compression::kNone && dtype == DType::kFloat32 ? bytes / 2 : bytes;
+    });
+  }
+  const detail::timeline::Span across(detail::timeline::kCrossWorkerTrack, "data", [&] {
+    return detail::timeline::Args{.bytes = wire_bytes};
+  });
   const cluster::StepName what(first);
   const std::int64_t replicas = std::int64_t{size_} * workers_.num_workers();
-  for (std::size_t begin = 0; begin < first.inputs.size();) {
-    const DType dtype = first.inputs[begin].dtype;
-    std::size_t end = begin + 1;
-    while (end < first.inputs.size() && first.inputs[end].dtype == dtype) ++end;
-    const std::size_t from = first.leaf_offsets[begin];
-    const std::size_t to = first.leaf_offsets[end - 1] + first.inputs[end - 1].nbytes();
+  for_each_run([&](DType dtype, std::size_t from, std::size_t to) {
     void* data = block + from;
     const auto count = static_cast<std::int64_t>((to - from) / dtype_size(dtype));
-    workers_.all_reduce(dtype, data, count, first.options.timeout, what);
+    workers_.all_reduce(dtype, data, count, first.options.timeout, what, compression);
     if (first.op == ReduceOp::kMean) {
       const void* in[] = {data};
       detail::reduce_buffers(dtype, ReduceOp::kMean, in, data, count, replicas);
     }
-    begin = end;
-  }
+  });
+  return wire_bytes;
 }
 
-void HierarchicalCommunicator::gather_across_workers(std::span<collective::CollectiveOp* const> ops) {
+std::int64_t HierarchicalCommunicator::gather_across_workers(std::span<collective::CollectiveOp* const> ops) {
   const collective::CollectiveOp& first = *ops[0];
   const std::size_t leaves = first.inputs.size();
   gathered_.resize(leaves);
   gathered_shapes_.clear();
+  // This worker's part of each leaf (its replicas' values) goes out with its size along the axis.
+  std::int64_t wire_bytes = 0;
+  for (std::size_t leaf = 0; leaf < leaves && workers_.num_workers() > 1; ++leaf) {
+    const Shape& shape = *first.inputs[leaf].shape;
+    const int axis = collective::gather_axis(first, shape);
+    std::int64_t local = 0;
+    for (int r = 0; r < size_; ++r) local += (*ops[static_cast<std::size_t>(r)]->inputs[leaf].shape)[axis];
+    wire_bytes += static_cast<std::int64_t>(sizeof(local)) +
+                  shape.outer_size(axis) * local * shape.inner_size(axis) * static_cast<std::int64_t>(dtype_size(first.inputs[leaf].dtype));
+  }
   // Each leaf's local concatenation is done inside the step across the workers.
-  const detail::timeline::Span across(detail::timeline::kCrossWorkerTrack, "data");
+  const detail::timeline::Span across(detail::timeline::kCrossWorkerTrack, "data",
+                                      [&] { return detail::timeline::Args{.bytes = wire_bytes}; });
   const cluster::StepName what(first);
   absl::InlinedVector<const void*, 8> inputs(static_cast<std::size_t>(size_));
   absl::InlinedVector<std::int64_t, 8> dims(static_cast<std::size_t>(size_));
@@ -128,6 +155,7 @@ void HierarchicalCommunicator::gather_across_workers(std::span<collective::Colle
         first.options.timeout, what);
     gathered_shapes_.push_back(shape.with_dim(axis, total));
   }
+  return wire_bytes;
 }
 
 void HierarchicalCommunicator::share_gather_dims(std::span<collective::CollectiveOp* const> ops) {

@@ -36,7 +36,7 @@ class HierarchicalCommunicator final : public collective::Communicator {
   CommunicationImplementation implementation() const override { return local_->implementation(); }
   bool spans_processes() const override { return local_->spans_processes(); }
   void stage(int rank, collective::CollectiveOp& op) override;
-  void cross_process_phase(std::span<collective::CollectiveOp* const> ops) override;
+  std::int64_t cross_process_phase(std::span<collective::CollectiveOp* const> ops) override;
   void prepare(std::span<collective::CollectiveOp* const> ops) override;
   void all_reduce(int rank, std::span<collective::CollectiveOp* const> ops) override;
   void all_gather(int rank, std::span<collective::CollectiveOp* const> ops) override;
@@ -52,8 +52,9 @@ class HierarchicalCommunicator final : public collective::Communicator {
   void set_failure_flag(const std::atomic<bool>* failed) override;
 
  private:
-  void reduce_across_workers(std::span<collective::CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
-  void gather_across_workers(std::span<collective::CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
+  // Each returns the bytes it sent as on the wire (Communicator::cross_process_phase).
+  std::int64_t reduce_across_workers(std::span<collective::CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
+  std::int64_t gather_across_workers(std::span<collective::CollectiveOp* const> ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
   // For a local collective::Communicator that spans the workers: every worker's sizes along the axis.
   void share_gather_dims(std::span<collective::CollectiveOp* const> ops);
 

@@ -1,6 +1,7 @@
 // The ring all-reduce: the reduce-scatter, then the all-gather, over RingLinks.
 #include "cluster/ring_all_reduce.h"
 
+#include "collective/compression.h"
 #include "device/kernels.h"
 #include "distribute/device/reduce_op.h"
 
@@ -34,6 +35,49 @@ void ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_
     const int receive = (rank - s + size) % size;
     links.send_next_receive_previous(part(send), part(receive));
   }
+}
+
+int ring_all_reduce_compressed(RingLinks& links, Compression compression, float* data, std::int64_t count,
+                               std::vector<std::byte>& scratch) {
+  using collective::Wire16;
+  const int size = links.size();
+  const int rank = links.rank();
+  if (size == 1) return -1;
+  const auto begin = [&](int p) { return count * p / size; };
+  const auto length = [&](int p) { return begin(p + 1) - begin(p); };
+  // The wire copy of the data: part p at begin(p) + p, its values and then its owner's flag.
+  const std::int64_t wire_count = count + size;
+  const std::int64_t received_count = count / size + 1;
+  scratch.resize(static_cast<std::size_t>(wire_count + received_count) * sizeof(Wire16));
+  auto* wire = reinterpret_cast<Wire16*>(scratch.data());
+  Wire16* received = wire + wire_count;
+  const auto wire_part = [&](int p) { return wire + begin(p) + p; };
+  const auto bytes = [](Wire16* at, std::int64_t n) {
+    return std::span(reinterpret_cast<std::byte*>(at), static_cast<std::size_t>(n) * sizeof(Wire16));
+  };
+  bool overflow = false;
+  for (int s = 0; s < size - 1; ++s) {
+    const int send = (rank - s + size) % size;
+    const int receive = (rank - s - 1 + size) % size;
+    overflow |= collective::narrow(compression, data + begin(send), wire_part(send), length(send));
+    links.send_next_receive_previous(bytes(wire_part(send), length(send)), bytes(received, length(receive)));
+    collective::widen_add(compression, received, data + begin(receive), length(receive));
+  }
+  const int own = (rank + 1) % size;
+  overflow |= collective::narrow(compression, data + begin(own), wire_part(own), length(own));
+  wire_part(own)[length(own)] = overflow ? static_cast<Wire16>(rank + 1) : Wire16{0};
+  for (int s = 0; s < size - 1; ++s) {
+    const int send = (rank + 1 - s + size) % size;
+    const int receive = (rank - s + size) % size;
+    links.send_next_receive_previous(bytes(wire_part(send), length(send) + 1), bytes(wire_part(receive), length(receive) + 1));
+  }
+  int overflowed = -1;
+  for (int p = 0; p < size; ++p) {
+    collective::widen(compression, wire_part(p), data + begin(p), length(p));
+    const Wire16 flag = wire_part(p)[length(p)];
+    if (flag != 0 && (overflowed < 0 || flag - 1 < overflowed)) overflowed = flag - 1;
+  }
+  return overflowed;
 }
 
 }  // namespace distribute::cluster

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "distribute/collective/communication_options.h"
 #include "distribute/device/dtype.h"
 
 namespace distribute::cluster {
@@ -33,5 +34,15 @@ class RingLinks {
 // calls so that a caller reducing often allocates once).
 void ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_t count,
                      std::vector<std::byte>& scratch);
+
+// data = the sum over the ring's ranks of their `count` float32 values at `data`, in place, the
+// values crossing each link in `compression`'s 16 bits (collective/compression.h): each rank adds
+// what it receives in float32, and the owner of each part rounds its whole sum, which then goes
+// around unchanged, so that every rank ends with the same bits. The owners' parts carry one more
+// 16-bit word, the lowest rank + 1 whose rounding overflowed (0: none), so that every rank learns
+// of any overflow without another message. Returns that rank, -1 for none, the same on every rank.
+// `scratch` as above.
+int ring_all_reduce_compressed(RingLinks& links, Compression compression, float* data, std::int64_t count,
+                               std::vector<std::byte>& scratch);
 
 }  // namespace distribute::cluster

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collective/compression.h"
 #include "device/kernels.h"
 #include "distribute/collective/internal/collective_op.h"
 #include "distribute/errors.h"
@@ -85,8 +86,19 @@ void WorkerGroup::take_data_step(const StepName& what, absl::FunctionRef<void()>
 }
 
 void WorkerGroup::all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
-                             const StepName& what) {
-  take_data_step(what, [&] { transport_->all_reduce(dtype, data, count, detail::deadline_after(timeout), what); });
+                             const StepName& what, Compression compression) {
+  int overflowed = -1;
+  take_data_step(what, [&] {
+    overflowed = transport_->all_reduce(dtype, data, count, compression, detail::deadline_after(timeout), what);
+  });
+  if (overflowed < 0) return;
+  throw InvalidArgumentError(absl::StrCat(
+      what.str(), ": with CommunicationOptions::compression ", compression_name(compression), ", a value on ",
+      workers_text({overflowed}), " (or its sum with other workers' values) is larger than ",
+      collective::largest_finite(compression), ", the largest finite value of the format; the result would hold inf. ",
+      compression == Compression::kFloat16
+          ? "Scale the values down (a loss scale), or use Compression::kBfloat16, whose range is float32's"
+          : "Scale the values down"));
 }
 
 void WorkerGroup::broadcast(void* data, std::size_t bytes, int root, std::chrono::duration<double> timeout,

@@ -57,9 +57,11 @@ class WorkerGroup {
   // strategy while this one was late: `what()` (this worker's step, named only then) is abandoned.
   void check_nobody_gave_up(absl::FunctionRef<std::string()> what);
 
-  // data = the sum over workers, in place.
+  // data = the sum over workers, in place, float32 values crossing in 16 bits with
+  // `compression` (cluster/ring_all_reduce.h). InvalidArgumentError, on every worker, when a
+  // value overflowed that format; the group stays usable.
   void all_reduce(DType dtype, void* data, std::int64_t count, std::chrono::duration<double> timeout,
-                  const StepName& what);
+                  const StepName& what, Compression compression = Compression::kNone);
   // Concatenates every worker's `mine` in worker order (sizes may differ); returns the bytes and
   // fills `sizes` with each worker's count.
   std::vector<std::byte> all_gather(std::span<const std::byte> mine, std::vector<std::size_t>& sizes,

@@ -79,8 +79,11 @@ class DataChannel {
   virtual ~DataChannel() = default;
   // data = the sum of every worker's data, `count` elements of `dtype`, in place. `what` names
   // the collective if the data phase stalls past `deadline`: the transport then ends the job, or
-  // throws DeadlineExceededError, as its strategy's options say.
-  virtual void all_reduce(DType dtype, void* data, std::int64_t count, detail::Deadline deadline, const StepName& what) = 0;
+  // throws DeadlineExceededError, as its strategy's options say. With a `compression` other than
+  // kNone (float32 only) the values cross in 16 bits (cluster/ring_all_reduce.h); returns the
+  // lowest worker at which a finite value overflowed that format, -1 for none, on every worker.
+  virtual int all_reduce(DType dtype, void* data, std::int64_t count, Compression compression,
+                         detail::Deadline deadline, const StepName& what) = 0;
   // out = every worker's bytes in worker order; sizes[w] is worker w's (sizes[worker_id()] is mine's).
   virtual void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, detail::Deadline deadline,
                           const StepName& what) = 0;

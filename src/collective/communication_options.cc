@@ -3,6 +3,9 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
 #include "distribute/check.h"
 
 namespace distribute {
@@ -53,5 +56,12 @@ const char* compression_name(Compression compression) {
 }
 
 std::ostream& operator<<(std::ostream& os, Compression compression) { return os << compression_name(compression); }
+
+Compression parse_compression(std::string_view name) {
+  for (const Compression c : {Compression::kNone, Compression::kBfloat16, Compression::kFloat16}) {
+    if (absl::EqualsIgnoreCase(absl::string_view(name.data(), name.size()), compression_name(c))) return c;
+  }
+  throw InvalidArgumentError(absl::StrCat("unknown compression '", std::string(name), "'; use none, bf16 or fp16"));
+}
 
 }  // namespace distribute

@@ -60,8 +60,10 @@ class Communicator {
   // For a Communicator joined to other processes (the cluster layer's hierarchical one): the step
   // across them, called once per collective by the rendezvous's last arriver after the ops
   // matched and the workers agreed on the call, before prepare(), while every replica waits. The
-  // replica layer times it apart from the replicas' waiting (CollectiveStats).
-  virtual void cross_process_phase(std::span<CollectiveOp* const> /*ops*/) {}
+  // replica layer times it apart from the replicas' waiting (CollectiveStats). Returns the bytes
+  // of payload it carried across the processes, as they went on the wire (16 bits per float32
+  // value with compression).
+  virtual std::int64_t cross_process_phase(std::span<CollectiveOp* const> /*ops*/) { return 0; }
   // Called once per collective by the rendezvous's last arriver, after the ops matched and
   // before any replica is released: a backend may copy what every replica will need from the
   // others' ops here, while all of them still wait.

@@ -230,6 +230,7 @@ std::uint64_t signature_digest(const CollectiveCall& call) {
   h = mix(h, call.structure_hash);
   h = mix(h, call.leaf_digest);  // which counts the leaves too
   h = mix(h, static_cast<std::uint64_t>(op.options.implementation));
+  h = mix(h, static_cast<std::uint64_t>(op.options.compression));
   return mix(h, static_cast<std::uint64_t>(op.options.bytes_per_pack));
 }
 
@@ -301,7 +302,11 @@ RenderedSignature render_signature(const CollectiveCall& call) {
       op.kind != CollectiveKind::kBroadcastTo && op.kind != CollectiveKind::kCheckpoint) {
     out.fields.push_back({Kind::kOptions, "options", "",
                           absl::StrCat("options {implementation=", implementation_name(op.options.implementation),
-                                       ", bytes_per_pack=", op.options.bytes_per_pack, "}"),
+                                       ", bytes_per_pack=", op.options.bytes_per_pack,
+                                       op.options.compression != Compression::kNone
+                                           ? absl::StrCat(", compression=", compression_name(op.options.compression))
+                                           : "",
+                                       "}"),
                           "", ""});
   }
   return out;

@@ -101,9 +101,11 @@ void ReplicaGroup::complete_phase() {
     if (agreement_ != nullptr) {
       // The step across the workers, timed apart from the replicas' waiting for each other.
       const std::int64_t from = cycle_now();
-      communicator_->cross_process_phase(ops_);
+      const std::int64_t bytes = communicator_->cross_process_phase(ops_);
       cross_process_ticks_ = cycle_now() - from;
       cross_process_total_ticks_.store(cross_process_total_ticks_.load(std::memory_order_relaxed) + cross_process_ticks_,
+                                       std::memory_order_relaxed);
+      cross_process_total_bytes_.store(cross_process_total_bytes_.load(std::memory_order_relaxed) + bytes,
                                        std::memory_order_relaxed);
     }
     communicator_->prepare(ops_);
@@ -164,7 +166,21 @@ void ReplicaGroup::finish_run() {
 void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   call.op.sequence = ++slot.sequence;
+  const bool reduces = call.op.kind == CollectiveKind::kAllReduce || call.op.kind == CollectiveKind::kReduceScatter;
+  if (call.op.options.compression != Compression::kNone && !reduces) [[unlikely]] {
+    throw InvalidArgumentError(absl::StrCat(call_name(call), ": CommunicationOptions::compression is ",
+                                            compression_name(call.op.options.compression),
+                                            " but only all_reduce and reduce_scatter compress (the others move values "
+                                            "unchanged); pass Compression::kNone"));
+  }
   call.op.options = call.op.options.merged_with(defaults_);
+  if (call.op.options.compression != Compression::kNone && reduces &&
+      communicator_->implementation() == CommunicationImplementation::kNccl) [[unlikely]] {
+    throw UnimplementedError(absl::StrCat(call_name(call), ": CommunicationOptions::compression ",
+                                          compression_name(call.op.options.compression),
+                                          " is not offered with NCCL yet (NCCL would add the 16-bit values in 16 bits); "
+                                          "pass Compression::kNone"));
+  }
   const CommunicationImplementation wanted = call.op.options.implementation;
   if (wanted != CommunicationImplementation::kAuto && wanted != communicator_->implementation()) [[unlikely]] {
     throw InvalidArgumentError(absl::StrCat(
@@ -253,6 +269,7 @@ void ReplicaGroup::reset_stats() {
     }
   }
   cross_process_total_ticks_.store(0, std::memory_order_relaxed);
+  cross_process_total_bytes_.store(0, std::memory_order_relaxed);
 }
 
 void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<int> behind) {

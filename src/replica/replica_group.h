@@ -91,6 +91,8 @@ class ReplicaGroup {
   ReplicaCollectiveStats stats(int rank) const;
   // The time the collectives spent in their steps across the workers (0 in one process).
   double cross_process_seconds() const;
+  // The bytes they carried across the workers, as on the wire.
+  std::int64_t cross_process_bytes() const { return cross_process_total_bytes_.load(std::memory_order_relaxed); }
   void reset_stats();
 
  private:
@@ -156,6 +158,7 @@ class ReplicaGroup {
   // released replicas take out of their waiting time, and the sum over every phase.
   std::int64_t cross_process_ticks_ ABSL_GUARDED_BY(phase_) = 0;
   std::atomic<std::int64_t> cross_process_total_ticks_{0};
+  std::atomic<std::int64_t> cross_process_total_bytes_{0};
   // What finish_run reports to the workers: the end of a run that failed here.
   CollectiveCall failure_report_;
   cluster::Coordinator* const agreement_;

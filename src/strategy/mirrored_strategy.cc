@@ -240,6 +240,7 @@ class MirroredExtended final : public StrategyExtended {
     CollectiveStats stats = StrategyExtended::collective_stats();
     for (int r = 0; r < level0_->group.size(); ++r) stats.replicas.push_back(level0_->group.stats(r));
     stats.cross_worker_seconds = level0_->group.cross_process_seconds();
+    stats.cross_worker_bytes = level0_->group.cross_process_bytes();
     return stats;
   }
   void reset_collective_stats() override {

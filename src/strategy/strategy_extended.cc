@@ -158,6 +158,9 @@ Tensor StrategyExtended::concat_components(std::span<const Tensor> components, i
 
 collective::Communicator* StrategyExtended::checked_backend(const CommunicationOptions& options, const char* what) {
   collective::Communicator* backend = communicator();
+  DISTRIBUTE_CHECK(options.compression == Compression::kNone, InvalidArgumentError, what,
+                   ": CommunicationOptions::compression is ", compression_name(options.compression),
+                   " but only all_reduce and reduce_scatter in a replica's fn compress; pass Compression::kNone");
   const CommunicationImplementation wanted = options.merged_with(default_options_).implementation;
   DISTRIBUTE_CHECK(backend == nullptr || wanted == CommunicationImplementation::kAuto ||
                        wanted == backend->implementation(),

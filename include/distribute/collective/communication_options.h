@@ -54,6 +54,9 @@ const char* implementation_name(CommunicationImplementation implementation);
 std::ostream& operator<<(std::ostream& os, CommunicationImplementation implementation);
 // "NONE", "BF16", "FP16".
 const char* compression_name(Compression compression);
+// Accepts "none", "bf16" and "fp16" in any letter case (command-line flags); throws
+// InvalidArgumentError for anything else.
+Compression parse_compression(std::string_view name);
 std::ostream& operator<<(std::ostream& os, Compression compression);
 
 namespace detail {

@@ -27,6 +27,11 @@ struct CollectiveStats {
   // waited. Counted here, not in any replica's wait_seconds, so that those show only the waiting
   // for slower replicas. 0 for a strategy of one process.
   double cross_worker_seconds = 0;
+  // The payload those steps carried, in bytes as on the wire: an all_reduce of n float32 values
+  // counts 4n, 2n with Compression::kBfloat16 or kFloat16, an all_gather this worker's part. (The
+  // ring sends about 2 (workers - 1) / workers times that each way.) 0 for a strategy of one
+  // process, and where NCCL spans the workers.
+  std::int64_t cross_worker_bytes = 0;
   // This worker's replicas, in replica order.
   std::vector<ReplicaCollectiveStats> replicas;
 

@@ -29,13 +29,14 @@ MPI_Datatype mpi_type(DType dtype) {
 // float16 and bfloat16 cross the workers as float32, MPI having no type for them: each worker's
 // sum is widened, the workers' sums are added in float32, and the total is rounded once.
 template <class T>
-void all_reduce_widened(MpiDataChannel& channel, void* data, std::int64_t count, detail::Deadline deadline,
-                        const StepName& what) {
+int all_reduce_widened(MpiDataChannel& channel, void* data, std::int64_t count, detail::Deadline deadline,
+                       const StepName& what) {
   T* values = static_cast<T*>(data);
   std::vector<float> wide(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) wide[static_cast<std::size_t>(i)] = static_cast<float>(values[i]);
-  channel.all_reduce(DType::kFloat32, wide.data(), count, deadline, what);
+  channel.all_reduce(DType::kFloat32, wide.data(), count, Compression::kNone, deadline, what);
   for (std::int64_t i = 0; i < count; ++i) values[i] = static_cast<T>(wide[static_cast<std::size_t>(i)]);
+  return -1;
 }
 
 }  // namespace
@@ -105,24 +106,30 @@ std::byte* MpiDataChannel::workspace(void* data, std::size_t bytes) {
   return data_scratch_.data();
 }
 
-void MpiDataChannel::all_reduce(DType dtype, void* data, std::int64_t count, detail::Deadline deadline,
-                                const StepName& what) {
-  if (slot_.size() == 1 || count == 0) return;
+int MpiDataChannel::all_reduce(DType dtype, void* data, std::int64_t count, Compression compression,
+                               detail::Deadline deadline, const StepName& what) {
+  if (slot_.size() == 1 || count == 0) return -1;
   if (dtype == DType::kFloat16) return all_reduce_widened<Half>(*this, data, count, deadline, what);
   if (dtype == DType::kBFloat16) return all_reduce_widened<BFloat16>(*this, data, count, deadline, what);
+  if (dtype != DType::kFloat32) compression = Compression::kNone;
   const MPI_Datatype type = mpi_type(dtype);
   const std::size_t unit = dtype_size(dtype);
   const std::size_t piece = stall_.on_stall() == OnStall::kEndJob ? kMaxRingBytesPerCall : kMaxBytesPerCall;
   const auto per_call = static_cast<std::int64_t>(piece / unit);
   auto* bytes = static_cast<std::byte*>(data);
   RingLinks ring(*this, deadline, what);
+  int overflowed = -1;
   for (std::int64_t at = 0; at < count; at += per_call) {
     const std::int64_t n = std::min(per_call, count - at);
     std::byte* part = bytes + static_cast<std::size_t>(at) * unit;
     const std::size_t part_bytes = static_cast<std::size_t>(n) * unit;
     std::byte* work = workspace(part, part_bytes);
     if (work != part) std::memcpy(work, part, part_bytes);
-    if (part_bytes >= kMinRingBytes) {
+    if (compression != Compression::kNone) {
+      // Every size goes around the ring: MPI has no 16-bit sum that adds in float32.
+      const int worker = ring_all_reduce_compressed(ring, compression, reinterpret_cast<float*>(work), n, ring_scratch_);
+      if (worker >= 0 && (overflowed < 0 || worker < overflowed)) overflowed = worker;
+    } else if (part_bytes >= kMinRingBytes) {
       ring_all_reduce(ring, dtype, work, n, ring_scratch_);
     } else {
       MPI_Request request;
@@ -135,6 +142,7 @@ void MpiDataChannel::all_reduce(DType dtype, void* data, std::int64_t count, det
     }
     if (work != part) std::memcpy(part, work, part_bytes);
   }
+  return overflowed;
 }
 
 void MpiDataChannel::all_gather(const void* mine, std::span<const std::size_t> sizes, void* out,

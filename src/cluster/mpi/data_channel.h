@@ -40,7 +40,8 @@ class MpiDataChannel {
   MpiDataChannel(CommunicatorSlot& slot, StallDetector& stall) : slot_(slot), stall_(stall) {}
 
   // As cluster::DataChannel says.
-  void all_reduce(DType dtype, void* data, std::int64_t count, detail::Deadline deadline, const StepName& what);
+  int all_reduce(DType dtype, void* data, std::int64_t count, Compression compression, detail::Deadline deadline,
+                 const StepName& what);
   void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, detail::Deadline deadline,
                   const StepName& what);
   void broadcast(void* data, std::size_t bytes, int root, detail::Deadline deadline, const StepName& what);

@@ -47,9 +47,9 @@ class MpiWorkerTransport final : public WorkerTransport {
   void send_farewell(std::span<const std::byte> mine) override { control_.send_farewell(mine); }
   void send_gave_up(const StepName& what) override { control_.send_gave_up(what); }
   std::vector<std::pair<int, std::string>> take_gave_up() override { return control_.take_gave_up(); }
-  void all_reduce(DType dtype, void* data, std::int64_t count, detail::Deadline deadline,
+  int all_reduce(DType dtype, void* data, std::int64_t count, Compression compression, detail::Deadline deadline,
                   const StepName& what) override {
-    data_.all_reduce(dtype, data, count, deadline, what);
+    return data_.all_reduce(dtype, data, count, compression, deadline, what);
   }
   void all_gather(const void* mine, std::span<const std::size_t> sizes, void* out, detail::Deadline deadline,
                   const StepName& what) override {

@@ -1,0 +1,94 @@
+// The 16-bit wire formats: rounding float32 to bfloat16 or float16 and widening back, on the bits.
+#include "collective/compression.h"
+
+#include <bit>
+#include <cmath>
+
+namespace distribute::collective {
+
+namespace {
+
+constexpr std::uint32_t kAbsMask = 0x7fffffffu;
+constexpr std::uint32_t kFloatInf = 0x7f800000u;
+
+// bfloat16 is float32's upper half: round the lower half away, to nearest even. A NaN keeps its
+// sign and becomes quiet, so that rounding never turns it into an inf.
+inline Wire16 to_bfloat16(std::uint32_t bits, std::uint32_t& overflow) {
+  const std::uint32_t magnitude = bits & kAbsMask;
+  const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const std::uint32_t nan = (bits >> 16) | 0x0040u;
+  // The finite values from the midpoint between bfloat16's largest and 2^128 round up to inf.
+  overflow |= static_cast<std::uint32_t>(magnitude >= 0x7f7f8000u) & static_cast<std::uint32_t>(magnitude < kFloatInf);
+  return static_cast<Wire16>(magnitude > kFloatInf ? nan : rounded);
+}
+
+// float16: 5 exponent bits (bias 15) and 10 mantissa bits. Normal results drop 13 mantissa bits
+// with round to nearest even after the exponent is rebiased (127 - 15 = 112); below 2^-14 the
+// result is subnormal, a multiple of 2^-24, which adding 0.5f rounds to (0.5f's last mantissa bit
+// is worth 2^-24).
+inline Wire16 to_float16(float value, std::uint32_t& overflow) {
+  const auto bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  const std::uint32_t magnitude = bits & kAbsMask;
+  const std::uint32_t normal = (magnitude - (112u << 23) + 0x0fffu + ((magnitude >> 13) & 1u)) >> 13;
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(std::fabs(value) + 0.5f) - 0x3f000000u;
+  std::uint32_t out = magnitude < 0x38800000u ? subnormal : normal;
+  // 65520, the midpoint between float16's largest (65504) and 2^16, and above round to inf.
+  const std::uint32_t too_large = static_cast<std::uint32_t>(magnitude >= 0x477ff000u);
+  overflow |= too_large & static_cast<std::uint32_t>(magnitude < kFloatInf);
+  out = too_large != 0 ? 0x7c00u : out;
+  out = magnitude > kFloatInf ? 0x7e00u : out;
+  return static_cast<Wire16>(sign | out);
+}
+
+inline float from_bfloat16(Wire16 half) { return std::bit_cast<float>(static_cast<std::uint32_t>(half) << 16); }
+
+inline float from_float16(Wire16 half) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(half & 0x8000u) << 16;
+  const std::uint32_t magnitude = half & 0x7fffu;
+  const std::uint32_t exponent = half & 0x7c00u;
+  const std::uint32_t normal = (magnitude << 13) + (112u << 23);
+  const std::uint32_t special = (magnitude << 13) | kFloatInf;
+  // m * 2^-24 for a subnormal m: 0.5f with m in its last bits, less 0.5f, exactly.
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(std::bit_cast<float>(0x3f000000u | magnitude) - 0.5f);
+  std::uint32_t out = exponent == 0 ? subnormal : normal;
+  out = exponent == 0x7c00u ? special : out;
+  return std::bit_cast<float>(sign | out);
+}
+
+template <class Narrow>
+bool narrow_with(const float* in, Wire16* out, std::int64_t count, Narrow one) {
+  std::uint32_t overflow = 0;
+  for (std::int64_t k = 0; k < count; ++k) out[k] = one(in[k], overflow);
+  return overflow != 0;
+}
+
+}  // namespace
+
+bool narrow(Compression compression, const float* in, Wire16* out, std::int64_t count) {
+  if (compression == Compression::kFloat16) return narrow_with(in, out, count, to_float16);
+  return narrow_with(in, out, count,
+                     [](float value, std::uint32_t& overflow) { return to_bfloat16(std::bit_cast<std::uint32_t>(value), overflow); });
+}
+
+void widen(Compression compression, const Wire16* in, float* out, std::int64_t count) {
+  if (compression == Compression::kFloat16) {
+    for (std::int64_t k = 0; k < count; ++k) out[k] = from_float16(in[k]);
+  } else {
+    for (std::int64_t k = 0; k < count; ++k) out[k] = from_bfloat16(in[k]);
+  }
+}
+
+void widen_add(Compression compression, const Wire16* in, float* sum, std::int64_t count) {
+  if (compression == Compression::kFloat16) {
+    for (std::int64_t k = 0; k < count; ++k) sum[k] += from_float16(in[k]);
+  } else {
+    for (std::int64_t k = 0; k < count; ++k) sum[k] += from_bfloat16(in[k]);
+  }
+}
+
+double largest_finite(Compression compression) {
+  return compression == Compression::kFloat16 ? 65504.0 : 3.3895313892515355e38;
+}
+
+}  // namespace distribute::collective
