@@ -6,7 +6,8 @@
 // per worker performs); and flat MPI_Allreduce by all 4 processes, one per replica. Ranks 2 and 3
 // sleep while the 2-process rows run. nccl-tests columns, with the same-run 2-thread memcpy
 // bandwidth measured by rank 0 while the others sleep; busbw counts the library's 4 replicas and
-// MPI's ranks. Under `mpirun -np 2` the flat rows are left out. Flags: --help.
+// MPI's ranks. Under `mpirun -np 2` the flat rows are left out. --compression=bf16 sends the
+// library's values between the workers in 16 bits (algbw counts the float32 bytes). Flags: --help.
 #include <mpi.h>
 
 #include <algorithm>
@@ -62,6 +63,8 @@ ABSL_FLAG(int, iters, 5, "timed repeats per size, >= 1 (every rank times as many
 ABSL_FLAG(int, warmup, 2, "untimed repeats before the timed ones, >= 0");
 ABSL_FLAG(bool, check, true, "count the wrong elements of the library's all_reduce after timing");
 ABSL_FLAG(int, ops, 0, "operations per timed repeat; 0: 16 MiB / size, 1..1000");
+ABSL_FLAG(std::string, compression, "none",
+          "the library's CommunicationOptions::compression: none, bf16 or fp16 (16-bit values between the workers)");
 
 namespace distribute::bench {
 namespace {
@@ -99,6 +102,12 @@ distribute::bench::Options options_from_flags(const std::vector<char*>& extra, s
   } else if (options.replicas[0] < 1 || options.factor < 2 || options.iters < 1 || options.warmup < 0 ||
              options.ops < 0) {
     error = "need --replicas >= 1, --factor >= 2, --iters >= 1, --warmup >= 0, --ops >= 0";
+  } else {
+    try {
+      distribute::parse_compression(absl::GetFlag(FLAGS_compression));
+    } catch (const distribute::Error& e) {
+      error = std::string("--compression: ") + e.what();
+    }
   }
   return options;
 }
@@ -135,6 +144,7 @@ int run(const distribute::bench::Options& options) {
   if (pair) {
     MultiWorkerMirroredStrategyOptions strategy_options;
     for (int l = 0; l < local; ++l) strategy_options.local_devices.push_back("CPU:" + std::to_string(l));
+    strategy_options.communication.compression = parse_compression(absl::GetFlag(FLAGS_compression));
     strategy_options.cluster_resolver = mpi_cluster_resolver(pair_comm);
     strategy.emplace(strategy_options);
   }
@@ -211,7 +221,8 @@ int run(const distribute::bench::Options& options) {
     sleeping_barrier();
   }
   if (rank == 0) {
-    print_table_header("MultiWorkerMirroredStrategy all_reduce, 2 workers x " + std::to_string(local) + " replicas");
+    print_table_header("MultiWorkerMirroredStrategy all_reduce, 2 workers x " + std::to_string(local) + " replicas" +
+                       ", compression " + absl::GetFlag(FLAGS_compression));
     for (const Row& row : library_rows) print_row(row);
     print_table_header("MPI_Allreduce in place, the same 2 processes (the cross-process step)");
     for (const Row& row : pair_rows) print_row(row);
