@@ -1,8 +1,8 @@
 // The 16-bit wire formats: rounding float32 to bfloat16 or float16 and widening back, on the bits.
 #include "collective/compression.h"
 
+#include <algorithm>
 #include <bit>
-#include <cmath>
 
 namespace distribute::collective {
 
@@ -10,15 +10,17 @@ namespace {
 
 constexpr std::uint32_t kAbsMask = 0x7fffffffu;
 constexpr std::uint32_t kFloatInf = 0x7f800000u;
+// From these float32 magnitudes up, the midpoints between each format's largest finite value and
+// the next power of 2, a value rounds to inf: 65520 for float16.
+constexpr std::uint32_t kFloat16Overflow = 0x477ff000u;
+constexpr std::uint32_t kBfloat16Overflow = 0x7f7f8000u;
 
 // bfloat16 is float32's upper half: round the lower half away, to nearest even. A NaN keeps its
 // sign and becomes quiet, so that rounding never turns it into an inf.
-inline Wire16 to_bfloat16(std::uint32_t bits, std::uint32_t& overflow) {
+inline Wire16 to_bfloat16(std::uint32_t bits) {
   const std::uint32_t magnitude = bits & kAbsMask;
   const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
   const std::uint32_t nan = (bits >> 16) | 0x0040u;
-  // The finite values from the midpoint between bfloat16's largest and 2^128 round up to inf.
-  overflow |= static_cast<std::uint32_t>(magnitude >= 0x7f7f8000u) & static_cast<std::uint32_t>(magnitude < kFloatInf);
   return static_cast<Wire16>(magnitude > kFloatInf ? nan : rounded);
 }
 
@@ -26,17 +28,14 @@ inline Wire16 to_bfloat16(std::uint32_t bits, std::uint32_t& overflow) {
 // with round to nearest even after the exponent is rebiased (127 - 15 = 112); below 2^-14 the
 // result is subnormal, a multiple of 2^-24, which adding 0.5f rounds to (0.5f's last mantissa bit
 // is worth 2^-24).
-inline Wire16 to_float16(float value, std::uint32_t& overflow) {
+inline Wire16 to_float16(float value) {
   const auto bits = std::bit_cast<std::uint32_t>(value);
   const std::uint32_t sign = (bits >> 16) & 0x8000u;
   const std::uint32_t magnitude = bits & kAbsMask;
   const std::uint32_t normal = (magnitude - (112u << 23) + 0x0fffu + ((magnitude >> 13) & 1u)) >> 13;
-  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(std::fabs(value) + 0.5f) - 0x3f000000u;
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(std::bit_cast<float>(magnitude) + 0.5f) - 0x3f000000u;
   std::uint32_t out = magnitude < 0x38800000u ? subnormal : normal;
-  // 65520, the midpoint between float16's largest (65504) and 2^16, and above round to inf.
-  const std::uint32_t too_large = static_cast<std::uint32_t>(magnitude >= 0x477ff000u);
-  overflow |= too_large & static_cast<std::uint32_t>(magnitude < kFloatInf);
-  out = too_large != 0 ? 0x7c00u : out;
+  out = magnitude >= kFloat16Overflow ? 0x7c00u : out;
   out = magnitude > kFloatInf ? 0x7e00u : out;
   return static_cast<Wire16>(sign | out);
 }
@@ -56,21 +55,43 @@ inline float from_float16(Wire16 half) {
   return std::bit_cast<float>(sign | out);
 }
 
-template <class Narrow>
-bool narrow_with(const float* in, Wire16* out, std::int64_t count, Narrow one) {
-  std::uint32_t overflow = 0;
-  for (std::int64_t k = 0; k < count; ++k) out[k] = one(in[k], overflow);
-  return overflow != 0;
-}
-
 }  // namespace
 
+// Each loop also gets an AVX2 version, chosen when the program loads where the CPU has it (the
+// build targets the baseline x86-64): 8 values per instruction instead of 4.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DISTRIBUTE_WITH_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#else
+#define DISTRIBUTE_WITH_AVX2_CLONE
+#endif
+
+DISTRIBUTE_WITH_AVX2_CLONE
 bool narrow(Compression compression, const float* in, Wire16* out, std::int64_t count) {
-  if (compression == Compression::kFloat16) return narrow_with(in, out, count, to_float16);
-  return narrow_with(in, out, count,
-                     [](float value, std::uint32_t& overflow) { return to_bfloat16(std::bit_cast<std::uint32_t>(value), overflow); });
+  // The largest magnitude, as float32 bits, is a max reduction the vectoriser takes: one
+  // instruction per vector of values. Only where it reaches the format's overflow threshold (an
+  // overflow, or an inf or NaN in the values) does a second pass tell finite values apart.
+  const std::uint32_t threshold = compression == Compression::kFloat16 ? kFloat16Overflow : kBfloat16Overflow;
+  std::uint32_t largest = 0;
+  if (compression == Compression::kFloat16) {
+    for (std::int64_t k = 0; k < count; ++k) {
+      out[k] = to_float16(in[k]);
+      largest = std::max(largest, std::bit_cast<std::uint32_t>(in[k]) & kAbsMask);
+    }
+  } else {
+    for (std::int64_t k = 0; k < count; ++k) {
+      out[k] = to_bfloat16(std::bit_cast<std::uint32_t>(in[k]));
+      largest = std::max(largest, std::bit_cast<std::uint32_t>(in[k]) & kAbsMask);
+    }
+  }
+  if (largest < threshold) return false;
+  for (std::int64_t k = 0; k < count; ++k) {
+    const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(in[k]) & kAbsMask;
+    if (magnitude >= threshold && magnitude < kFloatInf) return true;
+  }
+  return false;
 }
 
+DISTRIBUTE_WITH_AVX2_CLONE
 void widen(Compression compression, const Wire16* in, float* out, std::int64_t count) {
   if (compression == Compression::kFloat16) {
     for (std::int64_t k = 0; k < count; ++k) out[k] = from_float16(in[k]);
@@ -79,6 +100,7 @@ void widen(Compression compression, const Wire16* in, float* out, std::int64_t c
   }
 }
 
+DISTRIBUTE_WITH_AVX2_CLONE
 void widen_add(Compression compression, const Wire16* in, float* sum, std::int64_t count) {
   if (compression == Compression::kFloat16) {
     for (std::int64_t k = 0; k < count; ++k) sum[k] += from_float16(in[k]);

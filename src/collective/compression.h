@@ -1,8 +1,8 @@
 // distribute::collective: the 16-bit wire formats of CommunicationOptions::compression. A float32
 // value goes on the wire as bfloat16 or float16, rounded to nearest even, and what arrives is
 // widened back to float32 (exactly: every 16-bit value is a float32 value) to be added there. The
-// loops are branch-free so that the compiler vectorises them; telling a finite value that became
-// inf apart costs one OR per value.
+// loops are branch-free so that the compiler vectorises them; telling a finite value that becomes
+// inf apart costs one max per value.
 #pragma once
 
 #include <cstdint>
