@@ -341,6 +341,46 @@ TEST(Training, ResumingWithoutACheckpointNamesTheFile) {
   expect_error<InvalidArgumentError>([&] { trainer.restore(missing); }, {missing.string()});
 }
 
+TEST(Training, HiddenWidthsShapeTheModel) {
+  REQUIRE_FASHION_MNIST();
+  MirroredStrategy strategy(cpus(2));
+  Trainer trainer(strategy, slice(), {.hidden = {48, 24, 12}});
+  EXPECT_EQ(trainer.model().widths, (std::vector<std::int64_t>{784, 48, 24, 12, 10}));
+  std::vector<distribute::Shape> shapes;
+  for (const Variable& v : trainer.model().trainable_variables()) shapes.push_back(v.shape());
+  EXPECT_EQ(shapes, (std::vector<distribute::Shape>{{784, 48}, {48}, {48, 24}, {24}, {24, 12}, {12}, {12, 10}, {10}}));
+  const std::vector<std::vector<float>> before = weights_of(trainer);
+  const EpochStats stats = trainer.train_epoch();
+  EXPECT_NE(weights_of(trainer), before);
+  EXPECT_GT(stats.test_accuracy, 0.3);  // chance is 0.1
+}
+
+TEST(Training, HiddenWidthsMustBeAtLeastOneEachAtLeastOne) {
+  MirroredStrategy strategy(cpus(1));
+  const FashionMnist none;
+  expect_error<InvalidArgumentError>([&] { Trainer(strategy, none, {.hidden = {}}); },
+                                     {"hidden layer widths []", "at least one"});
+  expect_error<InvalidArgumentError>([&] { Trainer(strategy, none, {.hidden = {64, 0}}); },
+                                     {"hidden layer widths [64, 0]", "each at least 1"});
+}
+
+TEST(Training, ACheckpointRestoresOnlyIntoTheWidthsItWasSavedWith) {
+  REQUIRE_FASHION_MNIST();
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("fashion_mnist_test." + std::to_string(::getpid()) + ".widths");
+  MirroredStrategy strategy(cpus(2));
+  Trainer saved(strategy, slice(), {});
+  saved.save(path);
+  Trainer other(strategy, slice(), {.hidden = {64, 32}});
+  const std::vector<std::vector<float>> before = weights_of(other);
+  expect_error<InvalidArgumentError>([&] { other.restore(path); },
+                                     {"'dense_1/kernel': shape (784, 256) in the file, (784, 64) in the checkpoint"});
+  Trainer deeper(strategy, slice(), {.hidden = {256, 128, 64}});
+  expect_error<InvalidArgumentError>([&] { deeper.restore(path); }, {"'dense_4/kernel': in the checkpoint, not in the file"});
+  std::filesystem::remove(path);
+  EXPECT_EQ(weights_of(other), before);
+}
+
 // On GPUs the passes run there (cuBLAS and the example's kernels) and compute what the host's do,
 // up to float32 rounding in another order: one epoch of SGD on the slice from the same start
 // reaches the host's weights and accuracy. Each test skips without a GPU.

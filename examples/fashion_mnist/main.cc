@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,8 +34,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "idx.h"
 #include "metrics_csv.h"
 #include "trainer.h"
@@ -72,6 +75,31 @@ std::string AbslUnparseFlag(Progress progress) {
       ->first;
 }
 
+// --hidden: the hidden layers' widths, "256,128".
+struct HiddenWidths {
+  std::vector<std::int64_t> widths;
+};
+
+bool AbslParseFlag(absl::string_view text, HiddenWidths* hidden, std::string* error) {
+  if (text.empty()) {
+    *error = "give at least one width, e.g. 256,128";
+    return false;
+  }
+  std::vector<std::int64_t> widths;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int width = 0;
+    if (!absl::SimpleAtoi(part, &width) || width < 1) {
+      *error = absl::StrCat("'", part, "' is not a width; widths are whole numbers >= 1, e.g. 256,128");
+      return false;
+    }
+    widths.push_back(width);
+  }
+  hidden->widths = std::move(widths);
+  return true;
+}
+
+std::string AbslUnparseFlag(const HiddenWidths& hidden) { return absl::StrJoin(hidden.widths, ","); }
+
 }  // namespace
 
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
@@ -99,6 +127,9 @@ ABSL_FLAG(bool, shard_optimizer_state, false,
           "and the weights are all-gathered; the same results, 1/N of the slots per replica");
 ABSL_FLAG(bool, multi_worker, false,
           "one worker per MPI process (MultiWorkerMirroredStrategy; start with mpirun -np K)");
+ABSL_FLAG(HiddenWidths, hidden, HiddenWidths{fashion_mnist::TrainerOptions{}.hidden},
+          "the widths of the MLP's hidden layers, e.g. 2048,2048 for 784-2048-2048-10; a checkpoint restores "
+          "only into the widths it was saved with");
 ABSL_FLAG(Progress, progress, Progress::kAuto,
           "what worker 0 shows while it trains: bar (a bar redrawn after every step, and a line per epoch), "
           "lines (a line per epoch), none (the first and last lines only), or auto: bar on the terminal of a "
@@ -231,6 +262,7 @@ int train() {
   options.optimizer = absl::GetFlag(FLAGS_optimizer);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.shard_optimizer_state = absl::GetFlag(FLAGS_shard_optimizer_state);
+  options.hidden = absl::GetFlag(FLAGS_hidden).widths;
   fashion_mnist::Trainer trainer(*strategy, data, options);
   // With --checkpoint_dir: numbered checkpoints, and every step through the preemption handler,
   // which restores the newest checkpoint now.
@@ -252,10 +284,10 @@ int train() {
   if (chief && !metrics_path.empty()) metrics.emplace(metrics_path, trainer.epochs_done());
 
   if (chief) {
-    std::printf("MLP 784-256-128-10 on Fashion-MNIST (%lld training, %lld test images) with %s: %d replicas, "
+    std::printf("MLP %s on Fashion-MNIST (%lld training, %lld test images) with %s: %d replicas, "
                 "global batch %lld, %s learning rate %g\n",
-                static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
-                strategy->name().c_str(), strategy->num_replicas_in_sync(),
+                absl::StrJoin(trainer.model().widths, "-").c_str(), static_cast<long long>(data.train.size()),
+                static_cast<long long>(data.test.size()), strategy->name().c_str(), strategy->num_replicas_in_sync(),
                 static_cast<long long>(options.global_batch_size), options.optimizer.c_str(), options.learning_rate);
     if (handler && handler->total_run_calls() > 0) {
       std::printf("resumed from %s at step %lld (epoch %d, step %lld of it)\n",

@@ -45,7 +45,7 @@ std::unique_ptr<distribute::optimizers::Optimizer> make_optimizer(const TrainerO
 Trainer::Trainer(distribute::Strategy& strategy, const FashionMnist& data, TrainerOptions options)
     : strategy_(strategy), data_(data), options_(std::move(options)) {
   StrategyScope scope = strategy_.scope();
-  model_ = std::make_unique<Mlp>(options_.seed);
+  model_ = std::make_unique<Mlp>(options_.seed, options_.hidden);
   variables_ = model_->trainable_variables();
   optimizer_ = make_optimizer(options_);
   optimizer_->build(variables_);

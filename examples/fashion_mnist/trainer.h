@@ -30,6 +30,7 @@ struct TrainerOptions {
   bool shard_optimizer_state = false;
   std::uint64_t seed = 1;  // the initial weights and each epoch's shuffle
   std::int64_t eval_batch_size = 1000;
+  std::vector<std::int64_t> hidden = {256, 128};  // the hidden layers' widths: 784-256-128-10
 };
 
 // How far an epoch is, after each step: for a progress bar.
