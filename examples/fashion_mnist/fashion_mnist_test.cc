@@ -341,6 +341,61 @@ TEST(Training, ResumingWithoutACheckpointNamesTheFile) {
   expect_error<InvalidArgumentError>([&] { trainer.restore(missing); }, {missing.string()});
 }
 
+// With --overlap each gradient joins a bucket as the backward pass makes it; the buckets are
+// summed by collectives of their own, but the sums and so the weights are those of the one
+// all-reduce. 4 KiB buckets cut the default model's gradients into four collectives.
+TEST(Training, OverlappedBucketsReachTheWeightsOfOneAllReduce) {
+  REQUIRE_FASHION_MNIST();
+  for (const char* optimizer : {"adam", "sgd"}) {
+    for (const bool sharded : {false, true}) {
+      SCOPED_TRACE(std::string(optimizer) + (sharded ? ", state in shards" : ", whole state"));
+      const TrainerOptions options{.optimizer = optimizer, .learning_rate = 0.01, .shard_optimizer_state = sharded};
+      MirroredStrategy one_collective(cpus(2));
+      Trainer reference(one_collective, slice(), options);
+      reference.train_epoch({}, 4);
+      TrainerOptions overlapped = options;
+      overlapped.overlap = true;
+      overlapped.bucket_bytes = 4 << 10;
+      MirroredStrategy buckets(cpus(2));
+      Trainer trainer(buckets, slice(), overlapped);
+      trainer.train_epoch({}, 4);
+      EXPECT_EQ(weights_of(trainer), weights_of(reference));
+      for (const Variable& variable : trainer.model().trainable_variables()) {
+        EXPECT_EQ(variable.component(1).to_vector<float>(), variable.component(0).to_vector<float>());
+      }
+    }
+  }
+}
+
+// The backward pass hands each gradient on as soon as it is made, the last layer's first: when the
+// last layer's arrive, the first layer's gradient still holds the previous batch's.
+TEST(Model, TheBackwardPassHandsOnEachGradientAsItIsMade) {
+  REQUIRE_FASHION_MNIST();
+  const Mlp model(1, {32, 16});
+  Workspace workspace;
+  const Split& train = slice().train;
+  forward_backward(model, train.images.slice(0, 64), train.labels.slice(0, 64), 64, workspace);
+  const std::vector<float> first_layer_before = workspace.gradients[0].to_vector<float>();
+
+  std::vector<std::string> order;
+  std::vector<bool> first_layer_untouched;
+  std::vector<std::vector<float>> handed_on;
+  const auto on_gradient = [&](const Variable& v, const Tensor& gradient) {
+    order.push_back(v.name());
+    first_layer_untouched.push_back(workspace.gradients[0].to_vector<float>() == first_layer_before);
+    handed_on.push_back(gradient.to_vector<float>());
+  };
+  forward_backward(model, train.images.slice(64, 128), train.labels.slice(64, 128), 64, workspace, on_gradient);
+  EXPECT_EQ(order, (std::vector<std::string>{"dense_3/kernel", "dense_3/bias", "dense_2/kernel", "dense_2/bias",
+                                             "dense_1/kernel", "dense_1/bias"}));
+  EXPECT_EQ(first_layer_untouched, (std::vector<bool>{true, true, true, true, false, false}));
+  // What each call handed on is the pass's gradient of that variable.
+  const std::vector<std::size_t> index = {4, 5, 2, 3, 0, 1};
+  for (std::size_t k = 0; k < handed_on.size(); ++k) {
+    EXPECT_EQ(handed_on[k], workspace.gradients[index[k]].to_vector<float>()) << order[k];
+  }
+}
+
 TEST(Training, HiddenWidthsShapeTheModel) {
   REQUIRE_FASHION_MNIST();
   MirroredStrategy strategy(cpus(2));

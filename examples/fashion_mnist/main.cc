@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -130,6 +131,12 @@ ABSL_FLAG(bool, multi_worker, false,
 ABSL_FLAG(HiddenWidths, hidden, HiddenWidths{fashion_mnist::TrainerOptions{}.hidden},
           "the widths of the MLP's hidden layers, e.g. 2048,2048 for 784-2048-2048-10; a checkpoint restores "
           "only into the widths it was saved with");
+ABSL_FLAG(bool, overlap, fashion_mnist::TrainerOptions{}.overlap,
+          "sum the gradients in buckets while the backward pass goes on, each bucket's all-reduce starting "
+          "once it holds --bucket_mb (PyTorch DDP's buckets); the same weights, bit for bit, as summing them "
+          "after the pass");
+ABSL_FLAG(double, bucket_mb, 25,
+          "with --overlap: the MiB of gradients (fractions too, e.g. 0.5) that start a bucket's all-reduce");
 ABSL_FLAG(Progress, progress, Progress::kAuto,
           "what worker 0 shows while it trains: bar (a bar redrawn after every step, and a line per epoch), "
           "lines (a line per epoch), none (the first and last lines only), or auto: bar on the terminal of a "
@@ -249,6 +256,12 @@ int train() {
                                                         ": give a number of steps >= 0, with --checkpoint_dir"));
   }
   if (checkpoint.empty()) checkpoint = std::filesystem::temp_directory_path() / "fashion_mnist.safetensors";
+  const double bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  const double bucket_bytes = std::round(bucket_mb * (1 << 20));
+  if (!(bucket_bytes >= 1 && bucket_bytes < 0x1p62)) {
+    throw distribute::InvalidArgumentError(
+        absl::StrCat("--bucket_mb=", bucket_mb, ": give a number of MiB of at least one byte, e.g. 25 or 0.5"));
+  }
 
   std::unique_ptr<distribute::Strategy> strategy = make_strategy(replica_devices(replicas, on_gpus));
   const bool chief = strategy->extended().should_save_summary();
@@ -263,6 +276,8 @@ int train() {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.shard_optimizer_state = absl::GetFlag(FLAGS_shard_optimizer_state);
   options.hidden = absl::GetFlag(FLAGS_hidden).widths;
+  options.overlap = absl::GetFlag(FLAGS_overlap);
+  options.bucket_bytes = static_cast<std::int64_t>(bucket_bytes);
   fashion_mnist::Trainer trainer(*strategy, data, options);
   // With --checkpoint_dir: numbered checkpoints, and every step through the preemption handler,
   // which restores the newest checkpoint now.

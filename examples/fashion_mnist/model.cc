@@ -81,9 +81,11 @@ std::vector<Variable> Mlp::trainable_variables() const {
 }
 
 Tensor forward_backward(const Mlp& model, const Tensor& images, const Tensor& labels, std::int64_t global_batch_size,
-                        Workspace& workspace) {
+                        Workspace& workspace, const GradientSink& on_gradient) {
 #if FASHION_MNIST_WITH_GPU
-  if (images.device().is_gpu()) return forward_backward_on_gpu(model, images, labels, global_batch_size, workspace);
+  if (images.device().is_gpu()) {
+    return forward_backward_on_gpu(model, images, labels, global_batch_size, workspace, on_gradient);
+  }
 #endif
   const std::int64_t n = labels.num_elements();
   forward(model, images, workspace);
@@ -120,7 +122,9 @@ Tensor forward_backward(const Mlp& model, const Tensor& images, const Tensor& la
     } else {
       kernel_gradient.matrix<float>().noalias() = workspace.activations[l - 1].transpose() * d;
     }
+    if (on_gradient) on_gradient(model.kernels[l], kernel_gradient);
     bias_gradient.flat<float>() = d.colwise().sum().transpose().array();
+    if (on_gradient) on_gradient(model.biases[l], bias_gradient);
     if (l > 0) {
       const Tensor kernel = model.kernels[l].value();
       workspace.deltas[l - 1] = (d * kernel.matrix<float>().transpose()).cwiseProduct(

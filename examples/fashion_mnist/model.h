@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,7 +27,7 @@ struct Mlp {
   // otherwise).
   Mlp(std::uint64_t seed, const std::vector<std::int64_t>& hidden);
 
-  // kernel_1, bias_1, kernel_2, ...: the order of the gradients forward_backward produces.
+  // kernel_1, bias_1, kernel_2, ...: the order of workspace.gradients after forward_backward.
   std::vector<distribute::Variable> trainable_variables() const;
   int layers() const { return static_cast<int>(kernels.size()); }
 
@@ -48,15 +49,21 @@ struct Workspace {
   std::shared_ptr<GpuPasses> gpu;  // made by the replica's first pass on a GPU
 };
 
+// Given each variable's gradient as soon as the backward pass has made it (on a GPU: enqueued it on
+// the replica's stream), so that its sum across replicas can start while the layers below are
+// still to go.
+using GradientSink = std::function<void(const distribute::Variable& variable, const distribute::Tensor& gradient)>;
+
 // The forward and backward pass of one replica's batch (images float32 [n, 784], labels int32 [n],
 // n may be 0), on the host or, in a build with CUDA, on the replica's GPU where the batch is. The
 // gradients, written to workspace.gradients, are those of the loss summed over the replica's
 // examples divided by global_batch_size; summed across replicas they are the gradients of the
-// global batch's mean loss. Returns nn::compute_average_loss of the per-example losses: the
-// replica's share of that mean.
+// global batch's mean loss. `on_gradient`, when given, gets each of them as the backward pass makes
+// it: the last layer first, its kernel's before its bias's. Returns nn::compute_average_loss of the
+// per-example losses: the replica's share of that mean.
 distribute::Tensor forward_backward(const Mlp& model, const distribute::Tensor& images,
                                     const distribute::Tensor& labels, std::int64_t global_batch_size,
-                                    Workspace& workspace);
+                                    Workspace& workspace, const GradientSink& on_gradient = {});
 
 // The number of examples of the batch whose highest logit is their label.
 std::int64_t count_correct(const Mlp& model, const distribute::Tensor& images, const distribute::Tensor& labels,

@@ -110,7 +110,7 @@ void forward(const Mlp& model, const Tensor& images, std::int64_t n, GpuPasses& 
 }  // namespace
 
 Tensor forward_backward_on_gpu(const Mlp& model, const Tensor& images, const Tensor& labels,
-                               std::int64_t global_batch_size, Workspace& workspace) {
+                               std::int64_t global_batch_size, Workspace& workspace, const GradientSink& on_gradient) {
   GpuPasses& passes = passes_for(workspace);
   const cudaStream_t stream = distribute::cuda::current_stream();
   const std::int64_t n = labels.num_elements();
@@ -137,8 +137,10 @@ Tensor forward_backward_on_gpu(const Mlp& model, const Tensor& images, const Ten
     } else {
       gemm(passes.handle, true, false, widths[l], widths[l + 1], n, in, floats(delta), floats(kernel_gradient));
     }
+    if (on_gradient) on_gradient(model.kernels[l], kernel_gradient);
     check(gpu::column_sums(floats(delta), n, static_cast<int>(widths[l + 1]), floats(bias_gradient), stream),
           "the column sums kernel");
+    if (on_gradient) on_gradient(model.biases[l], bias_gradient);
     if (l > 0) {
       const Tensor kernel = model.kernels[l].value();
       gemm(passes.handle, false, true, n, widths[l], widths[l + 1], floats(delta), floats(kernel),

@@ -19,6 +19,7 @@ using distribute::Tensor;
 using distribute::Variable;
 using distribute::VariableAggregation;
 using distribute::VariableSynchronization;
+using distribute::optimizers::GradientBuckets;
 using Batch = std::pair<Tensor, Tensor>;
 using Clock = std::chrono::steady_clock;
 
@@ -72,8 +73,19 @@ Tensor Trainer::train_step(const Batch& batch) {
   collective_seconds += seconds_since(start);
   if (local == 0) step_rows_ = global_rows;
 
-  Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace);
+  if (options_.overlap) {
+    // Each gradient joins a bucket as the backward pass makes it, and a full bucket's all_reduce
+    // (reduce_scatter with sharded state) runs while the layers below are computed.
+    GradientBuckets buckets = optimizer_->gradient_buckets({.bucket_bytes = options_.bucket_bytes});
+    Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace,
+                                   [&buckets](const Variable& v, const Tensor& gradient) { buckets.add(v, gradient); });
+    start = Clock::now();
+    optimizer_->apply_gradients(buckets);
+    collective_seconds += seconds_since(start);
+    return loss;
+  }
 
+  Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace);
   std::vector<std::pair<Tensor, Variable>> grads_and_vars;
   grads_and_vars.reserve(variables_.size());
   for (std::size_t i = 0; i < variables_.size(); ++i) grads_and_vars.emplace_back(workspace.gradients[i], variables_[i]);
