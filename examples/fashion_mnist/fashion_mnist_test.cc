@@ -436,6 +436,28 @@ TEST(Training, ACheckpointRestoresOnlyIntoTheWidthsItWasSavedWith) {
   EXPECT_EQ(weights_of(other), before);
 }
 
+// Compression applies to what crosses between workers: in one process the sums stay exact float32.
+TEST(Training, CompressionLeavesTheSumsOfOneProcessExact) {
+  REQUIRE_FASHION_MNIST();
+  for (const bool overlap : {false, true}) {
+    for (const bool sharded : {false, true}) {
+      SCOPED_TRACE(std::string(overlap ? "overlap" : "one collective") + (sharded ? ", state in shards" : ""));
+      TrainerOptions options{.shard_optimizer_state = sharded, .overlap = overlap, .bucket_bytes = 4 << 10};
+      MirroredStrategy exact(cpus(2));
+      Trainer reference(exact, slice(), options);
+      reference.train_epoch({}, 2);
+      for (const distribute::Compression compression :
+           {distribute::Compression::kBfloat16, distribute::Compression::kFloat16}) {
+        options.compression = compression;
+        MirroredStrategy compressed(cpus(2));
+        Trainer trainer(compressed, slice(), options);
+        trainer.train_epoch({}, 2);
+        EXPECT_EQ(weights_of(trainer), weights_of(reference)) << distribute::compression_name(compression);
+      }
+    }
+  }
+}
+
 // On GPUs the passes run there (cuBLAS and the example's kernels) and compute what the host's do,
 // up to float32 rounding in another order: one epoch of SGD on the slice from the same start
 // reaches the host's weights and accuracy. Each test skips without a GPU.

@@ -23,7 +23,8 @@
 #                     widths refuses; widths that are not positive numbers fail, naming the value
 #   overlap           --overlap (small buckets, several in flight) saves the checkpoint of one
 #                     all-reduce, byte for byte, with whole and with sharded state; a bad --bucket_mb
-#   overlap_mpirun    so do two workers (mpirun -np 2) with --overlap
+#   overlap_mpirun    so do two workers (mpirun -np 2) with --overlap; and --compression=bf16 trains
+#   compression_invalid  an unknown --compression fails, naming the valid values
 #   cmake -DPROGRAM=.../train_fashion_mnist -DSOURCE_DIR=<project root> -DWORK_DIR=<scratch folder>
 #         [-DMPIEXEC=mpirun] -DCASE=help -P train_cli_test.cmake
 # The output is read through a pipe, as in a log. The cases that train need Debian's
@@ -128,7 +129,7 @@ if(CASE STREQUAL "help")
   # Abseil of 2022 exits 1 after any help, so the exit status says nothing here.
   run(--help)
   expect_in("${out}" "Flags from examples/fashion_mnist/main.cc:")
-  foreach(flag epochs replicas batch_size checkpoint resume hidden overlap bucket_mb)
+  foreach(flag epochs replicas batch_size checkpoint resume hidden overlap bucket_mb compression)
     expect_in("${out}" "--${flag} (")
   endforeach()
   expect_not_in("${out}" "No flags matched")
@@ -277,6 +278,20 @@ elseif(CASE STREQUAL "overlap_mpirun")
     expect_same_file(${WORK_DIR}/one.safetensors ${WORK_DIR}/workers.safetensors
                      "two workers with --overlap ${state} saved another checkpoint than one all-reduce")
   endforeach()
+  execute_process(COMMAND ${MPIEXEC} --oversubscribe --bind-to none -np 2 ${PROGRAM} ${args} --replicas=1
+                          --multi_worker --overlap --compression=bf16 --checkpoint=${WORK_DIR}/bf16.safetensors
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "mpirun -np 2 with --compression=bf16 failed (exit ${rc}):\n${out}")
+  endif()
+  expect_in("${out}" "test accuracy 0.")
+elseif(CASE STREQUAL "compression_invalid")
+  run(--compression=int8)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "--compression=int8 was accepted")
+  endif()
+  expect_in("${out}" "Illegal value 'int8' specified for flag 'compression'")
+  expect_in("${out}" "none, bf16, fp16")
 elseif(CASE STREQUAL "shard_optimizer_state_mpirun")
   # Two workers of one replica each, state in shards: the checkpoint is collective, and the same.
   file(MAKE_DIRECTORY ${WORK_DIR})

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <utility>
@@ -73,10 +74,12 @@ Tensor Trainer::train_step(const Batch& batch) {
   collective_seconds += seconds_since(start);
   if (local == 0) step_rows_ = global_rows;
 
+  const distribute::CommunicationOptions communication{.compression = options_.compression};
   if (options_.overlap) {
     // Each gradient joins a bucket as the backward pass makes it, and a full bucket's all_reduce
     // (reduce_scatter with sharded state) runs while the layers below are computed.
-    GradientBuckets buckets = optimizer_->gradient_buckets({.bucket_bytes = options_.bucket_bytes});
+    GradientBuckets buckets =
+        optimizer_->gradient_buckets({.bucket_bytes = options_.bucket_bytes, .communication = communication});
     Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace,
                                    [&buckets](const Variable& v, const Tensor& gradient) { buckets.add(v, gradient); });
     start = Clock::now();
@@ -86,20 +89,24 @@ Tensor Trainer::train_step(const Batch& batch) {
   }
 
   Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace);
-  std::vector<std::pair<Tensor, Variable>> grads_and_vars;
-  grads_and_vars.reserve(variables_.size());
-  for (std::size_t i = 0; i < variables_.size(); ++i) grads_and_vars.emplace_back(workspace.gradients[i], variables_[i]);
   if (options_.shard_optimizer_state) {
-    // The optimizer's reduce_scatter and all_gather surround its update of this replica's shard:
-    // the whole step counts as collective time.
+    // apply_gradients takes no CommunicationOptions; a bucket that never fills runs its one
+    // reduce_scatter of every gradient with them. The all_gather and the update of this
+    // replica's shard follow: the whole step counts as collective time.
     start = Clock::now();
-    optimizer_->apply_gradients(grads_and_vars);
+    GradientBuckets buckets = optimizer_->gradient_buckets(
+        {.bucket_bytes = std::numeric_limits<std::int64_t>::max(), .communication = communication});
+    for (std::size_t i = 0; i < variables_.size(); ++i) buckets.add(variables_[i], workspace.gradients[i]);
+    optimizer_->apply_gradients(buckets);
     collective_seconds += seconds_since(start);
     return loss;
   }
   start = Clock::now();
-  ctx.all_reduce_in_place(ReduceOp::kSum, workspace.gradients);
+  ctx.all_reduce_in_place(ReduceOp::kSum, workspace.gradients, communication);
   collective_seconds += seconds_since(start);
+  std::vector<std::pair<Tensor, Variable>> grads_and_vars;
+  grads_and_vars.reserve(variables_.size());
+  for (std::size_t i = 0; i < variables_.size(); ++i) grads_and_vars.emplace_back(workspace.gradients[i], variables_[i]);
   optimizer_->apply_gradients(grads_and_vars, {.skip_gradients_aggregation = true});
   return loss;
 }

@@ -37,6 +37,8 @@ struct TrainerOptions {
   // (docs/overlap.md: with three or more, the last bits may differ).
   bool overlap = false;
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
+  // How the gradients' float32 sums cross between workers; within a process they are exact.
+  distribute::Compression compression = distribute::Compression::kNone;
 };
 
 // How far an epoch is, after each step: for a progress bar.
