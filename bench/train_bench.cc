@@ -7,13 +7,20 @@
 //
 // With --preemption_handler every replica count also trains through a PreemptionCheckpointHandler
 // (its steps counted, the workers' stop request carried by each step), alternating with plain
-// strategy.run in each round, and a second table gives the handler's cost.
+// strategy.run in each round, and a second table gives the handler's cost. With --compare_overlap
+// every replica count also trains with the other --overlap setting, alternating likewise, and a
+// table gives both, and the median and range over the rounds of their ratio. The order of the alternatives
+// flips every round, so that neither always runs first.
 //
 //   ./build/default/bench/train_bench --replicas=1,2,4 --steps=300 --rounds=5
+//   ./build/default/bench/train_bench --replicas=2 --hidden=2048,2048 --bucket_mb=4 --compare_overlap
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -26,6 +33,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "idx.h"
 #include "trainer.h"
@@ -38,6 +46,14 @@ ABSL_FLAG(int64_t, batch_size, 128, "the global batch");
 ABSL_FLAG(bool, shard_optimizer_state, false, "Adam's slots in shards across the replicas (ZeRO-1)");
 ABSL_FLAG(bool, preemption_handler, false,
           "also train through a PreemptionCheckpointHandler, alternating with plain strategy.run, and print its cost");
+ABSL_FLAG(std::string, hidden, "256,128", "the MLP's hidden widths");
+ABSL_FLAG(bool, overlap, fashion_mnist::TrainerOptions{}.overlap,
+          "sum the gradients in buckets during the backward pass (the example's --overlap)");
+ABSL_FLAG(double, bucket_mb, 25, "with overlap: the bucket size in MiB");
+ABSL_FLAG(std::string, compression, "none",
+          "none, bf16 or fp16: the gradients' compression between workers (in one process it changes nothing)");
+ABSL_FLAG(bool, compare_overlap, false,
+          "also train with the other --overlap setting, alternating in each round, and print both");
 
 namespace {
 
@@ -46,49 +62,82 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-std::vector<int> replica_counts() {
-  std::vector<int> counts;
-  for (const auto& part : absl::StrSplit(absl::GetFlag(FLAGS_replicas), ',')) {
+// The positive integers of a comma-separated flag; exits naming the flag otherwise.
+std::vector<int> positive_list(const std::string& text, const char* flag, const char* example) {
+  std::vector<int> values;
+  for (const auto& part : absl::StrSplit(text, ',')) {
     int n = 0;
     if (!absl::SimpleAtoi(part, &n) || n < 1) {
-      std::fprintf(stderr, "train_bench: --replicas takes positive counts, e.g. 1,2,4\n");
+      std::fprintf(stderr, "train_bench: --%s takes positive integers, e.g. %s\n", flag, example);
       std::exit(2);
     }
-    counts.push_back(n);
+    values.push_back(n);
   }
-  return counts;
+  return values;
 }
+
+distribute::Compression compression_flag() {
+  const std::string name = absl::GetFlag(FLAGS_compression);
+  if (name == "none") return distribute::Compression::kNone;
+  if (name == "bf16") return distribute::Compression::kBfloat16;
+  if (name == "fp16") return distribute::Compression::kFloat16;
+  std::fprintf(stderr, "train_bench: --compression is none, bf16 or fp16\n");
+  std::exit(2);
+}
+
+// One way to train that a round runs for every replica count.
+struct Variant {
+  bool handled = false;  // through a PreemptionCheckpointHandler
+  bool overlap = false;
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Training throughput of the Fashion-MNIST example with 1, 2, 4 replicas.");
   absl::ParseCommandLine(argc, argv);
-  const std::vector<int> counts = replica_counts();
+  const std::vector<int> counts = positive_list(absl::GetFlag(FLAGS_replicas), "replicas", "1,2,4");
   const fashion_mnist::FashionMnist data = fashion_mnist::load(absl::GetFlag(FLAGS_data_dir));
   fashion_mnist::TrainerOptions options;
   options.global_batch_size = absl::GetFlag(FLAGS_batch_size);
   options.shard_optimizer_state = absl::GetFlag(FLAGS_shard_optimizer_state);
+  options.hidden.clear();
+  for (const int width : positive_list(absl::GetFlag(FLAGS_hidden), "hidden", "256,128")) options.hidden.push_back(width);
+  options.bucket_bytes = std::max<std::int64_t>(1, std::llround(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20)));
+  options.compression = compression_flag();
+  const bool overlap = absl::GetFlag(FLAGS_overlap);
   const std::int64_t steps = absl::GetFlag(FLAGS_steps);
 
-  std::printf("# train_bench: MLP 784-256-128-10, Adam%s, global batch %lld, %lld steps x %d rounds, %u cores\n",
-              options.shard_optimizer_state ? " (state in shards)" : "",
+  std::printf("# train_bench: MLP 784-%s-10, Adam%s, global batch %lld, %lld steps x %d rounds, %u cores; "
+              "overlap %s (%.3g MiB buckets), compression %s\n",
+              absl::StrJoin(options.hidden, "-").c_str(), options.shard_optimizer_state ? " (state in shards)" : "",
               static_cast<long long>(options.global_batch_size), static_cast<long long>(steps),
-              absl::GetFlag(FLAGS_rounds), std::thread::hardware_concurrency());
+              absl::GetFlag(FLAGS_rounds), std::thread::hardware_concurrency(),
+              absl::GetFlag(FLAGS_compare_overlap) ? "off and on" : (overlap ? "on" : "off"),
+              static_cast<double>(options.bucket_bytes) / (1 << 20), absl::GetFlag(FLAGS_compression).c_str());
   std::map<int, std::vector<double>> rate;
   std::map<int, std::vector<double>> collective;
   std::map<int, std::vector<double>> input;
   std::map<int, std::vector<double>> handled_rate;
+  std::map<int, std::vector<double>> other_overlap_rate;
   const bool compare_handler = absl::GetFlag(FLAGS_preemption_handler);
+  const bool compare_overlap = absl::GetFlag(FLAGS_compare_overlap);
+  std::vector<Variant> variants = {{.overlap = overlap}};
+  if (compare_handler) variants.push_back({.handled = true, .overlap = overlap});
+  if (compare_overlap) variants.push_back({.overlap = !overlap});
   const std::filesystem::path checkpoints =
       std::filesystem::temp_directory_path() / ("train_bench_" + std::to_string(::getpid()));
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (const int n : counts) {
-      for (const bool handled : compare_handler ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      for (std::size_t k = 0; k < variants.size(); ++k) {
+        const Variant& variant = variants[round % 2 == 0 ? k : variants.size() - 1 - k];
+        const bool handled = variant.handled;
         std::vector<std::string> devices;
         for (int i = 0; i < n; ++i) devices.push_back("CPU:" + std::to_string(i));
         distribute::MirroredStrategy strategy(devices);
-        fashion_mnist::Trainer trainer(strategy, data, options);
+        fashion_mnist::TrainerOptions variant_options = options;
+        variant_options.overlap = variant.overlap;
+        fashion_mnist::Trainer trainer(strategy, data, variant_options);
         std::optional<distribute::CheckpointManager> manager;
         std::optional<distribute::PreemptionCheckpointHandler> handler;
         if (handled) {
@@ -102,6 +151,10 @@ int main(int argc, char** argv) {
         const fashion_mnist::EpochStats stats = trainer.train_epoch({}, steps);
         if (handled) {
           handled_rate[n].push_back(stats.samples_per_second());
+          continue;
+        }
+        if (variant.overlap != overlap) {
+          other_overlap_rate[n].push_back(stats.samples_per_second());
           continue;
         }
         rate[n].push_back(stats.samples_per_second());
@@ -126,6 +179,19 @@ int main(int argc, char** argv) {
       const double plain = median(rate[n]);
       const double handled = median(handled_rate[n]);
       std::printf("%8d %22.0f %22.0f %+8.1f%%\n", n, plain, handled, 100 * (handled / plain - 1));
+    }
+  }
+  if (compare_overlap) {
+    std::printf("\n%8s %26s %20s %26s %18s\n", "replicas", "one collective samples/s", "overlap samples/s",
+                "overlap / one collective", "rounds' range");
+    for (const int n : counts) {
+      const std::vector<double>& with = overlap ? rate[n] : other_overlap_rate[n];
+      const std::vector<double>& without = overlap ? other_overlap_rate[n] : rate[n];
+      std::vector<double> ratios;
+      for (std::size_t r = 0; r < with.size(); ++r) ratios.push_back(with[r] / without[r] - 1);
+      const auto [low, high] = std::minmax_element(ratios.begin(), ratios.end());
+      std::printf("%8d %26.0f %20.0f %+25.1f%% %+8.1f%%..%+.1f%%\n", n, median(without), median(with),
+                  100 * median(ratios), 100 * *low, 100 * *high);
     }
   }
   return 0;

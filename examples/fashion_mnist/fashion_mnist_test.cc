@@ -341,6 +341,123 @@ TEST(Training, ResumingWithoutACheckpointNamesTheFile) {
   expect_error<InvalidArgumentError>([&] { trainer.restore(missing); }, {missing.string()});
 }
 
+// With --overlap each gradient joins a bucket as the backward pass makes it; the buckets are
+// summed by collectives of their own, but the sums and so the weights are those of the one
+// all-reduce. 4 KiB buckets cut the default model's gradients into four collectives.
+TEST(Training, OverlappedBucketsReachTheWeightsOfOneAllReduce) {
+  REQUIRE_FASHION_MNIST();
+  for (const char* optimizer : {"adam", "sgd"}) {
+    for (const bool sharded : {false, true}) {
+      SCOPED_TRACE(std::string(optimizer) + (sharded ? ", state in shards" : ", whole state"));
+      const TrainerOptions options{.optimizer = optimizer, .learning_rate = 0.01, .shard_optimizer_state = sharded};
+      MirroredStrategy one_collective(cpus(2));
+      Trainer reference(one_collective, slice(), options);
+      reference.train_epoch({}, 4);
+      TrainerOptions overlapped = options;
+      overlapped.overlap = true;
+      overlapped.bucket_bytes = 4 << 10;
+      MirroredStrategy buckets(cpus(2));
+      Trainer trainer(buckets, slice(), overlapped);
+      trainer.train_epoch({}, 4);
+      EXPECT_EQ(weights_of(trainer), weights_of(reference));
+      for (const Variable& variable : trainer.model().trainable_variables()) {
+        EXPECT_EQ(variable.component(1).to_vector<float>(), variable.component(0).to_vector<float>());
+      }
+    }
+  }
+}
+
+// The backward pass hands each gradient on as soon as it is made, the last layer's first: when the
+// last layer's arrive, the first layer's gradient still holds the previous batch's.
+TEST(Model, TheBackwardPassHandsOnEachGradientAsItIsMade) {
+  REQUIRE_FASHION_MNIST();
+  const Mlp model(1, {32, 16});
+  Workspace workspace;
+  const Split& train = slice().train;
+  forward_backward(model, train.images.slice(0, 64), train.labels.slice(0, 64), 64, workspace);
+  const std::vector<float> first_layer_before = workspace.gradients[0].to_vector<float>();
+
+  std::vector<std::string> order;
+  std::vector<bool> first_layer_untouched;
+  std::vector<std::vector<float>> handed_on;
+  const auto on_gradient = [&](const Variable& v, const Tensor& gradient) {
+    order.push_back(v.name());
+    first_layer_untouched.push_back(workspace.gradients[0].to_vector<float>() == first_layer_before);
+    handed_on.push_back(gradient.to_vector<float>());
+  };
+  forward_backward(model, train.images.slice(64, 128), train.labels.slice(64, 128), 64, workspace, on_gradient);
+  EXPECT_EQ(order, (std::vector<std::string>{"dense_3/kernel", "dense_3/bias", "dense_2/kernel", "dense_2/bias",
+                                             "dense_1/kernel", "dense_1/bias"}));
+  EXPECT_EQ(first_layer_untouched, (std::vector<bool>{true, true, true, true, false, false}));
+  // What each call handed on is the pass's gradient of that variable.
+  const std::vector<std::size_t> index = {4, 5, 2, 3, 0, 1};
+  for (std::size_t k = 0; k < handed_on.size(); ++k) {
+    EXPECT_EQ(handed_on[k], workspace.gradients[index[k]].to_vector<float>()) << order[k];
+  }
+}
+
+TEST(Training, HiddenWidthsShapeTheModel) {
+  REQUIRE_FASHION_MNIST();
+  MirroredStrategy strategy(cpus(2));
+  Trainer trainer(strategy, slice(), {.hidden = {48, 24, 12}});
+  EXPECT_EQ(trainer.model().widths, (std::vector<std::int64_t>{784, 48, 24, 12, 10}));
+  std::vector<distribute::Shape> shapes;
+  for (const Variable& v : trainer.model().trainable_variables()) shapes.push_back(v.shape());
+  EXPECT_EQ(shapes, (std::vector<distribute::Shape>{{784, 48}, {48}, {48, 24}, {24}, {24, 12}, {12}, {12, 10}, {10}}));
+  const std::vector<std::vector<float>> before = weights_of(trainer);
+  const EpochStats stats = trainer.train_epoch();
+  EXPECT_NE(weights_of(trainer), before);
+  EXPECT_GT(stats.test_accuracy, 0.3);  // chance is 0.1
+}
+
+TEST(Training, HiddenWidthsMustBeAtLeastOneEachAtLeastOne) {
+  MirroredStrategy strategy(cpus(1));
+  const FashionMnist none;
+  expect_error<InvalidArgumentError>([&] { Trainer(strategy, none, {.hidden = {}}); },
+                                     {"hidden layer widths []", "at least one"});
+  expect_error<InvalidArgumentError>([&] { Trainer(strategy, none, {.hidden = {64, 0}}); },
+                                     {"hidden layer widths [64, 0]", "each at least 1"});
+}
+
+TEST(Training, ACheckpointRestoresOnlyIntoTheWidthsItWasSavedWith) {
+  REQUIRE_FASHION_MNIST();
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("fashion_mnist_test." + std::to_string(::getpid()) + ".widths");
+  MirroredStrategy strategy(cpus(2));
+  Trainer saved(strategy, slice(), {});
+  saved.save(path);
+  Trainer other(strategy, slice(), {.hidden = {64, 32}});
+  const std::vector<std::vector<float>> before = weights_of(other);
+  expect_error<InvalidArgumentError>([&] { other.restore(path); },
+                                     {"'dense_1/kernel': shape (784, 256) in the file, (784, 64) in the checkpoint"});
+  Trainer deeper(strategy, slice(), {.hidden = {256, 128, 64}});
+  expect_error<InvalidArgumentError>([&] { deeper.restore(path); }, {"'dense_4/kernel': in the checkpoint, not in the file"});
+  std::filesystem::remove(path);
+  EXPECT_EQ(weights_of(other), before);
+}
+
+// Compression applies to what crosses between workers: in one process the sums stay exact float32.
+TEST(Training, CompressionLeavesTheSumsOfOneProcessExact) {
+  REQUIRE_FASHION_MNIST();
+  for (const bool overlap : {false, true}) {
+    for (const bool sharded : {false, true}) {
+      SCOPED_TRACE(std::string(overlap ? "overlap" : "one collective") + (sharded ? ", state in shards" : ""));
+      TrainerOptions options{.shard_optimizer_state = sharded, .overlap = overlap, .bucket_bytes = 4 << 10};
+      MirroredStrategy exact(cpus(2));
+      Trainer reference(exact, slice(), options);
+      reference.train_epoch({}, 2);
+      for (const distribute::Compression compression :
+           {distribute::Compression::kBfloat16, distribute::Compression::kFloat16}) {
+        options.compression = compression;
+        MirroredStrategy compressed(cpus(2));
+        Trainer trainer(compressed, slice(), options);
+        trainer.train_epoch({}, 2);
+        EXPECT_EQ(weights_of(trainer), weights_of(reference)) << distribute::compression_name(compression);
+      }
+    }
+  }
+}
+
 // On GPUs the passes run there (cuBLAS and the example's kernels) and compute what the host's do,
 // up to float32 rounding in another order: one epoch of SGD on the slice from the same start
 // reaches the host's weights and accuracy. Each test skips without a GPU.

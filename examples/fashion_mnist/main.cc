@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,8 +35,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "idx.h"
 #include "metrics_csv.h"
 #include "trainer.h"
@@ -72,6 +76,58 @@ std::string AbslUnparseFlag(Progress progress) {
       ->first;
 }
 
+// --hidden: the hidden layers' widths, "256,128".
+struct HiddenWidths {
+  std::vector<std::int64_t> widths;
+};
+
+bool AbslParseFlag(absl::string_view text, HiddenWidths* hidden, std::string* error) {
+  if (text.empty()) {
+    *error = "give at least one width, e.g. 256,128";
+    return false;
+  }
+  std::vector<std::int64_t> widths;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int width = 0;
+    if (!absl::SimpleAtoi(part, &width) || width < 1) {
+      *error = absl::StrCat("'", part, "' is not a width; widths are whole numbers >= 1, e.g. 256,128");
+      return false;
+    }
+    widths.push_back(width);
+  }
+  hidden->widths = std::move(widths);
+  return true;
+}
+
+std::string AbslUnparseFlag(const HiddenWidths& hidden) { return absl::StrJoin(hidden.widths, ","); }
+
+// --compression: distribute::Compression by the names a user types.
+struct GradientCompression {
+  distribute::Compression compression = distribute::Compression::kNone;
+};
+
+constexpr std::pair<const char*, distribute::Compression> kCompressionNames[] = {
+    {"none", distribute::Compression::kNone},
+    {"bf16", distribute::Compression::kBfloat16},
+    {"fp16", distribute::Compression::kFloat16}};
+
+bool AbslParseFlag(absl::string_view text, GradientCompression* compression, std::string* error) {
+  for (const auto& [name, value] : kCompressionNames) {
+    if (text == name) {
+      compression->compression = value;
+      return true;
+    }
+  }
+  *error = "valid values: none, bf16, fp16";
+  return false;
+}
+
+std::string AbslUnparseFlag(const GradientCompression& compression) {
+  return std::find_if(std::begin(kCompressionNames), std::end(kCompressionNames),
+                      [&compression](const auto& name) { return name.second == compression.compression; })
+      ->first;
+}
+
 }  // namespace
 
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
@@ -99,6 +155,18 @@ ABSL_FLAG(bool, shard_optimizer_state, false,
           "and the weights are all-gathered; the same results, 1/N of the slots per replica");
 ABSL_FLAG(bool, multi_worker, false,
           "one worker per MPI process (MultiWorkerMirroredStrategy; start with mpirun -np K)");
+ABSL_FLAG(HiddenWidths, hidden, HiddenWidths{fashion_mnist::TrainerOptions{}.hidden},
+          "the widths of the MLP's hidden layers, e.g. 2048,2048 for 784-2048-2048-10; a checkpoint restores "
+          "only into the widths it was saved with");
+ABSL_FLAG(bool, overlap, fashion_mnist::TrainerOptions{}.overlap,
+          "sum the gradients in buckets while the backward pass goes on, each bucket's all-reduce starting "
+          "once it holds --bucket_mb (PyTorch DDP's buckets); the same weights, bit for bit, as summing them "
+          "after the pass");
+ABSL_FLAG(double, bucket_mb, 25,
+          "with --overlap: the MiB of gradients (fractions too, e.g. 0.5) that start a bucket's all-reduce");
+ABSL_FLAG(GradientCompression, compression, GradientCompression{},
+          "none, bf16 or fp16: how the gradients' sums cross between workers (--multi_worker), 16 bits a value "
+          "on the wire with bf16 and fp16; within a process they are summed in float32 whatever this says");
 ABSL_FLAG(Progress, progress, Progress::kAuto,
           "what worker 0 shows while it trains: bar (a bar redrawn after every step, and a line per epoch), "
           "lines (a line per epoch), none (the first and last lines only), or auto: bar on the terminal of a "
@@ -218,6 +286,12 @@ int train() {
                                                         ": give a number of steps >= 0, with --checkpoint_dir"));
   }
   if (checkpoint.empty()) checkpoint = std::filesystem::temp_directory_path() / "fashion_mnist.safetensors";
+  const double bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  const double bucket_bytes = std::round(bucket_mb * (1 << 20));
+  if (!(bucket_bytes >= 1 && bucket_bytes < 0x1p62)) {
+    throw distribute::InvalidArgumentError(
+        absl::StrCat("--bucket_mb=", bucket_mb, ": give a number of MiB of at least one byte, e.g. 25 or 0.5"));
+  }
 
   std::unique_ptr<distribute::Strategy> strategy = make_strategy(replica_devices(replicas, on_gpus));
   const bool chief = strategy->extended().should_save_summary();
@@ -231,6 +305,10 @@ int train() {
   options.optimizer = absl::GetFlag(FLAGS_optimizer);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.shard_optimizer_state = absl::GetFlag(FLAGS_shard_optimizer_state);
+  options.hidden = absl::GetFlag(FLAGS_hidden).widths;
+  options.overlap = absl::GetFlag(FLAGS_overlap);
+  options.bucket_bytes = static_cast<std::int64_t>(bucket_bytes);
+  options.compression = absl::GetFlag(FLAGS_compression).compression;
   fashion_mnist::Trainer trainer(*strategy, data, options);
   // With --checkpoint_dir: numbered checkpoints, and every step through the preemption handler,
   // which restores the newest checkpoint now.
@@ -252,10 +330,10 @@ int train() {
   if (chief && !metrics_path.empty()) metrics.emplace(metrics_path, trainer.epochs_done());
 
   if (chief) {
-    std::printf("MLP 784-256-128-10 on Fashion-MNIST (%lld training, %lld test images) with %s: %d replicas, "
+    std::printf("MLP %s on Fashion-MNIST (%lld training, %lld test images) with %s: %d replicas, "
                 "global batch %lld, %s learning rate %g\n",
-                static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
-                strategy->name().c_str(), strategy->num_replicas_in_sync(),
+                absl::StrJoin(trainer.model().widths, "-").c_str(), static_cast<long long>(data.train.size()),
+                static_cast<long long>(data.test.size()), strategy->name().c_str(), strategy->num_replicas_in_sync(),
                 static_cast<long long>(options.global_batch_size), options.optimizer.c_str(), options.learning_rate);
     if (handler && handler->total_run_calls() > 0) {
       std::printf("resumed from %s at step %lld (epoch %d, step %lld of it)\n",

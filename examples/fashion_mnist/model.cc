@@ -5,9 +5,14 @@
 #include "model_gpu.h"
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "idx.h"
 
 namespace fashion_mnist {
 namespace {
@@ -26,9 +31,13 @@ Tensor glorot_uniform(std::int64_t inputs, std::int64_t outputs, std::mt19937_64
   return Tensor::from_vector(values, Shape{inputs, outputs});
 }
 
-// Runs the layers on `images`; afterwards workspace.outputs[kLayers - 1] holds the logits.
+// Runs the layers on `images`; afterwards workspace.outputs.back() holds the logits.
 void forward(const Mlp& model, const Tensor& images, Workspace& workspace) {
-  for (int l = 0; l < kLayers; ++l) {
+  const int layers = model.layers();
+  workspace.outputs.resize(static_cast<std::size_t>(layers));
+  workspace.deltas.resize(static_cast<std::size_t>(layers));
+  workspace.activations.resize(static_cast<std::size_t>(layers - 1));
+  for (int l = 0; l < layers; ++l) {
     const Tensor kernel = model.kernels[l].value();
     const Tensor bias = model.biases[l].value();
     Matrix& out = workspace.outputs[l];
@@ -38,24 +47,33 @@ void forward(const Mlp& model, const Tensor& images, Workspace& workspace) {
       out.noalias() = workspace.activations[l - 1] * kernel.matrix<float>();
     }
     out.rowwise() += bias.flat<float>().matrix().transpose();
-    if (l + 1 < kLayers) workspace.activations[l] = out.cwiseMax(0.0f);
+    if (l + 1 < layers) workspace.activations[l] = out.cwiseMax(0.0f);
   }
 }
 
 }  // namespace
 
-Mlp::Mlp(std::uint64_t seed) {
+Mlp::Mlp(std::uint64_t seed, const std::vector<std::int64_t>& hidden) {
+  if (hidden.empty() || std::any_of(hidden.begin(), hidden.end(), [](std::int64_t w) { return w < 1; })) {
+    throw distribute::InvalidArgumentError(absl::StrCat("hidden layer widths [", absl::StrJoin(hidden, ", "),
+                                                        "]: give at least one, each at least 1"));
+  }
+  widths.push_back(kPixels);
+  widths.insert(widths.end(), hidden.begin(), hidden.end());
+  widths.push_back(kClasses);
   std::mt19937_64 random(seed);
-  for (int l = 0; l < kLayers; ++l) {
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
     const std::string layer = "dense_" + std::to_string(l + 1);
-    kernels[l] = Variable(glorot_uniform(kWidths[l], kWidths[l + 1], random), {.name = layer + "/kernel"});
-    biases[l] = Variable(Tensor::zeros(DType::kFloat32, Shape{kWidths[l + 1]}), {.name = layer + "/bias"});
+    kernels.emplace_back(glorot_uniform(widths[l], widths[l + 1], random),
+                         distribute::VariableOptions{.name = layer + "/kernel"});
+    biases.emplace_back(Tensor::zeros(DType::kFloat32, Shape{widths[l + 1]}),
+                        distribute::VariableOptions{.name = layer + "/bias"});
   }
 }
 
 std::vector<Variable> Mlp::trainable_variables() const {
   std::vector<Variable> variables;
-  for (int l = 0; l < kLayers; ++l) {
+  for (int l = 0; l < layers(); ++l) {
     variables.push_back(kernels[l]);
     variables.push_back(biases[l]);
   }
@@ -63,17 +81,19 @@ std::vector<Variable> Mlp::trainable_variables() const {
 }
 
 Tensor forward_backward(const Mlp& model, const Tensor& images, const Tensor& labels, std::int64_t global_batch_size,
-                        Workspace& workspace) {
+                        Workspace& workspace, const GradientSink& on_gradient) {
 #if FASHION_MNIST_WITH_GPU
-  if (images.device().is_gpu()) return forward_backward_on_gpu(model, images, labels, global_batch_size, workspace);
+  if (images.device().is_gpu()) {
+    return forward_backward_on_gpu(model, images, labels, global_batch_size, workspace, on_gradient);
+  }
 #endif
   const std::int64_t n = labels.num_elements();
   forward(model, images, workspace);
 
   // Softmax cross-entropy, computed stably from the logits' row maxima. The loss's gradient with
   // respect to the logits is softmax - one_hot(label), over the global batch.
-  const Matrix& logits = workspace.outputs[kLayers - 1];
-  Matrix& delta = workspace.deltas[kLayers - 1];
+  const Matrix& logits = workspace.outputs.back();
+  Matrix& delta = workspace.deltas.back();
   const Eigen::VectorXf max = logits.rowwise().maxCoeff();
   delta = (logits.colwise() - max).array().exp().matrix();
   const Eigen::VectorXf sum = delta.rowwise().sum();
@@ -93,7 +113,7 @@ Tensor forward_backward(const Mlp& model, const Tensor& images, const Tensor& la
   if (workspace.gradients.empty()) {
     for (const Variable& v : model.trainable_variables()) workspace.gradients.push_back(Tensor::empty(v.dtype(), v.shape()));
   }
-  for (int l = kLayers - 1; l >= 0; --l) {
+  for (int l = model.layers() - 1; l >= 0; --l) {
     const Matrix& d = workspace.deltas[l];
     Tensor& kernel_gradient = workspace.gradients[2 * l];
     Tensor& bias_gradient = workspace.gradients[2 * l + 1];
@@ -102,7 +122,9 @@ Tensor forward_backward(const Mlp& model, const Tensor& images, const Tensor& la
     } else {
       kernel_gradient.matrix<float>().noalias() = workspace.activations[l - 1].transpose() * d;
     }
+    if (on_gradient) on_gradient(model.kernels[l], kernel_gradient);
     bias_gradient.flat<float>() = d.colwise().sum().transpose().array();
+    if (on_gradient) on_gradient(model.biases[l], bias_gradient);
     if (l > 0) {
       const Tensor kernel = model.kernels[l].value();
       workspace.deltas[l - 1] = (d * kernel.matrix<float>().transpose()).cwiseProduct(
@@ -117,7 +139,7 @@ std::int64_t count_correct(const Mlp& model, const Tensor& images, const Tensor&
   if (images.device().is_gpu()) return count_correct_on_gpu(model, images, labels, workspace);
 #endif
   forward(model, images, workspace);
-  const Matrix& logits = workspace.outputs[kLayers - 1];
+  const Matrix& logits = workspace.outputs.back();
   const std::int32_t* label = labels.data<std::int32_t>();
   std::int64_t correct = 0;
   for (Eigen::Index i = 0; i < logits.rows(); ++i) {

@@ -7,9 +7,11 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gpu_kernels.h"
+#include "idx.h"
 
 namespace fashion_mnist {
 
@@ -28,23 +30,27 @@ struct GpuPasses {
   GpuPasses(const GpuPasses&) = delete;
   GpuPasses& operator=(const GpuPasses&) = delete;
 
-  // Buffers for a batch of `n` rows.
-  void resize(std::int64_t n) {
+  // Buffers for a batch of `n` rows of `model`, the one model its workspace serves.
+  void resize(const Mlp& model, std::int64_t n) {
     if (n == rows) return;
     rows = n;
-    for (int l = 0; l < kLayers; ++l) {
-      outputs[l] = Tensor::empty(DType::kFloat32, Shape{n, kWidths[l + 1]});
-      deltas[l] = Tensor::empty(DType::kFloat32, Shape{n, kWidths[l + 1]});
-      if (l + 1 < kLayers) activations[l] = Tensor::empty(DType::kFloat32, Shape{n, kWidths[l + 1]});
+    const auto layers = static_cast<std::size_t>(model.layers());
+    outputs.resize(layers);
+    deltas.resize(layers);
+    activations.resize(layers - 1);
+    for (std::size_t l = 0; l < layers; ++l) {
+      outputs[l] = Tensor::empty(DType::kFloat32, Shape{n, model.widths[l + 1]});
+      deltas[l] = Tensor::empty(DType::kFloat32, Shape{n, model.widths[l + 1]});
+      if (l + 1 < layers) activations[l] = Tensor::empty(DType::kFloat32, Shape{n, model.widths[l + 1]});
     }
     loss = Tensor::empty(DType::kFloat32, Shape{n});
   }
 
   cublasHandle_t handle = nullptr;
   std::int64_t rows = -1;
-  std::array<Tensor, kLayers> outputs;
-  std::array<Tensor, kLayers> deltas;
-  std::array<Tensor, kLayers - 1> activations;
+  std::vector<Tensor> outputs;
+  std::vector<Tensor> deltas;
+  std::vector<Tensor> activations;
   Tensor loss;
   Tensor correct;  // one int64 counter
 };
@@ -85,17 +91,18 @@ void gemm(cublasHandle_t handle, bool ta, bool tb, std::int64_t m, std::int64_t 
         "cublasSgemm");
 }
 
-// The layers on `images` [n, 784]; afterwards passes.outputs[kLayers - 1] holds the logits.
+// The layers on `images` [n, 784]; afterwards passes.outputs.back() holds the logits.
 void forward(const Mlp& model, const Tensor& images, std::int64_t n, GpuPasses& passes) {
   const cudaStream_t stream = distribute::cuda::current_stream();
-  for (int l = 0; l < kLayers; ++l) {
+  const std::vector<std::int64_t>& widths = model.widths;
+  for (int l = 0; l < model.layers(); ++l) {
     const Tensor kernel = model.kernels[l].value();
     const Tensor bias = model.biases[l].value();
     const float* in = l == 0 ? floats(images) : floats(passes.activations[l - 1]);
-    gemm(passes.handle, false, false, n, kWidths[l + 1], kWidths[l], in, floats(kernel), floats(passes.outputs[l]));
+    gemm(passes.handle, false, false, n, widths[l + 1], widths[l], in, floats(kernel), floats(passes.outputs[l]));
     check(gpu::add_bias_relu(floats(passes.outputs[l]), floats(bias),
-                             l + 1 < kLayers ? floats(passes.activations[l]) : nullptr, n,
-                             static_cast<int>(kWidths[l + 1]), stream),
+                             l + 1 < model.layers() ? floats(passes.activations[l]) : nullptr, n,
+                             static_cast<int>(widths[l + 1]), stream),
           "the bias and ReLU kernel");
   }
 }
@@ -103,16 +110,16 @@ void forward(const Mlp& model, const Tensor& images, std::int64_t n, GpuPasses& 
 }  // namespace
 
 Tensor forward_backward_on_gpu(const Mlp& model, const Tensor& images, const Tensor& labels,
-                               std::int64_t global_batch_size, Workspace& workspace) {
+                               std::int64_t global_batch_size, Workspace& workspace, const GradientSink& on_gradient) {
   GpuPasses& passes = passes_for(workspace);
   const cudaStream_t stream = distribute::cuda::current_stream();
   const std::int64_t n = labels.num_elements();
-  passes.resize(n);
+  const std::vector<std::int64_t>& widths = model.widths;
+  passes.resize(model, n);
   forward(model, images, n, passes);
-  constexpr int kClasses = static_cast<int>(kWidths[kLayers]);
-  check(gpu::softmax_cross_entropy(floats(passes.outputs[kLayers - 1]), ints(labels), n, kClasses,
+  check(gpu::softmax_cross_entropy(floats(passes.outputs.back()), ints(labels), n, kClasses,
                                    1.0f / static_cast<float>(global_batch_size), floats(passes.loss),
-                                   floats(passes.deltas[kLayers - 1]), stream),
+                                   floats(passes.deltas.back()), stream),
         "the softmax cross-entropy kernel");
 
   if (workspace.gradients.empty()) {
@@ -120,7 +127,7 @@ Tensor forward_backward_on_gpu(const Mlp& model, const Tensor& images, const Ten
       workspace.gradients.push_back(Tensor::empty(v.dtype(), v.shape()));
     }
   }
-  for (int l = kLayers - 1; l >= 0; --l) {
+  for (int l = model.layers() - 1; l >= 0; --l) {
     const Tensor& delta = passes.deltas[l];
     Tensor& kernel_gradient = workspace.gradients[static_cast<std::size_t>(2 * l)];
     Tensor& bias_gradient = workspace.gradients[static_cast<std::size_t>(2 * l + 1)];
@@ -128,15 +135,17 @@ Tensor forward_backward_on_gpu(const Mlp& model, const Tensor& images, const Ten
     if (n == 0) {
       check(cudaMemsetAsync(kernel_gradient.raw_data(), 0, kernel_gradient.nbytes(), stream), "cudaMemsetAsync");
     } else {
-      gemm(passes.handle, true, false, kWidths[l], kWidths[l + 1], n, in, floats(delta), floats(kernel_gradient));
+      gemm(passes.handle, true, false, widths[l], widths[l + 1], n, in, floats(delta), floats(kernel_gradient));
     }
-    check(gpu::column_sums(floats(delta), n, static_cast<int>(kWidths[l + 1]), floats(bias_gradient), stream),
+    if (on_gradient) on_gradient(model.kernels[l], kernel_gradient);
+    check(gpu::column_sums(floats(delta), n, static_cast<int>(widths[l + 1]), floats(bias_gradient), stream),
           "the column sums kernel");
+    if (on_gradient) on_gradient(model.biases[l], bias_gradient);
     if (l > 0) {
       const Tensor kernel = model.kernels[l].value();
-      gemm(passes.handle, false, true, n, kWidths[l], kWidths[l + 1], floats(delta), floats(kernel),
+      gemm(passes.handle, false, true, n, widths[l], widths[l + 1], floats(delta), floats(kernel),
            floats(passes.deltas[l - 1]));
-      check(gpu::relu_gradient(floats(passes.deltas[l - 1]), floats(passes.outputs[l - 1]), n * kWidths[l], stream),
+      check(gpu::relu_gradient(floats(passes.deltas[l - 1]), floats(passes.outputs[l - 1]), n * widths[l], stream),
             "the ReLU gradient kernel");
     }
   }
@@ -148,11 +157,11 @@ std::int64_t count_correct_on_gpu(const Mlp& model, const Tensor& images, const 
   GpuPasses& passes = passes_for(workspace);
   const cudaStream_t stream = distribute::cuda::current_stream();
   const std::int64_t n = labels.num_elements();
-  passes.resize(n);
+  passes.resize(model, n);
   forward(model, images, n, passes);
   if (!passes.correct.defined()) passes.correct = Tensor::empty(DType::kInt64, Shape{1});
   check(cudaMemsetAsync(passes.correct.raw_data(), 0, sizeof(std::int64_t), stream), "cudaMemsetAsync");
-  check(gpu::count_correct(floats(passes.outputs[kLayers - 1]), ints(labels), n, static_cast<int>(kWidths[kLayers]),
+  check(gpu::count_correct(floats(passes.outputs.back()), ints(labels), n, kClasses,
                            static_cast<unsigned long long*>(passes.correct.raw_data()), stream),
         "the count kernel");
   return passes.correct.to_vector<std::int64_t>()[0];

@@ -10,7 +10,7 @@ namespace fashion_mnist {
 
 distribute::Tensor forward_backward_on_gpu(const Mlp& model, const distribute::Tensor& images,
                                            const distribute::Tensor& labels, std::int64_t global_batch_size,
-                                           Workspace& workspace);
+                                           Workspace& workspace, const GradientSink& on_gradient);
 
 std::int64_t count_correct_on_gpu(const Mlp& model, const distribute::Tensor& images, const distribute::Tensor& labels,
                                   Workspace& workspace);

@@ -19,6 +19,12 @@
 #   shard_optimizer_state_mpirun  so do two workers (mpirun -np 2) with their state in shards
 #   checkpoint_dir    --checkpoint_dir keeps numbered checkpoints (--checkpoint_every steps too) and
 #                     resumes from the newest; its flags' errors
+#   hidden            --hidden trains an MLP of those widths, whose checkpoint a model of other
+#                     widths refuses; widths that are not positive numbers fail, naming the value
+#   overlap           --overlap (small buckets, several in flight) saves the checkpoint of one
+#                     all-reduce, byte for byte, with whole and with sharded state; a bad --bucket_mb
+#   overlap_mpirun    so do two workers (mpirun -np 2) with --overlap; and --compression=bf16 trains
+#   compression_invalid  an unknown --compression fails, naming the valid values
 #   cmake -DPROGRAM=.../train_fashion_mnist -DSOURCE_DIR=<project root> -DWORK_DIR=<scratch folder>
 #         [-DMPIEXEC=mpirun] -DCASE=help -P train_cli_test.cmake
 # The output is read through a pipe, as in a log. The cases that train need Debian's
@@ -110,7 +116,7 @@ function(expect_metrics path count)
   endforeach()
 endfunction()
 
-if(CASE MATCHES "^(progress_(auto|bar|lines|none|mpirun)|timeline_mpirun|metrics.*)$")
+if(CASE MATCHES "^(progress_(auto|bar|lines|none|mpirun)|timeline_mpirun|metrics.*|hidden|overlap.*)$")
   if(NOT EXISTS ${data_dir}/train-images-idx3-ubyte.gz)
     message("skipped: Fashion-MNIST is not installed in ${data_dir} (apt-get install dataset-fashion-mnist)")
     return()
@@ -123,7 +129,7 @@ if(CASE STREQUAL "help")
   # Abseil of 2022 exits 1 after any help, so the exit status says nothing here.
   run(--help)
   expect_in("${out}" "Flags from examples/fashion_mnist/main.cc:")
-  foreach(flag epochs replicas batch_size checkpoint resume)
+  foreach(flag epochs replicas batch_size checkpoint resume hidden overlap bucket_mb compression)
     expect_in("${out}" "--${flag} (")
   endforeach()
   expect_not_in("${out}" "No flags matched")
@@ -223,6 +229,69 @@ elseif(CASE STREQUAL "checkpoint_dir")
   expect_in("${out}" "--checkpoint_dir keeps its own checkpoints and resumes from them: drop --checkpoint and --resume")
   run(--data_dir=${data_dir} --checkpoint_every=5)
   expect_in("${out}" "--checkpoint_every=5: give a number of steps >= 0, with --checkpoint_dir")
+elseif(CASE STREQUAL "hidden")
+  run(${train_args} --replicas=2 --progress=none --hidden=64,32,16)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "training with --hidden=64,32,16 failed")
+  endif()
+  expect_in("${out}" "MLP 784-64-32-16-10 on Fashion-MNIST")
+  run(${train_args} --replicas=2 --progress=none --hidden=64,32 --resume --epochs=3)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "a checkpoint of 784-64-32-16-10 was restored into 784-64-32-10")
+  endif()
+  expect_in("${out}" "'dense_3/kernel': shape (32, 16) in the file, (32, 10) in the checkpoint")
+  foreach(bad "" "0" "64,-8" "64,wide" "64,,32")
+    run(--hidden=${bad})
+    if(rc EQUAL 0)
+      message(FATAL_ERROR "--hidden=${bad} was accepted")
+    endif()
+    expect_in("${out}" "Illegal value '${bad}' specified for flag 'hidden'")
+  endforeach()
+  run(--hidden=)
+  expect_in("${out}" "give at least one width, e.g. 256,128")
+  run(--hidden=64,wide)
+  expect_in("${out}" "'wide' is not a width; widths are whole numbers >= 1")
+elseif(CASE STREQUAL "overlap")
+  set(args --data_dir=${data_dir} --train_limit=256 --progress=none --epochs=2 --replicas=2)
+  foreach(state "" "--shard_optimizer_state")
+    run(${args} ${state} --checkpoint=${WORK_DIR}/one.safetensors)
+    run(${args} ${state} --overlap --bucket_mb=0.004 --checkpoint=${WORK_DIR}/buckets.safetensors)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "training with --overlap ${state} failed")
+    endif()
+    expect_same_file(${WORK_DIR}/one.safetensors ${WORK_DIR}/buckets.safetensors
+                     "--overlap ${state} saved another checkpoint than one all-reduce")
+  endforeach()
+  run(${args} --overlap --bucket_mb=0)
+  expect_in("${out}" "--bucket_mb=0: give a number of MiB of at least one byte, e.g. 25 or 0.5")
+elseif(CASE STREQUAL "overlap_mpirun")
+  set(args --data_dir=${data_dir} --train_limit=256 --progress=none --epochs=2)
+  run(${args} --replicas=2 --checkpoint=${WORK_DIR}/one.safetensors)
+  foreach(state "" "--shard_optimizer_state")
+    execute_process(COMMAND ${MPIEXEC} --oversubscribe --bind-to none -np 2 ${PROGRAM} ${args} --replicas=1
+                            --multi_worker --overlap --bucket_mb=0.004 ${state}
+                            --checkpoint=${WORK_DIR}/workers.safetensors
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "mpirun -np 2 with --overlap ${state} failed (exit ${rc}):\n${out}")
+    endif()
+    expect_same_file(${WORK_DIR}/one.safetensors ${WORK_DIR}/workers.safetensors
+                     "two workers with --overlap ${state} saved another checkpoint than one all-reduce")
+  endforeach()
+  execute_process(COMMAND ${MPIEXEC} --oversubscribe --bind-to none -np 2 ${PROGRAM} ${args} --replicas=1
+                          --multi_worker --overlap --compression=bf16 --checkpoint=${WORK_DIR}/bf16.safetensors
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "mpirun -np 2 with --compression=bf16 failed (exit ${rc}):\n${out}")
+  endif()
+  expect_in("${out}" "test accuracy 0.")
+elseif(CASE STREQUAL "compression_invalid")
+  run(--compression=int8)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "--compression=int8 was accepted")
+  endif()
+  expect_in("${out}" "Illegal value 'int8' specified for flag 'compression'")
+  expect_in("${out}" "none, bf16, fp16")
 elseif(CASE STREQUAL "shard_optimizer_state_mpirun")
   # Two workers of one replica each, state in shards: the checkpoint is collective, and the same.
   file(MAKE_DIRECTORY ${WORK_DIR})

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <utility>
@@ -19,6 +20,7 @@ using distribute::Tensor;
 using distribute::Variable;
 using distribute::VariableAggregation;
 using distribute::VariableSynchronization;
+using distribute::optimizers::GradientBuckets;
 using Batch = std::pair<Tensor, Tensor>;
 using Clock = std::chrono::steady_clock;
 
@@ -45,7 +47,7 @@ std::unique_ptr<distribute::optimizers::Optimizer> make_optimizer(const TrainerO
 Trainer::Trainer(distribute::Strategy& strategy, const FashionMnist& data, TrainerOptions options)
     : strategy_(strategy), data_(data), options_(std::move(options)) {
   StrategyScope scope = strategy_.scope();
-  model_ = std::make_unique<Mlp>(options_.seed);
+  model_ = std::make_unique<Mlp>(options_.seed, options_.hidden);
   variables_ = model_->trainable_variables();
   optimizer_ = make_optimizer(options_);
   optimizer_->build(variables_);
@@ -72,22 +74,39 @@ Tensor Trainer::train_step(const Batch& batch) {
   collective_seconds += seconds_since(start);
   if (local == 0) step_rows_ = global_rows;
 
-  Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace);
-
-  std::vector<std::pair<Tensor, Variable>> grads_and_vars;
-  grads_and_vars.reserve(variables_.size());
-  for (std::size_t i = 0; i < variables_.size(); ++i) grads_and_vars.emplace_back(workspace.gradients[i], variables_[i]);
-  if (options_.shard_optimizer_state) {
-    // The optimizer's reduce_scatter and all_gather surround its update of this replica's shard:
-    // the whole step counts as collective time.
+  const distribute::CommunicationOptions communication{.compression = options_.compression};
+  if (options_.overlap) {
+    // Each gradient joins a bucket as the backward pass makes it, and a full bucket's all_reduce
+    // (reduce_scatter with sharded state) runs while the layers below are computed.
+    GradientBuckets buckets =
+        optimizer_->gradient_buckets({.bucket_bytes = options_.bucket_bytes, .communication = communication});
+    Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace,
+                                   [&buckets](const Variable& v, const Tensor& gradient) { buckets.add(v, gradient); });
     start = Clock::now();
-    optimizer_->apply_gradients(grads_and_vars);
+    optimizer_->apply_gradients(buckets);
+    collective_seconds += seconds_since(start);
+    return loss;
+  }
+
+  Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace);
+  if (options_.shard_optimizer_state) {
+    // apply_gradients takes no CommunicationOptions; a bucket that never fills runs its one
+    // reduce_scatter of every gradient with them. The all_gather and the update of this
+    // replica's shard follow: the whole step counts as collective time.
+    start = Clock::now();
+    GradientBuckets buckets = optimizer_->gradient_buckets(
+        {.bucket_bytes = std::numeric_limits<std::int64_t>::max(), .communication = communication});
+    for (std::size_t i = 0; i < variables_.size(); ++i) buckets.add(variables_[i], workspace.gradients[i]);
+    optimizer_->apply_gradients(buckets);
     collective_seconds += seconds_since(start);
     return loss;
   }
   start = Clock::now();
-  ctx.all_reduce_in_place(ReduceOp::kSum, workspace.gradients);
+  ctx.all_reduce_in_place(ReduceOp::kSum, workspace.gradients, communication);
   collective_seconds += seconds_since(start);
+  std::vector<std::pair<Tensor, Variable>> grads_and_vars;
+  grads_and_vars.reserve(variables_.size());
+  for (std::size_t i = 0; i < variables_.size(); ++i) grads_and_vars.emplace_back(workspace.gradients[i], variables_[i]);
   optimizer_->apply_gradients(grads_and_vars, {.skip_gradients_aggregation = true});
   return loss;
 }

@@ -30,6 +30,15 @@ struct TrainerOptions {
   bool shard_optimizer_state = false;
   std::uint64_t seed = 1;  // the initial weights and each epoch's shuffle
   std::int64_t eval_batch_size = 1000;
+  std::vector<std::int64_t> hidden = {256, 128};  // the hidden layers' widths: 784-256-128-10
+  // The gradients summed in buckets while the backward pass goes on (Optimizer::gradient_buckets),
+  // each bucket's collective starting once it holds bucket_bytes, instead of in one collective
+  // after the pass. The same weights, bit for bit, in one process and across two workers
+  // (docs/overlap.md: with three or more, the last bits may differ).
+  bool overlap = false;
+  std::int64_t bucket_bytes = std::int64_t{25} << 20;
+  // How the gradients' float32 sums cross between workers; within a process they are exact.
+  distribute::Compression compression = distribute::Compression::kNone;
 };
 
 // How far an epoch is, after each step: for a progress bar.
@@ -49,7 +58,9 @@ struct EpochStats {
   double train_loss = 0;
   double test_accuracy = 0;
   // Shares of the training time: the gradients' all_reduce (the mean over replicas of the time
-  // each spent in it, waiting for the others included), and the loop waiting for its next batch.
+  // each spent in it, waiting for the others included; with overlap, in apply_gradients, which
+  // waits for the buckets still summing and updates the weights), and the loop waiting for its
+  // next batch.
   double collective_share = 0;
   double input_share = 0;
   double samples_per_second() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
