@@ -77,12 +77,12 @@ std::vector<int> positive_list(const std::string& text, const char* flag, const 
 }
 
 distribute::Compression compression_flag() {
-  const std::string name = absl::GetFlag(FLAGS_compression);
-  if (name == "none") return distribute::Compression::kNone;
-  if (name == "bf16") return distribute::Compression::kBfloat16;
-  if (name == "fp16") return distribute::Compression::kFloat16;
-  std::fprintf(stderr, "train_bench: --compression is none, bf16 or fp16\n");
-  std::exit(2);
+  try {
+    return distribute::parse_compression(absl::GetFlag(FLAGS_compression));
+  } catch (const distribute::InvalidArgumentError& e) {
+    std::fprintf(stderr, "train_bench: --compression: %s\n", e.what());
+    std::exit(2);
+  }
 }
 
 // One way to train that a round runs for every replica count.

@@ -35,6 +35,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -101,31 +102,23 @@ bool AbslParseFlag(absl::string_view text, HiddenWidths* hidden, std::string* er
 
 std::string AbslUnparseFlag(const HiddenWidths& hidden) { return absl::StrJoin(hidden.widths, ","); }
 
-// --compression: distribute::Compression by the names a user types.
+// --compression: distribute::Compression by the names a user types (distribute::parse_compression).
 struct GradientCompression {
   distribute::Compression compression = distribute::Compression::kNone;
 };
 
-constexpr std::pair<const char*, distribute::Compression> kCompressionNames[] = {
-    {"none", distribute::Compression::kNone},
-    {"bf16", distribute::Compression::kBfloat16},
-    {"fp16", distribute::Compression::kFloat16}};
-
 bool AbslParseFlag(absl::string_view text, GradientCompression* compression, std::string* error) {
-  for (const auto& [name, value] : kCompressionNames) {
-    if (text == name) {
-      compression->compression = value;
-      return true;
-    }
+  try {
+    compression->compression = distribute::parse_compression(std::string_view(text.data(), text.size()));
+    return true;
+  } catch (const distribute::InvalidArgumentError& e) {
+    *error = e.what();
+    return false;
   }
-  *error = "valid values: none, bf16, fp16";
-  return false;
 }
 
 std::string AbslUnparseFlag(const GradientCompression& compression) {
-  return std::find_if(std::begin(kCompressionNames), std::end(kCompressionNames),
-                      [&compression](const auto& name) { return name.second == compression.compression; })
-      ->first;
+  return absl::AsciiStrToLower(distribute::compression_name(compression.compression));
 }
 
 }  // namespace
