@@ -269,19 +269,23 @@ TEST_P(Collectives, AllReduceOfAListLargerThanTheCache) {
     }
     return get_replica_context()->all_reduce(ReduceOp::kSum, grads);
   });
-  for (int r = 0; r < n(); ++r) {
-    ASSERT_EQ(result[r].size(), leaves.size());
-    for (std::size_t leaf = 0; leaf < leaves.size(); ++leaf) {
+  for (std::size_t leaf = 0; leaf < leaves.size(); ++leaf) {
+    std::vector<double> expected(static_cast<std::size_t>(leaves[leaf].second));
+    for (std::int64_t i = 0; i < leaves[leaf].second; ++i) {
+      std::int64_t sum = 0;
+      for (int q = 0; q < n(); ++q) sum += value(q, leaf, i);
+      expected[std::size_t(i)] = double(sum);
+    }
+    for (int r = 0; r < n(); ++r) {
+      ASSERT_EQ(result[r].size(), leaves.size());
       const Tensor& got = result[r][leaf];
       ASSERT_EQ(got.dtype(), leaves[leaf].first);
       const std::vector<double> values = to_doubles(got);
-      ASSERT_EQ(values.size(), std::size_t(leaves[leaf].second));
+      ASSERT_EQ(values.size(), expected.size());
       std::int64_t wrong = 0;
       std::int64_t first_wrong = -1;
-      for (std::int64_t i = 0; i < leaves[leaf].second; ++i) {
-        std::int64_t sum = 0;
-        for (int q = 0; q < n(); ++q) sum += value(q, leaf, i);
-        if (values[std::size_t(i)] != double(sum) && wrong++ == 0) first_wrong = i;
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        if (values[i] != expected[i] && wrong++ == 0) first_wrong = std::int64_t(i);
       }
       EXPECT_EQ(wrong, 0) << "replica " << r << ", leaf " << leaf << ": first wrong element " << first_wrong;
     }

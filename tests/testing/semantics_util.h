@@ -52,8 +52,10 @@ inline Tensor tensor_of(DType dtype, const std::vector<std::int64_t>& values, co
 // The elements of a host tensor of any dtype, as doubles.
 inline std::vector<double> to_doubles(const Tensor& t) {
   return dispatch_dtype(t.dtype(), [&]<class T>(TypeTag<T>) {
+    const std::vector<T> typed = t.to_vector<T>();
     std::vector<double> out;
-    for (const T& v : t.to_vector<T>()) out.push_back(as_double(v));
+    out.reserve(typed.size());
+    for (const T& v : typed) out.push_back(as_double(v));
     return out;
   });
 }
