@@ -1,7 +1,7 @@
 // from_torch / to_torch: at::Tensor and Tensor over one storage.
 #include "distribute/torch/tensor_interop.h"
 
-#include <ATen/Functions.h>
+#include <ATen/ops/from_blob.h>
 
 #include <optional>
 #include <sstream>
