@@ -1,9 +1,9 @@
 # Checks what a program sees of a component this build of distribute lacks, by compiling probes
-# against a copy of the generated config.h that says the MPI component was not built:
+# against a copy of the generated config.h that says the MPI and torch components were not built:
 #  - the umbrella header compiles alone;
 #  - a program that names MultiWorkerMirroredStrategy (or its options) through it fails to compile
 #    with the message that says how to get the component;
-#  - including the component's own header fails the same way.
+#  - including either component's own header fails the same way.
 #
 #   cmake -DCONFIG_H=<build>/generated/distribute/config.h -DCXX=c++
 #         -DINCLUDE_DIRS="<dir>|<dir>" -P check_components.cmake
@@ -13,6 +13,7 @@ set(work ${CMAKE_CURRENT_BINARY_DIR}/components_probe)
 file(REMOVE_RECURSE ${work})
 file(READ ${CONFIG_H} config)
 string(REGEX REPLACE "#define DISTRIBUTE_HAS_MPI [01]" "#define DISTRIBUTE_HAS_MPI 0" config "${config}")
+string(REGEX REPLACE "#define DISTRIBUTE_HAS_TORCH [01]" "#define DISTRIBUTE_HAS_TORCH 0" config "${config}")
 file(WRITE ${work}/generated/distribute/config.h "${config}")
 
 # The copy first, so that it shadows the build's own config.h.
@@ -47,8 +48,11 @@ probe(names_strategy
       FALSE "${says}")
 probe(includes_component "#include <distribute/mpi/multi_worker_mirrored_strategy.h>\nint main() {}\n" FALSE "${says}")
 
+probe(includes_torch "#include <distribute/torch/torch.h>\nint main() {}\n" FALSE
+      "this build of distribute has no torch component.*-DDISTRIBUTE_WITH_TORCH=ON")
+
 if(failures)
   list(JOIN failures "\n  " text)
   message(FATAL_ERROR "check_components:\n  ${text}")
 endif()
-message(STATUS "check_components: without the MPI component the umbrella compiles and each use of the component says why it fails")
+message(STATUS "check_components: without the MPI and torch components the umbrella compiles and each use of a component says why it fails")

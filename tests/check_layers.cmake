@@ -34,6 +34,8 @@ set(allowed_checkpoint base device nest values collective cluster replica strate
 # The MPI component (its own library): the multi-worker strategy, which builds the cluster over
 # the MPI backend.
 set(allowed_mpi base device nest values collective cluster cluster_mpi replica data input strategy mpi)
+# The torch component (its own library): LibTorch tensors and modules under the strategies.
+set(allowed_torch base device nest values collective replica strategy variables optimizers checkpoint torch)
 set(allowed_umbrella base device nest values collective replica data input strategy variables nn optimizers checkpoint mpi umbrella)
 
 # The layer of a path relative to the source tree.

@@ -137,6 +137,11 @@ constinit thread_local const Device* t_default_device = nullptr;
 
 Device default_device() { return t_default_device != nullptr ? *t_default_device : Device::cpu(); }
 
+Device default_host_device() {
+  const Device here = default_device();
+  return here.is_cpu() ? here : Device::cpu();
+}
+
 const Device* detail::set_default_device(const Device* device) noexcept {
   return std::exchange(t_default_device, device);
 }

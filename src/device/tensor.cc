@@ -62,6 +62,15 @@ Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& dev
   return Tensor(detail::make_storage(data, nbytes, device, nullptr), dtype, std::move(shape));
 }
 
+Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& device, std::function<void()> release) {
+  Tensor borrowed = from_blob(data, dtype, std::move(shape), device);
+  if (!release) return borrowed;
+  const std::size_t nbytes = borrowed.nbytes();
+  return Tensor(detail::make_storage(data, nbytes, device,
+                                     [release = std::move(release)](void*, std::size_t) { release(); }),
+                dtype, std::move(borrowed.shape_));
+}
+
 Tensor Tensor::view_host(void* data, DType dtype, Shape shape, bool contiguous, const char* what) {
   DISTRIBUTE_CHECK(contiguous, InvalidArgumentError, what, ": the Eigen object's elements are not contiguous (a Map "
                    "with strides, or a block of a larger matrix); copy it into a Matrix or Array first");

@@ -56,6 +56,9 @@ std::ostream& operator<<(std::ostream& os, const Device& device);
 // Where tensors are created when no device is given: inside a replica's function the replica's
 // device (as ops inside tf.distribute's run are placed on the replica's device), else CPU:0.
 Device default_device();
+// The CPU device host memory made here belongs to: default_device() when it is a CPU (a CPU
+// replica's own), else CPU:0. Where tensors over other libraries' host memory are placed.
+Device default_host_device();
 
 namespace detail {
 // Sets what default_device() returns on this thread (null: CPU:0) and returns what it was. The

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <ostream>
 #include <type_traits>
 #include <utility>
@@ -109,6 +110,10 @@ class Tensor {
   // The same with the dtype taken from T; host memory unless `device` says otherwise.
   template <Element T>
   static Tensor from_blob(T* data, Shape shape, const Device& device = Device::cpu());
+  // The same for memory another owner frees: `release` runs once, on whichever thread drops the
+  // last tensor sharing the memory, and lets the owner go (how LibTorch and DLPack tensors come in
+  // without a copy). When this throws, `release` is not run.
+  static Tensor from_blob(void* data, DType dtype, Shape shape, const Device& device, std::function<void()> release);
 
   // A zero-copy view of an Eigen matrix or array in host memory (which must outlive the view).
   // A vector (one row or one column at compile time) has shape (size,); a row-major r x c object
