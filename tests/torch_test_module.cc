@@ -16,65 +16,21 @@
 #include "testing/error_expect.h"
 #include "testing/replica_harness.h"
 #include "testing/temp_files.h"
+#include "testing/torch_net.h"
 
 namespace distribute {
 namespace {
 
 using testing::expect_error;
 
-constexpr int kGlobalBatch = 8;
-constexpr int kFeatures = 6;
-constexpr int kClasses = 3;
-constexpr double kLearningRate = 0.1;
-
-struct Net : ::torch::nn::Module {
-  explicit Net(bool with_norm = false) {
-    fc1 = register_module("fc1", ::torch::nn::Linear(kFeatures, 8));
-    if (with_norm) norm = register_module("norm", ::torch::nn::BatchNorm1d(8));
-    fc2 = register_module("fc2", ::torch::nn::Linear(8, kClasses));
-  }
-  at::Tensor forward(const at::Tensor& x) {
-    at::Tensor h = fc1->forward(x);
-    if (!norm.is_empty()) h = norm->forward(h);
-    return fc2->forward(::torch::tanh(h));
-  }
-  ::torch::nn::Linear fc1{nullptr};
-  ::torch::nn::BatchNorm1d norm{nullptr};
-  ::torch::nn::Linear fc2{nullptr};
-};
-
-// A fixed global batch and its targets.
-at::Tensor inputs() {
-  return ::torch::sin(::torch::arange(kGlobalBatch * kFeatures, ::torch::kFloat32).reshape({kGlobalBatch, kFeatures}));
-}
-at::Tensor targets() { return ::torch::arange(kGlobalBatch, ::torch::kLong).remainder(kClasses); }
-
-// The loss of `net` on rows [begin, begin + rows) of the global batch, as that slice's share of the
-// global batch's mean cross entropy.
-at::Tensor share_of_loss(Net& net, int begin, int rows) {
-  const at::Tensor x = inputs().narrow(0, begin, rows);
-  const at::Tensor y = targets().narrow(0, begin, rows);
-  return ::torch::nn::functional::cross_entropy(
-             net.forward(x), y, ::torch::nn::functional::CrossEntropyFuncOptions().reduction(::torch::kSum)) /
-         kGlobalBatch;
-}
-
-std::shared_ptr<Net> seeded_net(bool with_norm = false) {
-  ::torch::manual_seed(7);
-  return std::make_shared<Net>(with_norm);
-}
-
-// The same module trained in one process, without the library, on the whole batch.
-std::shared_ptr<Net> train_alone(int steps, bool with_norm = false) {
-  std::shared_ptr<Net> net = seeded_net(with_norm);
-  ::torch::optim::SGD sgd(net->parameters(), kLearningRate);
-  for (int step = 0; step < steps; ++step) {
-    sgd.zero_grad();
-    share_of_loss(*net, 0, kGlobalBatch).backward();
-    sgd.step();
-  }
-  return net;
-}
+using testing::kFeatures;
+using testing::kGlobalBatch;
+using testing::kLearningRate;
+using testing::Net;
+using testing::inputs;
+using testing::seeded_net;
+using testing::share_of_loss;
+using testing::train_alone;
 
 // Every clone's parameters and buffers equal clone 0's, bit for bit.
 void expect_clones_identical(const ReplicatedModule<Net>& model, const std::string& when) {
