@@ -362,7 +362,7 @@ TEST(ReplicatedModule, TheGuidesProgramTrainsTwoEqualClones) {
   const at::Tensor y = (x.sum(1) > 0).to(::torch::kLong);
   std::vector<float> losses;
   for (int step = 0; step < 100; ++step) {
-    const PerReplica<float> loss = strategy.run([&] {
+    const PerReplica<float> replica_losses = strategy.run([&] {
       const int r = get_replica_context()->replica_id_in_sync_group();
       const at::Tensor mine = x.narrow(0, 8 * r, 8), labels = y.narrow(0, 8 * r, 8);
       at::Tensor loss = ::torch::nn::functional::cross_entropy(
@@ -374,7 +374,7 @@ TEST(ReplicatedModule, TheGuidesProgramTrainsTwoEqualClones) {
       sgd.apply_gradients(buckets);
       return loss.item<float>();
     });
-    losses.push_back(loss[0] + loss[1]);
+    losses.push_back(replica_losses[0] + replica_losses[1]);
   }
   EXPECT_LT(losses.back(), losses.front() / 2) << losses.front() << " -> " << losses.back();
   const std::filesystem::path path = testing::temp_path("net", ".safetensors");
