@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -219,78 +220,67 @@ TEST(ReplicatedModule, ACheckpointLoadsByStateDictNameIntoAPlainModule) {
   std::filesystem::remove(other_path);
 }
 
-TEST(ReplicatedModuleErrors, ABackwardPassThroughAnotherReplicasCloneNamesBoth) {
-  MirroredStrategy strategy(testing::cpu_devices(2));
-  StrategyScope scope = strategy.scope();
-  ReplicatedModule<Net> model([] { return seeded_net(); });
-  optimizers::SGD sgd(kLearningRate);
+// A Net on two replicas, and one training step whose loss each replica takes from `loss_of`.
+class ReplicatedModuleErrors : public ::testing::Test {
+ protected:
+  ReplicatedModuleErrors() {
+    StrategyScope scope = strategy_.scope();
+    model_.emplace([] { return seeded_net(); });
+    sgd_ = std::make_unique<optimizers::SGD>(kLearningRate);
+  }
+
+  void step_with_buckets(const std::function<at::Tensor(int replica)>& loss_of) {
+    strategy_.run([&] {
+      auto buckets = sgd_->gradient_buckets();
+      model_->backward(loss_of(get_replica_context()->replica_id_in_sync_group()), buckets);
+      sgd_->apply_gradients(buckets);
+    });
+  }
+
+  MirroredStrategy strategy_{testing::cpu_devices(2)};
+  std::optional<ReplicatedModule<Net>> model_;
+  std::unique_ptr<optimizers::SGD> sgd_;
+};
+
+TEST_F(ReplicatedModuleErrors, ABackwardPassThroughAnotherReplicasCloneNamesBoth) {
+  // Replica 0 computes with replica 1's clone.
   expect_error<FailedPreconditionError>(
-      [&] {
-        strategy.run([&] {
-          const int r = get_replica_context()->replica_id_in_sync_group();
-          auto buckets = sgd.gradient_buckets();
-          // Replica 0 computes with replica 1's clone.
-          model.backward(share_of_loss(*model.clone(1), r * 4, 4), buckets);
-          sgd.apply_gradients(buckets);
-        });
-      },
+      [&] { step_with_buckets([&](int r) { return share_of_loss(*model_->clone(1), r * 4, 4); }); },
       {"backward pass of replica 0", "parameter 'fc2.", "local replica 1's clone", "model.local()"});
 }
 
-TEST(ReplicatedModuleErrors, AParameterReplacedAfterReplicationIsNamed) {
-  MirroredStrategy strategy(testing::cpu_devices(2));
-  StrategyScope scope = strategy.scope();
-  ReplicatedModule<Net> model([] { return seeded_net(); });
-  model.clone(1)->fc1->weight.set_data(::torch::zeros({8, kFeatures}));
-  optimizers::SGD sgd(kLearningRate);
+TEST_F(ReplicatedModuleErrors, AParameterReplacedAfterReplicationIsNamed) {
+  model_->clone(1)->fc1->weight.set_data(::torch::zeros({8, kFeatures}));
   expect_error<FailedPreconditionError>(
-      [&] {
-        strategy.run([&] {
-          const int r = get_replica_context()->replica_id_in_sync_group();
-          auto buckets = sgd.gradient_buckets();
-          model.backward(share_of_loss(*model.local(), r * 4, 4), buckets);
-          sgd.apply_gradients(buckets);
-        });
-      },
+      [&] { step_with_buckets([&](int r) { return share_of_loss(*model_->local(), r * 4, 4); }); },
       {"replica 1's parameter 'fc1.weight'", "replaced after replication"});
 }
 
-TEST(ReplicatedModuleErrors, AModuleGivenAnotherParameterAfterReplicationIsNamed) {
-  MirroredStrategy strategy(testing::cpu_devices(2));
-  StrategyScope scope = strategy.scope();
-  ReplicatedModule<Net> model([] { return seeded_net(); });
-  model.clone(0)->register_parameter("extra", ::torch::zeros({1}));
+TEST_F(ReplicatedModuleErrors, AModuleGivenAnotherParameterAfterReplicationIsNamed) {
+  model_->clone(0)->register_parameter("extra", ::torch::zeros({1}));
   expect_error<FailedPreconditionError>(
       [&] {
-        strategy.run([&] {
+        strategy_.run([&] {
           const int r = get_replica_context()->replica_id_in_sync_group();
-          model.backward(share_of_loss(*model.local(), r * 4, 4));
+          model_->backward(share_of_loss(*model_->local(), r * 4, 4));
         });
       },
       {"replica 0's clone changed after replication", "extra"});
 }
 
-TEST(ReplicatedModuleErrors, AParameterWithoutAGradientOnOneReplicaIsNamed) {
-  MirroredStrategy strategy(testing::cpu_devices(2));
-  StrategyScope scope = strategy.scope();
-  ReplicatedModule<Net> model([] { return seeded_net(); });
-  optimizers::SGD sgd(kLearningRate);
+TEST_F(ReplicatedModuleErrors, AParameterWithoutAGradientOnOneReplicaIsNamed) {
+  // Replica 1's loss leaves fc2 out.
   expect_error<InvalidArgumentError>(
       [&] {
-        strategy.run([&] {
-          const int r = get_replica_context()->replica_id_in_sync_group();
-          auto buckets = sgd.gradient_buckets();
-          Net& net = *model.local();
-          // Replica 1's loss leaves fc2 out.
-          at::Tensor loss = r == 0 ? share_of_loss(net, 0, 4) : net.fc1->forward(inputs()).sum();
-          model.backward(loss, buckets);
-          sgd.apply_gradients(buckets);
+        step_with_buckets([&](int r) {
+          Net& net = *model_->local();
+          return r == 0 ? share_of_loss(net, 0, 4) : net.fc1->forward(inputs()).sum();
         });
       },
       {"on replica 1", "parameter 'fc2.bias', 'fc2.weight' got no gradient"});
 }
 
-TEST(ReplicatedModuleErrors, MisplacedCallsSayWhereTheyBelong) {
+TEST(ReplicatedModuleMisuse, MisplacedCallsSayWhereTheyBelong) {
   MirroredStrategy strategy(testing::cpu_devices(2));
   StrategyScope scope = strategy.scope();
   expect_error<InvalidArgumentError>([] { ReplicatedModule<Net> model([] { return std::shared_ptr<Net>(); }); },
@@ -316,7 +306,7 @@ TEST(ReplicatedModuleErrors, MisplacedCallsSayWhereTheyBelong) {
       {"ReplicatedModule", "inside a replica's fn", "cross-replica context"});
 }
 
-TEST(ReplicatedModuleErrors, AnotherStrategysReplicaIsRefused) {
+TEST(ReplicatedModuleMisuse, AnotherStrategysReplicaIsRefused) {
   MirroredStrategy strategy(testing::cpu_devices(2));
   std::optional<ReplicatedModule<Net>> model;
   {
