@@ -49,11 +49,17 @@ void expect_clones_identical(const ReplicatedModule<Net>& model, const std::stri
 
 // Trains a replicated Net for `steps` with the library's SGD and overlapped buckets; returns clone
 // 0's parameters, by name.
-std::vector<std::pair<std::string, at::Tensor>> train_replicated(int replicas, int steps, bool with_norm = false) {
+using OptimizerFactory = std::function<std::unique_ptr<optimizers::Optimizer>()>;
+
+std::unique_ptr<optimizers::Optimizer> plain_sgd() { return std::make_unique<optimizers::SGD>(kLearningRate); }
+
+std::vector<std::pair<std::string, at::Tensor>> train_replicated(int replicas, int steps, bool with_norm = false,
+                                                                 const OptimizerFactory& make_optimizer = plain_sgd) {
   MirroredStrategy strategy(testing::cpu_devices(replicas));
   StrategyScope scope = strategy.scope();
   ReplicatedModule<Net> model([&] { return seeded_net(with_norm); });
-  optimizers::SGD sgd(kLearningRate);
+  const std::unique_ptr<optimizers::Optimizer> optimizer = make_optimizer();
+  optimizers::Optimizer& sgd = *optimizer;
   const int rows = kGlobalBatch / replicas;
   for (int step = 0; step < steps; ++step) {
     strategy.run([&] {
@@ -130,6 +136,20 @@ TEST_P(ReplicatedTraining, ReachesTheWeightsOfOneProcessOnTheGlobalBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, ReplicatedTraining, ::testing::Values(2, 4));
+
+TEST(ReplicatedModule, AdamWithStateInShardsTakesWholeAdamsSteps) {
+  constexpr int kSteps = 3;
+  const auto whole = train_replicated(4, kSteps, false, [] { return std::make_unique<optimizers::Adam>(0.01); });
+  const auto sharded = train_replicated(4, kSteps, false, [] {
+    return std::make_unique<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 0.01},
+                                              optimizers::OptimizerOptions{.shard_state = true});
+  });
+  const auto initial = seeded_net()->named_parameters(true);
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_TRUE(::torch::equal(whole[i].second, sharded[i].second)) << whole[i].first;
+    EXPECT_FALSE(::torch::equal(whole[i].second, initial[whole[i].first])) << whole[i].first << " did not move";
+  }
+}
 
 TEST(ReplicatedModule, ATorchOptimOptimizerStepsOnTheSummedGradients) {
   constexpr int kSteps = 3;
