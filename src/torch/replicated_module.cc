@@ -5,8 +5,12 @@
 #include <ATen/Parallel.h>
 #include <torch/nn/module.h>
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +39,16 @@ std::vector<std::pair<std::string, at::Tensor>> state_dict_of(const ::torch::nn:
   for (const auto& item : module.named_parameters(true)) tensors.emplace_back(item.key(), item.value());
   for (const auto& item : module.named_buffers(true)) tensors.emplace_back(item.key(), item.value());
   return tensors;
+}
+
+// ReplicatedModuleOptions::keep_freed_memory, once per process.
+void keep_freed_memory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) return;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  });
 }
 
 std::string sizes_of(const at::Tensor& tensor) {
@@ -193,6 +207,7 @@ ReplicatedModuleBase::ReplicatedModuleBase(const std::function<std::shared_ptr<:
     s.intra_op_threads = options.intra_op_threads;
   }
   s.set_intra_op_threads();
+  if (options.keep_freed_memory) keep_freed_memory();
 
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> clone_tensors;
   for (int c = 0; c < replicas; ++c) {
