@@ -7,9 +7,12 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distribute/distribute.h"
@@ -337,6 +340,22 @@ TEST(ReplicatedModuleMisuse, AnotherStrategysReplicaIsRefused) {
   expect_error<FailedPreconditionError>([&] { other.run([&] { model->local(); }); },
                                         {"ReplicatedModule.local", "called in a replica of MirroredStrategy",
                                          "not of the strategy the module was replicated for"});
+}
+
+TEST(ReplicatedModule, TheDefaultThreadsShareTheCoresWithTheOtherWorkersOnTheMachine) {
+  MirroredStrategy strategy(testing::cpu_devices(2));
+  StrategyScope scope = strategy.scope();
+  // As mpirun -np 3 tells each worker on one machine.
+  ASSERT_EQ(setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "3", 1), 0);
+  ReplicatedModule<Net> model([] { return seeded_net(); });
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> threads(2);
+  strategy.run([&] {
+    model.local();
+    threads[static_cast<std::size_t>(get_replica_context()->local_replica_id())] = at::get_num_threads();
+  });
+  EXPECT_EQ(threads, std::vector<int>(2, std::max(1, cores / 6)));
 }
 
 TEST(ReplicatedModule, EachReplicaThreadGetsItsShareOfTheCores) {

@@ -32,7 +32,6 @@
 // (each epoch's line followed by its slowest replica's). One replica (--replicas=1, LibTorch's 2
 // threads) trained 5500-5600 samples/s, two 7700-8500; mpirun -np 2 with --replicas=1, the same
 // losses as one process of 2 replicas, 6200.
-#include <malloc.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -46,11 +45,11 @@
 #include <numeric>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "cnn.h"
 #include "command_line.h"
 #include "distribute/distribute.h"
 #include "distribute/torch/torch.h"
@@ -79,42 +78,12 @@ ABSL_FLAG(std::string, metrics, "",
 namespace {
 
 using distribute::ReplicatedModule;
+using torch_fashion_mnist::Cnn;
 using fashion_mnist::Batch;
 using fashion_mnist::EpochStats;
 using fashion_mnist::Progress;
 using fashion_mnist::StepProgress;
 namespace F = torch::nn::functional;
-
-// The CNN, a plain LibTorch module: the pixels standardized, 5x5 convolutions of 16 and 32
-// channels, each followed by 2x2 max pooling and ReLU (28x28 -> 24x24 -> 12x12 -> 8x8 -> 4x4),
-// then a dense layer of 128 and the 10 classes' logits.
-struct Net : torch::nn::Module {
-  static constexpr const char* kDescription = "CNN conv5x5/16-pool-conv5x5/32-pool-128-10";
-  // The mean and standard deviation of Fashion-MNIST's training pixels (in [0, 1]).
-  static constexpr double kPixelMean = 0.2860;
-  static constexpr double kPixelStd = 0.3530;
-
-  Net() {
-    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5)));
-    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5)));
-    fc1 = register_module("fc1", torch::nn::Linear(32 * 4 * 4, 128));
-    fc2 = register_module("fc2", torch::nn::Linear(128, fashion_mnist::kClasses));
-  }
-
-  // images [n, 1, 28, 28] -> logits [n, 10]. Pooling before ReLU gives the same values and
-  // gradients as after (ReLU keeps the order of its inputs), with ReLU on a quarter of them.
-  at::Tensor forward(const at::Tensor& images) {
-    at::Tensor x = torch::relu(torch::max_pool2d(conv1->forward((images - kPixelMean) / kPixelStd), 2));
-    x = torch::relu(torch::max_pool2d(conv2->forward(x), 2));
-    x = torch::relu(fc1->forward(x.flatten(1)));
-    return fc2->forward(x);
-  }
-
-  torch::nn::Conv2d conv1{nullptr};
-  torch::nn::Conv2d conv2{nullptr};
-  torch::nn::Linear fc1{nullptr};
-  torch::nn::Linear fc2{nullptr};
-};
 
 // A replica's images as LibTorch sees them, [n, 1, 28, 28], over the batch's memory (n may be 0).
 at::Tensor images_of(const Batch& batch) {
@@ -125,23 +94,14 @@ at::Tensor images_of(const Batch& batch) {
 // Its labels as the class indices cross_entropy takes (int64; the files' are int32: a copy).
 at::Tensor labels_of(const Batch& batch) { return distribute::to_torch(batch.second).to(torch::kLong); }
 
-// LibTorch's intra-op threads on each replica: the cores shared by the replicas of every worker on
-// this machine (mpirun tells each process how many it started here), at least one. The library's
-// default counts this process's replicas alone, and mpirun -np 2 on 2 cores would run 4 threads.
-int torch_threads(int local_replicas) {
-  const char* workers_here = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int workers = workers_here != nullptr ? std::max(1, std::atoi(workers_here)) : 1;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / (local_replicas * workers));
-}
-
 // The global batch of the evaluation: on one replica its first layer's output, 500 x 16 x 24 x 24
-// floats, stays under the 32 MiB that glibc serves from the heap (see main).
+// floats, stays under the 32 MiB that glibc serves from the heap once a ReplicatedModule set its
+// thresholds (ReplicatedModuleOptions::keep_freed_memory).
 constexpr std::int64_t kEvalBatch = 500;
 
 // The test accuracy: every replica counts the examples of its part of each test batch that its
 // clone predicts right.
-double evaluate(distribute::Strategy& strategy, const ReplicatedModule<Net>& model, const fashion_mnist::Split& test) {
+double evaluate(distribute::Strategy& strategy, const ReplicatedModule<Cnn>& model, const fashion_mnist::Split& test) {
   for (int c = 0; c < model.num_clones(); ++c) model.clone(c)->eval();
   const double accuracy = fashion_mnist::accuracy(strategy, test, kEvalBatch, [&model](const Batch& batch) {
     const torch::NoGradGuard no_grad;  // per thread: each replica's own
@@ -174,12 +134,11 @@ int train() {
   // The model and the optimizer under the strategy's scope: a clone per replica, mirrored variables.
   distribute::StrategyScope scope = strategy->scope();
   const std::uint64_t seed = absl::GetFlag(FLAGS_seed);
-  ReplicatedModule<Net> model(
+  ReplicatedModule<Cnn> model(
       [seed] {
         torch::manual_seed(seed);  // the clone of global replica 0 gives every clone its values
-        return std::make_shared<Net>();
-      },
-      {.intra_op_threads = torch_threads(strategy->extended().num_local_replicas())});
+        return std::make_shared<Cnn>();
+      });
   fashion_mnist::TrainerOptions optimizer_options;
   optimizer_options.optimizer = absl::GetFlag(FLAGS_optimizer);
   optimizer_options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
@@ -206,7 +165,7 @@ int train() {
   if (chief) {
     std::printf("%s on Fashion-MNIST (%lld training, %lld test images) with %s: %d replicas, %d LibTorch "
                 "threads each, global batch %lld, %s learning rate %g (x %g each epoch)\n",
-                Net::kDescription, static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
+                Cnn::kDescription, static_cast<long long>(data.train.size()), static_cast<long long>(data.test.size()),
                 strategy->name().c_str(), strategy->num_replicas_in_sync(), at::get_num_threads(),
                 static_cast<long long>(batch_size), optimizer_options.optimizer.c_str(),
                 optimizer_options.learning_rate, decay);
@@ -271,13 +230,6 @@ int train() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // LibTorch allocates every activation and gradient anew, each step, and glibc gives the large
-  // blocks back to the system once they are freed (mmap, and trimming the heap), to fault their
-  // pages in again the next step, on every replica's thread at once. Kept in the heap, they are
-  // reused: on 2 cores an epoch trained twice as fast, and the evaluation three times. (The
-  // environment's MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ do the same for any program.)
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   return fashion_mnist::run_program(argc, argv,
                                     "Trains a LibTorch CNN on Fashion-MNIST with distribute's MirroredStrategy.",
                                     __FILE__, train);

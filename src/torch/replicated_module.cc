@@ -51,6 +51,15 @@ void keep_freed_memory() {
   });
 }
 
+// How many processes of this job run on this machine, as the launcher tells each of them
+// (Open MPI's mpirun, MPICH's Hydra); 1 without one.
+int processes_on_this_host() {
+  for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* value = std::getenv(variable); value != nullptr && std::atoi(value) > 0) return std::atoi(value);
+  }
+  return 1;
+}
+
 std::string sizes_of(const at::Tensor& tensor) {
   return absl::StrCat("[", absl::StrJoin(tensor.sizes(), ", "), "]");
 }
@@ -202,7 +211,8 @@ ReplicatedModuleBase::ReplicatedModuleBase(const std::function<std::shared_ptr<:
                    "ReplicatedModule: intra_op_threads is ", options.intra_op_threads,
                    "; use a number of threads >= 1, 0 for cores / local replicas, or -1 to leave LibTorch's");
   if (options.intra_op_threads == 0) {
-    s.intra_op_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / replicas);
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    s.intra_op_threads = std::max(1, cores / (replicas * processes_on_this_host()));
   } else {
     s.intra_op_threads = options.intra_op_threads;
   }

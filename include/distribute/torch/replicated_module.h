@@ -35,10 +35,11 @@
 // batch's (sum over its examples / global batch size), as nn::compute_average_loss makes it.
 //
 // Threads. Each replica thread runs LibTorch's intra-op work for its own clone; so that the
-// replicas do not oversubscribe the cores, LibTorch's intra-op threads are set to
-// max(1, hardware threads / local replicas) at construction and on each replica's thread when it
-// first calls local() (ReplicatedModuleOptions::intra_op_threads chooses another number, or -1 to
-// leave LibTorch's setting alone).
+// replicas (and the other workers mpirun started on this machine) do not oversubscribe the cores,
+// LibTorch's intra-op threads are set to max(1, hardware threads / (local replicas x workers on
+// this machine)) at construction and on each replica's thread when it first calls local()
+// (ReplicatedModuleOptions::intra_op_threads chooses another number, or -1 to leave LibTorch's
+// setting alone).
 //
 // Misuse ends in a typed error naming the replica and the parameter, never a hang: a replica whose
 // backward pass reaches another replica's clone (FailedPreconditionError); a clone whose
@@ -68,8 +69,10 @@ class Module;
 namespace distribute {
 
 struct ReplicatedModuleOptions {
-  // LibTorch's intra-op threads on each replica thread: 0 for max(1, hardware threads / local
-  // replicas), -1 to leave LibTorch's setting as it is, or a number >= 1.
+  // LibTorch's intra-op threads on each replica thread: 0 for max(1, hardware threads / (local
+  // replicas x this job's processes on this machine, as mpirun tells each in
+  // OMPI_COMM_WORLD_LOCAL_SIZE, or MPICH in MPI_LOCALNRANKS)), -1 to leave LibTorch's setting as
+  // it is, or a number >= 1.
   int intra_op_threads = 0;
   // LibTorch allocates each step's activations with malloc; glibc hands blocks over its mmap
   // threshold back to the system when they are freed (and trims the heap's top), so every step
