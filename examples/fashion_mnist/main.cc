@@ -15,67 +15,28 @@
 //   epoch 1/10: loss 0.5098, test accuracy 0.8485, 73802 samples/s, collectives 7.6%, input wait 1.5%
 //     slowest: replica 1, last in 75 % of collectives
 //   ...
-#include <unistd.h>
-
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "command_line.h"
 #include "idx.h"
 #include "metrics_csv.h"
 #include "trainer.h"
-#if DISTRIBUTE_EXAMPLE_WITH_MPI
-#include "distribute/mpi/multi_worker_mirrored_strategy.h"
-#endif
 
 namespace {
-
-// What worker 0 shows while it trains (--progress); the other workers show nothing.
-enum class Progress {
-  kAuto,   // kBar where a person watches, on the terminal of a single process; kLines elsewhere
-  kBar,    // a bar redrawn after every step, and a line per epoch
-  kLines,  // a line per epoch
-  kNone,   // the first and the last line only
-};
-
-constexpr std::pair<const char*, Progress> kProgressNames[] = {
-    {"auto", Progress::kAuto}, {"bar", Progress::kBar}, {"lines", Progress::kLines}, {"none", Progress::kNone}};
-
-bool AbslParseFlag(absl::string_view text, Progress* progress, std::string* error) {
-  for (const auto& [name, value] : kProgressNames) {
-    if (text == name) {
-      *progress = value;
-      return true;
-    }
-  }
-  *error = "valid values: auto, bar, lines, none";
-  return false;
-}
-
-std::string AbslUnparseFlag(Progress progress) {
-  return std::find_if(std::begin(kProgressNames), std::end(kProgressNames),
-                      [progress](const auto& name) { return name.second == progress; })
-      ->first;
-}
 
 // --hidden: the hidden layers' widths, "256,128".
 struct HiddenWidths {
@@ -123,8 +84,6 @@ std::string AbslUnparseFlag(const GradientCompression& compression) {
 
 }  // namespace
 
-ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
-          "the folder of the four gzipped IDX files (Debian package dataset-fashion-mnist)");
 ABSL_FLAG(int, replicas, 0, "replicas in this process, one thread each; 0: one per core (per GPU with --device=gpu)");
 ABSL_FLAG(std::string, device, "cpu",
           "cpu, or gpu: replica k on GPU:k (with one GPU and more --replicas, that many logical GPUs of it)");
@@ -141,13 +100,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "train_until_done.sh); instead of --checkpoint and --resume");
 ABSL_FLAG(int64_t, checkpoint_every, 0,
           "with --checkpoint_dir: also save every N training steps (0: after each epoch only)");
-ABSL_FLAG(uint64_t, seed, 1, "the initial weights and the shuffling");
-ABSL_FLAG(int64_t, train_limit, 0, "train on the first N training images only; 0: all 60000");
 ABSL_FLAG(bool, shard_optimizer_state, false,
           "keep the optimizer's slots in shards across the replicas (ZeRO-1): each replica updates its shard "
           "and the weights are all-gathered; the same results, 1/N of the slots per replica");
-ABSL_FLAG(bool, multi_worker, false,
-          "one worker per MPI process (MultiWorkerMirroredStrategy; start with mpirun -np K)");
 ABSL_FLAG(HiddenWidths, hidden, HiddenWidths{fashion_mnist::TrainerOptions{}.hidden},
           "the widths of the MLP's hidden layers, e.g. 2048,2048 for 784-2048-2048-10; a checkpoint restores "
           "only into the widths it was saved with");
@@ -161,10 +116,6 @@ ABSL_FLAG(double, bucket_mb, 25,
 ABSL_FLAG(GradientCompression, compression, GradientCompression{},
           "none, bf16 or fp16: how the gradients' sums cross between workers (--multi_worker), 16 bits a value "
           "on the wire with bf16 and fp16; within a process they are summed in float32 whatever this says");
-ABSL_FLAG(Progress, progress, Progress::kAuto,
-          "what worker 0 shows while it trains: bar (a bar redrawn after every step, and a line per epoch), "
-          "lines (a line per epoch), none (the first and last lines only), or auto: bar on the terminal of a "
-          "single process, lines elsewhere (a pipe, a file, mpirun)");
 ABSL_FLAG(std::string, metrics, "",
           "a CSV file to write a row per epoch to (loss, test accuracy, samples/s, collective and input-wait "
           "shares, seconds); plot_metrics.py draws it. With --resume, the rows of the checkpoint's epochs stay");
@@ -172,90 +123,8 @@ ABSL_FLAG(std::string, metrics, "",
 namespace {
 
 using fashion_mnist::EpochStats;
+using fashion_mnist::Progress;
 using fashion_mnist::StepProgress;
-
-// "CPU:0".."CPU:n-1" or "GPU:0".."GPU:n-1"; n GPUs on a machine with one split it into n logical GPUs.
-std::vector<std::string> replica_devices(int replicas, bool on_gpus) {
-  if (on_gpus) {
-    const int gpus = distribute::num_physical_gpus();
-    if (gpus == 0) {
-      throw distribute::UnavailableError(
-          absl::StrCat("--device=gpu: no GPU is visible (", distribute::gpu_unavailable_reason(), ")"));
-    }
-    if (replicas > gpus) {
-      if (gpus != 1) {
-        throw distribute::InvalidArgumentError(absl::StrCat("--device=gpu: --replicas=", replicas, " but there are ",
-                                                            gpus, " GPUs; ask for at most that many replicas"));
-      }
-      distribute::set_logical_device_configuration(
-          0, std::vector<distribute::LogicalDeviceConfiguration>(static_cast<std::size_t>(replicas)));
-    }
-  }
-  std::vector<std::string> devices;
-  for (int i = 0; i < replicas; ++i) devices.push_back(absl::StrCat(on_gpus ? "GPU:" : "CPU:", i));
-  return devices;
-}
-
-std::unique_ptr<distribute::Strategy> make_strategy(const std::vector<std::string>& devices) {
-  if (absl::GetFlag(FLAGS_multi_worker)) {
-#if DISTRIBUTE_EXAMPLE_WITH_MPI
-    distribute::MultiWorkerMirroredStrategyOptions options;
-    options.local_devices = devices;
-    return std::make_unique<distribute::MultiWorkerMirroredStrategy>(std::move(options));
-#else
-    throw distribute::UnimplementedError(
-        "--multi_worker: this build has no distribute::mpi; install libopenmpi-dev and rebuild");
-#endif
-  }
-  return std::make_unique<distribute::MirroredStrategy>(devices);
-}
-
-// Whether a launcher (mpirun, srun) started this process as one of a job's: mpirun gives its
-// children a pseudo-terminal even when its own output goes to a file, where a bar would leave a
-// line of escape sequences after every step.
-bool started_by_launcher() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
-    if (std::getenv(name) != nullptr) return true;
-  }
-  return false;
-}
-
-// --progress as this worker shows it: nothing on workers other than 0, and kAuto resolved.
-Progress shown_progress(const distribute::Strategy& strategy) {
-  if (!strategy.extended().should_save_summary()) return Progress::kNone;
-  const Progress asked = absl::GetFlag(FLAGS_progress);
-  if (asked != Progress::kAuto) return asked;
-  const bool watched =
-      ::isatty(STDOUT_FILENO) != 0 && strategy.extended().num_workers() == 1 && !started_by_launcher();
-  return watched ? Progress::kBar : Progress::kLines;
-}
-
-// Redraws one line: "epoch 3/10 [#######.......]  120/469  40213 samples/s  loss 0.4121  ETA 3s".
-void draw_progress(const StepProgress& p, int epochs) {
-  constexpr int kWidth = 30;
-  const int done = static_cast<int>(kWidth * p.step / std::max<std::int64_t>(p.steps, 1));
-  const double rate = p.seconds > 0 ? static_cast<double>(p.samples) / p.seconds : 0;
-  const double eta = p.step > 0 ? p.seconds * static_cast<double>(p.steps - p.step) / static_cast<double>(p.step) : 0;
-  std::printf("\r\033[Kepoch %d/%d [%s%s] %4lld/%lld  %6.0f samples/s  loss %.4f  ETA %.0fs", p.epoch, epochs,
-              std::string(static_cast<std::size_t>(done), '#').c_str(),
-              std::string(static_cast<std::size_t>(kWidth - done), '.').c_str(), static_cast<long long>(p.step),
-              static_cast<long long>(p.steps), rate, p.mean_loss, eta);
-  std::fflush(stdout);
-}
-
-// after_bar: the line replaces the bar. Then the epoch's straggler: the replica (of this worker:
-// worker 0's, as only it prints) that the others waited for most often.
-void print_epoch(const EpochStats& s, int epochs, bool after_bar, const distribute::CollectiveStats& collectives) {
-  std::printf("%sepoch %d/%d: loss %.4f, test accuracy %.4f, %.0f samples/s, collectives %.1f%%, input wait %.1f%%\n",
-              after_bar ? "\r\033[K" : "", s.epoch, epochs, s.train_loss, s.test_accuracy, s.samples_per_second(),
-              100 * s.collective_share, 100 * s.input_share);
-  if (const distribute::ReplicaCollectiveStats* slowest = collectives.slowest();
-      slowest != nullptr && collectives.replicas.size() > 1) {
-    std::printf("  slowest: replica %d, last in %.0f %% of collectives\n", slowest->replica_id,
-                100.0 * static_cast<double>(slowest->last_arrivals) / static_cast<double>(slowest->collectives));
-  }
-  std::fflush(stdout);
-}
 
 int train() {
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -263,10 +132,7 @@ int train() {
     throw distribute::InvalidArgumentError(absl::StrCat("--device=", device, ": the device is cpu or gpu"));
   }
   const bool on_gpus = device == "gpu";
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int replicas = absl::GetFlag(FLAGS_replicas) > 0 ? absl::GetFlag(FLAGS_replicas)
-                       : on_gpus                          ? std::max(1, distribute::num_physical_gpus())
-                                                          : cores;
+  const int replicas = fashion_mnist::replicas_or_default(absl::GetFlag(FLAGS_replicas), on_gpus);
   const int epochs = absl::GetFlag(FLAGS_epochs);
   std::filesystem::path checkpoint = absl::GetFlag(FLAGS_checkpoint);
   const std::filesystem::path checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
@@ -287,9 +153,10 @@ int train() {
         absl::StrCat("--bucket_mb=", bucket_mb, ": give a number of MiB of at least one byte, e.g. 25 or 0.5"));
   }
 
-  std::unique_ptr<distribute::Strategy> strategy = make_strategy(replica_devices(replicas, on_gpus));
+  std::unique_ptr<distribute::Strategy> strategy = fashion_mnist::make_strategy(
+      fashion_mnist::replica_devices(replicas, on_gpus), absl::GetFlag(FLAGS_multi_worker));
   const bool chief = strategy->extended().should_save_summary();
-  const Progress progress = shown_progress(*strategy);
+  const Progress progress = fashion_mnist::shown_progress(*strategy, absl::GetFlag(FLAGS_progress));
   const fashion_mnist::FashionMnist data =
       fashion_mnist::load(absl::GetFlag(FLAGS_data_dir), absl::GetFlag(FLAGS_train_limit));
 
@@ -343,7 +210,7 @@ int train() {
   while (trainer.epochs_done() < epochs) {
     strategy->extended().reset_collective_stats();
     const EpochStats stats = trainer.train_epoch([&](const StepProgress& p) {
-      if (progress == Progress::kBar) draw_progress(p, epochs);
+      if (progress == Progress::kBar) fashion_mnist::draw_progress(p, epochs);
       if (manager && checkpoint_every > 0) manager->save(handler->total_run_calls());
     });
     if (manager) {
@@ -354,7 +221,7 @@ int train() {
     accuracy = stats.test_accuracy;
     if (metrics) metrics->write(stats);
     if (progress == Progress::kBar || progress == Progress::kLines) {
-      print_epoch(stats, epochs, progress == Progress::kBar, strategy->extended().collective_stats());
+      fashion_mnist::print_epoch(stats, epochs, progress == Progress::kBar, strategy->extended().collective_stats());
     }
   }
   if (accuracy == 0) accuracy = trainer.evaluate();  // resumed after the last epoch: nothing trained
@@ -368,21 +235,6 @@ int train() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Trains an MLP on Fashion-MNIST with distribute's MirroredStrategy.");
-  // --help and --helpshort list the flags of this file: Abseil's default looks for a file named
-  // after the program. CMakeLists.txt cuts the project's root off __FILE__ (-fmacro-prefix-map),
-  // so it, and --helpfull's "Flags from" line, is the path inside the project.
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) { return file == __FILE__; };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::ParseCommandLine(argc, argv);
-  try {
-    return train();
-  } catch (const distribute::RestartRequested& request) {
-    return request.exit_code();  // preempted and saved: the strategy and its threads are gone by now
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "\ntrain_fashion_mnist: %s\n", e.what());
-    return 1;
-  }
+  return fashion_mnist::run_program(argc, argv, "Trains an MLP on Fashion-MNIST with distribute's MirroredStrategy.",
+                                    __FILE__, train);
 }

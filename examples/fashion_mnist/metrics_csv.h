@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "trainer.h"
+#include "epoch_loop.h"
 
 namespace fashion_mnist {
 

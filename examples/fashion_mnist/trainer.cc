@@ -1,11 +1,10 @@
-// The training loop: distributed input, a step on every replica, the epoch's loss and accuracy.
+// The MLP's step on every replica, and what a checkpoint holds; epoch_loop.cc runs the loops.
 #include "trainer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <limits>
 #include <numeric>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,20 +12,14 @@
 namespace fashion_mnist {
 namespace {
 
-using distribute::PerReplica;
 using distribute::ReduceOp;
 using distribute::StrategyScope;
 using distribute::Tensor;
 using distribute::Variable;
-using distribute::VariableAggregation;
-using distribute::VariableSynchronization;
 using distribute::optimizers::GradientBuckets;
-using Batch = std::pair<Tensor, Tensor>;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+}  // namespace
 
 std::unique_ptr<distribute::optimizers::Optimizer> make_optimizer(const TrainerOptions& options) {
   namespace optimizers = distribute::optimizers;
@@ -42,8 +35,6 @@ std::unique_ptr<distribute::optimizers::Optimizer> make_optimizer(const TrainerO
       absl::StrCat("optimizer \"", options.optimizer, "\" is not one of \"adam\" and \"sgd\""));
 }
 
-}  // namespace
-
 Trainer::Trainer(distribute::Strategy& strategy, const FashionMnist& data, TrainerOptions options)
     : strategy_(strategy), data_(data), options_(std::move(options)) {
   StrategyScope scope = strategy_.scope();
@@ -52,27 +43,16 @@ Trainer::Trainer(distribute::Strategy& strategy, const FashionMnist& data, Train
   optimizer_ = make_optimizer(options_);
   optimizer_->build(variables_);
   epoch_ = Variable(std::int64_t{0}, {.name = "epoch", .trainable = false});
-  correct_ = Variable(0.0f, {.name = "test_correct",
-                             .trainable = false,
-                             .synchronization = VariableSynchronization::kOnRead,
-                             .aggregation = VariableAggregation::kSum});
   const auto local_replicas = static_cast<std::size_t>(strategy_.extended().num_local_replicas());
   workspaces_.resize(local_replicas);
   collective_seconds_.assign(local_replicas, 0.0);
 }
 
-Tensor Trainer::train_step(const Batch& batch) {
+Tensor Trainer::train_step(const Batch& batch, std::int64_t global_rows) {
   distribute::ReplicaContext& ctx = *distribute::get_replica_context();
   const auto local = static_cast<std::size_t>(ctx.local_replica_id());
   Workspace& workspace = workspaces_[local];
   double& collective_seconds = collective_seconds_[local];
-
-  // The global batch is counted, not assumed: the last batch of an epoch is smaller, and some
-  // replicas may get no rows of it.
-  auto start = Clock::now();
-  const std::int64_t global_rows = ctx.all_reduce(ReduceOp::kSum, batch.second.num_elements());
-  collective_seconds += seconds_since(start);
-  if (local == 0) step_rows_ = global_rows;
 
   const distribute::CommunicationOptions communication{.compression = options_.compression};
   if (options_.overlap) {
@@ -82,7 +62,7 @@ Tensor Trainer::train_step(const Batch& batch) {
         optimizer_->gradient_buckets({.bucket_bytes = options_.bucket_bytes, .communication = communication});
     Tensor loss = forward_backward(*model_, batch.first, batch.second, global_rows, workspace,
                                    [&buckets](const Variable& v, const Tensor& gradient) { buckets.add(v, gradient); });
-    start = Clock::now();
+    const auto start = Clock::now();
     optimizer_->apply_gradients(buckets);
     collective_seconds += seconds_since(start);
     return loss;
@@ -93,7 +73,7 @@ Tensor Trainer::train_step(const Batch& batch) {
     // apply_gradients takes no CommunicationOptions; a bucket that never fills runs its one
     // reduce_scatter of every gradient with them. The all_gather and the update of this
     // replica's shard follow: the whole step counts as collective time.
-    start = Clock::now();
+    const auto start = Clock::now();
     GradientBuckets buckets = optimizer_->gradient_buckets(
         {.bucket_bytes = std::numeric_limits<std::int64_t>::max(), .communication = communication});
     for (std::size_t i = 0; i < variables_.size(); ++i) buckets.add(variables_[i], workspace.gradients[i]);
@@ -101,7 +81,7 @@ Tensor Trainer::train_step(const Batch& batch) {
     collective_seconds += seconds_since(start);
     return loss;
   }
-  start = Clock::now();
+  const auto start = Clock::now();
   ctx.all_reduce_in_place(ReduceOp::kSum, workspace.gradients, communication);
   collective_seconds += seconds_since(start);
   std::vector<std::pair<Tensor, Variable>> grads_and_vars;
@@ -113,53 +93,23 @@ Tensor Trainer::train_step(const Batch& batch) {
 
 EpochStats Trainer::train_epoch(const std::function<void(const StepProgress&)>& on_step, std::int64_t max_steps) {
   StrategyScope scope = strategy_.scope();
-  EpochStats stats;
-  stats.epoch = epochs_done() + 1;
-  // A new order each epoch, fixed by the seed and the epoch alone.
-  StepProgress progress;
-  progress.epoch = stats.epoch;
-  progress.steps = steps_per_epoch();
-  if (max_steps > 0) progress.steps = std::min(progress.steps, max_steps);
+  EpochPlan plan{.epoch = epochs_done() + 1,
+                 .seed = options_.seed,
+                 .global_batch_size = options_.global_batch_size,
+                 .steps = steps_per_epoch()};
+  if (max_steps > 0) plan.steps = std::min(plan.steps, max_steps);
   // The steps of this epoch that a checkpoint holds already, when a preempted run left it half done.
   if (handler_ != nullptr) {
-    progress.step = std::clamp<std::int64_t>(handler_->total_run_calls() - epochs_done() * steps_per_epoch(), 0,
-                                             progress.steps);
+    plan.first_step =
+        std::clamp<std::int64_t>(handler_->total_run_calls() - epochs_done() * steps_per_epoch(), 0, plan.steps);
   }
-  const auto dataset = distribute::data::Dataset<Batch>::from_tensor_slices(Batch{data_.train.images, data_.train.labels})
-                           .shuffle(data_.train.size(), options_.seed + static_cast<std::uint64_t>(stats.epoch),
-                                    /*reshuffle_each_iteration=*/false)
-                           .batch(options_.global_batch_size)
-                           .skip(progress.step)
-                           .prefetch(2);
-  distribute::DistributedIterator<Batch> batches = strategy_.experimental_distribute_dataset(dataset).make_iterator();
   std::fill(collective_seconds_.begin(), collective_seconds_.end(), 0.0);
-
-  double input_seconds = 0;
-  double loss_sum = 0;
-  const auto start = Clock::now();
-  while (progress.step < progress.steps) {
-    const auto wait = Clock::now();
-    std::optional<PerReplica<Batch>> batch = batches.get_next_as_optional();
-    input_seconds += seconds_since(wait);
-    if (!batch) break;
-    const auto step = [this](const Batch& b) { return train_step(b); };
-    const PerReplica<Tensor> losses = handler_ != nullptr ? handler_->run(step, *batch) : strategy_.run(step, *batch);
-    // Each replica's loss is its share of the global batch's mean loss: their sum is that mean.
-    const double mean_loss = strategy_.reduce(ReduceOp::kSum, losses, std::nullopt).item<float>();
-    loss_sum += mean_loss * static_cast<double>(step_rows_);
-    stats.samples += step_rows_;
-    ++progress.step;
-    progress.samples = stats.samples;
-    progress.seconds = seconds_since(start);
-    progress.mean_loss = loss_sum / static_cast<double>(stats.samples);
-    if (on_step) on_step(progress);
-  }
-  stats.seconds = seconds_since(start);
-  stats.train_loss = stats.samples > 0 ? loss_sum / static_cast<double>(stats.samples) : 0.0;
+  EpochStats stats = run_epoch(
+      strategy_, data_.train, plan, [this](const Batch& b, std::int64_t rows) { return train_step(b, rows); }, handler_,
+      on_step);
   const double collective_seconds = std::accumulate(collective_seconds_.begin(), collective_seconds_.end(), 0.0) /
                                     static_cast<double>(collective_seconds_.size());
   stats.collective_share = collective_seconds / stats.seconds;
-  stats.input_share = input_seconds / stats.seconds;
   epoch_.assign(std::int64_t{stats.epoch});
   stats.test_accuracy = evaluate();
   return stats;
@@ -167,25 +117,16 @@ EpochStats Trainer::train_epoch(const std::function<void(const StepProgress&)>& 
 
 double Trainer::evaluate() {
   StrategyScope scope = strategy_.scope();
-  correct_.assign(0.0f);
-  const auto dataset = distribute::data::Dataset<Batch>::from_tensor_slices(Batch{data_.test.images, data_.test.labels})
-                           .batch(options_.eval_batch_size);
-  for (const PerReplica<Batch>& batch : strategy_.experimental_distribute_dataset(dataset)) {
-    strategy_.run(
-        [this](const Batch& b) {
-          const auto local = static_cast<std::size_t>(distribute::get_replica_context()->local_replica_id());
-          correct_.assign_add(static_cast<float>(count_correct(*model_, b.first, b.second, workspaces_[local])));
-        },
-        batch);
-  }
-  // Read in cross-replica context, the on-read variable is the sum of the replicas' counts.
-  return correct_.value().item<float>() / static_cast<double>(data_.test.size());
+  return accuracy(strategy_, data_.test, options_.eval_batch_size, [this](const Batch& b) {
+    const auto local = static_cast<std::size_t>(distribute::get_replica_context()->local_replica_id());
+    return count_correct(*model_, b.first, b.second, workspaces_[local]);
+  });
 }
 
 int Trainer::epochs_done() const { return static_cast<int>(epoch_.value().item<std::int64_t>()); }
 
 std::int64_t Trainer::steps_per_epoch() const {
-  return (data_.train.size() + options_.global_batch_size - 1) / options_.global_batch_size;
+  return fashion_mnist::steps_per_epoch(data_.train.size(), options_.global_batch_size);
 }
 
 distribute::Checkpoint Trainer::checkpoint() {

@@ -3,7 +3,8 @@
 // data::Dataset handed to experimental_distribute_dataset, and each step runs on every replica with
 // strategy.run, all-reducing the gradients before the optimizer applies them. The loop does not
 // depend on the strategy: MirroredStrategy on one process and MultiWorkerMirroredStrategy on many
-// run it unchanged. main.cc drives it from flags; the test and bench/train_bench drive it directly.
+// run it unchanged (epoch_loop.h holds the loops, which ../torch_fashion_mnist shares). main.cc
+// drives it from flags; the test and bench/train_bench drive it directly.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "distribute/distribute.h"
+#include "epoch_loop.h"
 #include "idx.h"
 #include "model.h"
 
@@ -42,30 +44,9 @@ struct TrainerOptions {
   distribute::Compression compression = distribute::Compression::kNone;
 };
 
-// How far an epoch is, after each step: for a progress bar.
-struct StepProgress {
-  int epoch = 0;  // counted from 1
-  std::int64_t step = 0;
-  std::int64_t steps = 0;  // in the epoch
-  std::int64_t samples = 0;
-  double seconds = 0;
-  double mean_loss = 0;  // over the epoch's samples so far
-};
-
-struct EpochStats {
-  int epoch = 0;  // counted from 1
-  std::int64_t samples = 0;
-  double seconds = 0;  // training only, without the evaluation
-  double train_loss = 0;
-  double test_accuracy = 0;
-  // Shares of the training time: the gradients' all_reduce (the mean over replicas of the time
-  // each spent in it, waiting for the others included; with overlap, in apply_gradients, which
-  // waits for the buckets still summing and updates the weights), and the loop waiting for its
-  // next batch.
-  double collective_share = 0;
-  double input_share = 0;
-  double samples_per_second() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
-};
+// The optimizer `options` name (optimizer, learning_rate, momentum, shard_optimizer_state);
+// InvalidArgumentError for a name other than "adam" and "sgd". Make it under the strategy's scope.
+std::unique_ptr<distribute::optimizers::Optimizer> make_optimizer(const TrainerOptions& options);
 
 class Trainer {
  public:
@@ -100,8 +81,9 @@ class Trainer {
   distribute::Strategy& strategy() const { return strategy_; }
 
  private:
-  // One replica's step: its batch's gradients, all-reduced, applied. Returns its share of the loss.
-  distribute::Tensor train_step(const std::pair<distribute::Tensor, distribute::Tensor>& batch);
+  // One replica's step (a ReplicaStep): its batch's gradients, all-reduced, applied. Returns its
+  // share of the loss.
+  distribute::Tensor train_step(const Batch& batch, std::int64_t global_rows);
 
   distribute::Strategy& strategy_;
   distribute::PreemptionCheckpointHandler* handler_ = nullptr;
@@ -110,11 +92,9 @@ class Trainer {
   std::unique_ptr<Mlp> model_;
   std::vector<distribute::Variable> variables_;  // the model's trainable variables
   std::unique_ptr<distribute::optimizers::Optimizer> optimizer_;
-  distribute::Variable epoch_;    // epochs finished, checkpointed with the weights
-  distribute::Variable correct_;  // sync-on-read SUM: each replica counts its own test examples
+  distribute::Variable epoch_;  // epochs finished, checkpointed with the weights
   std::vector<Workspace> workspaces_;          // one per local replica
   std::vector<double> collective_seconds_;     // one per local replica, written by its own thread
-  std::int64_t step_rows_ = 0;                 // the last step's global batch, written by local replica 0
 };
 
 }  // namespace fashion_mnist

@@ -52,6 +52,10 @@ Tensor Tensor::zeros(DType dtype, Shape shape, const Device& device) {
 }
 
 Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& device) {
+  return from_blob(data, dtype, std::move(shape), device, nullptr);
+}
+
+Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& device, std::function<void()> release) {
   DISTRIBUTE_CHECK(data != nullptr || shape.num_elements() == 0, InvalidArgumentError,
                    "Tensor::from_blob: null data for shape ", shape.to_string(), " (", shape.num_elements(),
                    " elements); pass the address of the caller's buffer");
@@ -59,16 +63,9 @@ Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& dev
                    device.short_name(), ": this build of distribute has no GPU backend");
   if (device.is_gpu()) physical_gpu_of(device);  // OutOfRangeError when it does not exist
   const std::size_t nbytes = checked_nbytes(dtype, shape, "from_blob");
-  return Tensor(detail::make_storage(data, nbytes, device, nullptr), dtype, std::move(shape));
-}
-
-Tensor Tensor::from_blob(void* data, DType dtype, Shape shape, const Device& device, std::function<void()> release) {
-  Tensor borrowed = from_blob(data, dtype, std::move(shape), device);
-  if (!release) return borrowed;
-  const std::size_t nbytes = borrowed.nbytes();
-  return Tensor(detail::make_storage(data, nbytes, device,
-                                     [release = std::move(release)](void*, std::size_t) { release(); }),
-                dtype, std::move(borrowed.shape_));
+  detail::Storage::Release deleter;
+  if (release) deleter = [release = std::move(release)](void*, std::size_t) { release(); };
+  return Tensor(detail::make_storage(data, nbytes, device, std::move(deleter)), dtype, std::move(shape));
 }
 
 Tensor Tensor::view_host(void* data, DType dtype, Shape shape, bool contiguous, const char* what) {
