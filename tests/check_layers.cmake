@@ -36,7 +36,7 @@ set(allowed_checkpoint base device nest values collective cluster replica strate
 set(allowed_mpi base device nest values collective cluster cluster_mpi replica data input strategy mpi)
 # The torch component (its own library): LibTorch tensors and modules under the strategies.
 set(allowed_torch base device nest values collective replica strategy variables optimizers checkpoint torch)
-set(allowed_umbrella base device nest values collective replica data input strategy variables nn optimizers checkpoint mpi umbrella)
+set(allowed_umbrella base device nest values collective cluster replica data input strategy variables nn optimizers checkpoint mpi umbrella)
 
 # The layer of a path relative to the source tree.
 function(layer_of path out)

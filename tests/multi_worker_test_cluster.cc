@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -162,25 +163,72 @@ std::shared_ptr<const ClusterResolver> chief_layout_task(int workers, int w,
                                      w == 0 ? 0 : w - 1);
 }
 
+// Constructs a strategy with `resolver`, which describes TF's layout with a chief, and checks that
+// the chief is worker 0, then the "worker" tasks in order (this process being `worker` of
+// `workers`), and that it reduces across them.
+void expect_chief_layout_strategy(std::shared_ptr<const ClusterResolver> resolver, int worker, int workers) {
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  options.cluster_resolver = std::move(resolver);
+  MultiWorkerMirroredStrategy with_chief(options);
+  EXPECT_EQ(with_chief.extended().worker_id(), worker);
+  EXPECT_EQ(with_chief.extended().num_workers(), workers);
+  EXPECT_EQ(with_chief.extended().should_checkpoint(), worker == 0);  // TF's is_chief
+  EXPECT_EQ(with_chief.cluster_resolver().task_type(), worker == 0 ? "chief" : "worker");
+  const PerReplica<int> ids = with_chief.run([] {
+    ReplicaContext& ctx = *get_replica_context();
+    return ctx.all_reduce(ReduceOp::kSum, ctx.replica_id_in_sync_group());
+  });
+  const int n = with_chief.num_replicas_in_sync();
+  for (int l = 0; l < with_chief.extended().num_local_replicas(); ++l) EXPECT_EQ(ids[l], n * (n - 1) / 2);
+}
+
 TEST_F(MultiWorker, AClusterWithAChiefHasTheChiefAsWorkerZeroThenTheWorkersInOrder) {
-  const auto check_strategy = [&](std::shared_ptr<const ClusterResolver> resolver) {
-    MultiWorkerMirroredStrategyOptions options;
-    options.local_devices = local_devices();
-    options.cluster_resolver = std::move(resolver);
-    MultiWorkerMirroredStrategy with_chief(options);
-    EXPECT_EQ(with_chief.extended().worker_id(), worker());
-    EXPECT_EQ(with_chief.extended().num_workers(), workers());
-    EXPECT_EQ(with_chief.extended().should_checkpoint(), worker() == 0);  // TF's is_chief
-    EXPECT_EQ(with_chief.cluster_resolver().task_type(), worker() == 0 ? "chief" : "worker");
-    const PerReplica<int> ids = with_chief.run([] {
-      ReplicaContext& ctx = *get_replica_context();
-      return ctx.all_reduce(ReduceOp::kSum, ctx.replica_id_in_sync_group());
-    });
-    for (int l = 0; l < local(); ++l) EXPECT_EQ(ids[l], n() * (n() - 1) / 2);
-  };
-  check_strategy(chief_layout_task(workers(), worker()));
+  expect_chief_layout_strategy(chief_layout_task(workers(), worker()), worker(), workers());
   // Evaluator and parameter-server tasks may be listed; they are no workers.
-  check_strategy(chief_layout_task(workers(), worker(), {{"evaluator", {"eval0"}}, {"ps", {"ps0", "ps1"}}}));
+  expect_chief_layout_strategy(
+      chief_layout_task(workers(), worker(), {{"evaluator", {"eval0"}}, {"ps", {"ps0", "ps1"}}}), worker(), workers());
+  expect_still_usable();
+}
+
+// The launchers' resolvers, as each process of the job would read them: TF_CONFIG naming this
+// process's task, and the variables srun would set in task `worker()` (one task per node).
+TEST_F(MultiWorker, TFConfigAndSlurmResolversDescribeTheJobMpiLaunched) {
+  std::string cluster = R"({"cluster": {"chief": ["host0:2222"], "worker": [)";
+  for (int w = 1; w < workers(); ++w) cluster += (w > 1 ? ", " : "") + ("\"host" + std::to_string(w) + ":2222\"");
+  const std::string task = worker() == 0 ? R"({"type": "chief", "index": 0})"
+                                         : R"({"type": "worker", "index": )" + std::to_string(worker() - 1) + "}";
+  const std::string tf_config = cluster + "]}, \"task\": " + task + "}";
+  expect_chief_layout_strategy(
+      std::make_shared<TFConfigClusterResolver>(TFConfigClusterResolverOptions{.tf_config = tf_config}), worker(),
+      workers());
+
+  const std::vector<std::pair<const char*, std::string>> slurm = {
+      {"SLURM_PROCID", std::to_string(worker())},
+      {"SLURM_STEP_NUM_TASKS", std::to_string(workers())},
+      {"SLURM_STEP_NODELIST", "node[1-" + std::to_string(workers()) + "]"},
+      {"SLURM_STEP_TASKS_PER_NODE", "1(x" + std::to_string(workers()) + ")"}};
+  for (const auto& [name, value] : slurm) setenv(name, value.c_str(), 1);
+  std::vector<std::pair<std::string, int>> jobs = {{"chief", 1}};
+  if (workers() > 1) jobs.emplace_back("worker", workers() - 1);
+  expect_chief_layout_strategy(std::make_shared<SlurmClusterResolver>(SlurmClusterResolverOptions{.jobs = jobs}),
+                               worker(), workers());
+  for (const auto& [name, value] : slurm) unsetenv(name);
+  expect_still_usable();
+}
+
+// A TFConfigClusterResolver made where TF_CONFIG is unset, or names no task, describes no worker.
+TEST_F(MultiWorker, TFConfigThatDescribesNoTaskIsRefusedSayingSo) {
+  expect_resolver_refused(
+      std::make_shared<TFConfigClusterResolver>(TFConfigClusterResolverOptions{.tf_config = ""}),
+      "MultiWorkerMirroredStrategy: the cluster resolver's spec lists no jobs (a TFConfigClusterResolver reads them "
+      "from TF_CONFIG's \"cluster\": is TF_CONFIG set in this process?); describe every chief and worker task");
+  expect_resolver_refused(
+      std::make_shared<TFConfigClusterResolver>(
+          TFConfigClusterResolverOptions{.tf_config = R"({"cluster": {"worker": ["a:1"]}})"}),
+      "MultiWorkerMirroredStrategy: the cluster resolver names no task for this process (a TFConfigClusterResolver "
+      "reads it from TF_CONFIG's \"task\"); set it, {\"type\": \"worker\", \"index\": i}, or the resolver's "
+      "task_type and task_id");
   expect_still_usable();
 }
 

@@ -11,6 +11,7 @@
 #include "distribute/checkpoint/checkpoint.h"
 #include "distribute/checkpoint/checkpoint_manager.h"
 #include "distribute/checkpoint/preemption.h"
+#include "distribute/cluster/cluster_resolver.h"
 #include "distribute/collective/communication_options.h"
 #include "distribute/data/dataset.h"
 #include "distribute/device/device.h"

@@ -1,5 +1,4 @@
-// ClusterSpec and ClusterResolver: the job's description, independent of how it was launched,
-// and how a resolver's task maps onto the workers.
+// How a cluster resolver's task maps onto the workers MPI launched.
 #include "mpi/cluster_resolver.h"
 
 #include <string>
@@ -11,30 +10,6 @@
 #include "distribute/mpi/multi_worker_mirrored_strategy.h"
 
 namespace distribute {
-
-ClusterSpec::ClusterSpec(std::map<std::string, std::vector<std::string>> jobs) : jobs_(jobs.begin(), jobs.end()) {}
-
-std::vector<std::string> ClusterSpec::jobs() const {
-  std::vector<std::string> out;
-  for (const auto& [job, tasks] : jobs_) out.push_back(job);
-  return out;
-}
-
-int ClusterSpec::num_tasks(std::string_view job) const {
-  auto it = jobs_.find(job);
-  return it == jobs_.end() ? 0 : static_cast<int>(it->second.size());
-}
-
-const std::vector<std::string>& ClusterSpec::job_tasks(std::string_view job) const {
-  auto it = jobs_.find(job);
-  if (it == jobs_.end()) {
-    throw InvalidArgumentError(absl::StrCat("ClusterSpec: no job \"", std::string(job), "\"; the jobs are {",
-                                            absl::StrJoin(jobs(), ", "), "}"));
-  }
-  return it->second;
-}
-
-ClusterResolver::~ClusterResolver() = default;
 
 namespace detail {
 namespace {
@@ -63,6 +38,13 @@ std::string why_no_worker(std::string_view task_type) {
 }  // namespace
 
 int worker_id_in_cluster(const ClusterSpec& spec, std::string_view task_type, int task_id) {
+  DISTRIBUTE_CHECK(!spec.jobs().empty(), InvalidArgumentError, kPrefix,
+                   "the cluster resolver's spec lists no jobs (a TFConfigClusterResolver reads them from TF_CONFIG's "
+                   "\"cluster\": is TF_CONFIG set in this process?); describe every chief and worker task");
+  DISTRIBUTE_CHECK(!task_type.empty(), InvalidArgumentError, kPrefix,
+                   "the cluster resolver names no task for this process (a TFConfigClusterResolver reads it from "
+                   "TF_CONFIG's \"task\"); set it, {\"type\": \"worker\", \"index\": i}, or the resolver's "
+                   "task_type and task_id");
   for (const std::string& job : spec.jobs()) {
     DISTRIBUTE_CHECK(job == "chief" || job == "worker" || job == "evaluator" || job == "ps", InvalidArgumentError,
                      kPrefix, "the cluster spec has a job \"", job, "\", which is no task type of a cluster (TF "

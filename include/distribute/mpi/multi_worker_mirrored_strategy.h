@@ -21,52 +21,20 @@
 #include <string_view>
 #include <vector>
 
+#include "distribute/cluster/cluster_resolver.h"
 #include "distribute/collective/communication_options.h"
 #include "distribute/strategy/strategy.h"
 
 namespace distribute {
 
-// The jobs of a cluster and their tasks' addresses (tf.train.ClusterSpec).
-class ClusterSpec {
- public:
-  explicit ClusterSpec(std::map<std::string, std::vector<std::string>> jobs = {});
-  // The job names, sorted.
-  std::vector<std::string> jobs() const;
-  // 0 for a job that is not in the spec.
-  int num_tasks(std::string_view job) const;
-  // InvalidArgumentError for a job that is not in the spec.
-  const std::vector<std::string>& job_tasks(std::string_view job) const;
-
- private:
-  std::map<std::string, std::vector<std::string>, std::less<>> jobs_;
-};
-
-// An MPI communicator, defined in <distribute/mpi/mpi_cluster_resolver.h> (which includes <mpi.h>).
-struct MpiCommunicator;
-
-// Who is in the job and who this process is (tf.distribute.cluster_resolver.ClusterResolver). The
-// workers talk over MPI whatever the resolver: a resolver describes the job (its tasks and their
-// addresses, and which task this process is), and says which MPI processes are the workers.
+// The workers talk over MPI whatever the resolver (distribute/cluster/cluster_resolver.h): a
+// resolver describes the job (its tasks and their addresses, and which task this process is), and
+// says which MPI processes are the workers. The strategy's constructor checks it
+// (InvalidArgumentError for other jobs, two chiefs, a task type that is no chief or worker, a task
+// id outside its job, a number of chief and worker tasks other than of MPI processes, or a task
+// whose worker is not the process's rank among them).
 //
-// The workers are the "chief" and "worker" tasks, numbered as TF numbers them: the chief (at most
-// one) is worker 0, then the "worker" tasks in task id order; so {"chief": [a], "worker": [b, c]}
-// has the workers ("chief", 0), ("worker", 0), ("worker", 1). The spec may also list "evaluator"
-// and "ps" tasks, which are no workers (they construct no MultiWorkerMirroredStrategy). The
-// strategy's constructor checks this (InvalidArgumentError for other jobs, two chiefs, a task
-// type that is no chief or worker, a task id outside its job, a number of chief and worker tasks
-// other than of MPI processes, or a task whose worker is not the process's rank among them).
-class ClusterResolver {
- public:
-  virtual ~ClusterResolver();
-  virtual ClusterSpec cluster_spec() const = 0;
-  // This process's task: its job ("chief" or "worker") and its index in that job's tasks.
-  virtual std::string task_type() const = 0;
-  virtual int task_id() const = 0;
-  // The communicator whose ranks are the workers; null: MPI_COMM_WORLD's.
-  virtual const MpiCommunicator* mpi_communicator() const { return nullptr; }
-};
-
-// The job MPI launched: MPI_COMM_WORLD's rank r is task ("worker", r); the addresses are the
+// MpiClusterResolver is the job MPI launched: MPI_COMM_WORLD's rank r is task ("worker", r); the addresses are the
 // ranks' host names. Initialises MPI if the program has not (see MultiWorkerMirroredStrategy).
 class MpiClusterResolver : public ClusterResolver {
  public:

@@ -19,8 +19,8 @@ inline constexpr bool kMpiComponentBuilt = false;
 template <class Name>
 struct MpiComponentNotBuilt {
   static_assert(kMpiComponentBuilt<Name>,
-                "this build of distribute has no MPI component, which MultiWorkerMirroredStrategy, its options, "
-                "ClusterSpec and the cluster resolvers belong to: install Open MPI (Debian: libopenmpi-dev "
+                "this build of distribute has no MPI component, which MultiWorkerMirroredStrategy, its options "
+                "and MpiClusterResolver belong to: install Open MPI (Debian: libopenmpi-dev "
                 "openmpi-bin), configure distribute with -DDISTRIBUTE_WITH_MPI=ON, reinstall it, and link "
                 "distribute::mpi (find_package(distribute CONFIG REQUIRED COMPONENTS mpi))");
 };
@@ -29,8 +29,6 @@ struct MpiComponentNotBuilt {
 
 using MultiWorkerMirroredStrategy = detail::MpiComponentNotBuilt<struct MultiWorkerMirroredStrategyName>;
 using MultiWorkerMirroredStrategyOptions = detail::MpiComponentNotBuilt<struct MultiWorkerMirroredStrategyOptionsName>;
-using ClusterSpec = detail::MpiComponentNotBuilt<struct ClusterSpecName>;
-using ClusterResolver = detail::MpiComponentNotBuilt<struct ClusterResolverName>;
 using MpiClusterResolver = detail::MpiComponentNotBuilt<struct MpiClusterResolverName>;
 
 }  // namespace distribute
