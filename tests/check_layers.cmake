@@ -14,8 +14,8 @@ cmake_minimum_required(VERSION 3.25)
 # The layers bottom up and, for each, the layers it may use (itself included). `cluster` is every
 # concern that crosses processes (the coordinator, its channels, the hierarchical communicator);
 # `cluster_mpi` (src/cluster/mpi/) is its MPI backend, which only the component that chooses it
-# (`mpi`, the multi-worker strategy) reaches: the layers above the cluster go through its
-# coordinator, never to a backend.
+# (`mpi`, the multi-worker strategy) reaches, and `cluster_gloo` (src/cluster/gloo/) its Gloo
+# backend: the layers above the cluster go through its coordinator, never to a backend.
 set(allowed_base base)
 set(allowed_device base device)
 set(allowed_nest base device nest)
@@ -23,6 +23,7 @@ set(allowed_values base device nest values)
 set(allowed_collective base device collective)
 set(allowed_cluster base device collective cluster)
 set(allowed_cluster_mpi base device collective cluster cluster_mpi)
+set(allowed_cluster_gloo base device collective cluster cluster_gloo)
 set(allowed_replica base device nest values collective cluster replica)
 set(allowed_data base device nest data)
 set(allowed_input base device nest values collective cluster replica data input)
@@ -48,6 +49,8 @@ function(layer_of path out)
     set(layer base)
   elseif(path MATCHES "^src/cluster/mpi/")
     set(layer cluster_mpi)
+  elseif(path MATCHES "^src/cluster/gloo/")
+    set(layer cluster_gloo)
   elseif(path MATCHES "^src/([a-z_]+)/")
     set(layer ${CMAKE_MATCH_1})
   else()

@@ -1,0 +1,352 @@
+// GlooWorkerTransport: the workers' exchanges and data phases as messages between Gloo's TCP
+// pairs, each waited for against its step's deadline.
+#include "cluster/gloo/gloo_worker_transport.h"
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cluster/ring_all_reduce.h"
+#include "distribute/check.h"
+#include "distribute/errors.h"
+
+namespace distribute::cluster::gloo_backend {
+namespace {
+
+// The slots of the transport's messages, apart from those of Gloo's own collectives (whose
+// prefixes are small numbers in the top byte).
+constexpr std::uint64_t slot_of(std::uint64_t kind) { return (std::uint64_t{0x40} + kind) << 56; }
+constexpr std::uint64_t kHeaderSlot = slot_of(0);
+constexpr std::uint64_t kInputSlot = slot_of(1);
+constexpr std::uint64_t kRingSlot = slot_of(2);
+constexpr std::uint64_t kGatherSlot = slot_of(3);
+constexpr std::uint64_t kBroadcastSlot = slot_of(4);
+
+// What is left of `deadline`, as Gloo's waits take it (never its "unset", -1).
+std::chrono::milliseconds remaining(detail::Deadline deadline) {
+  if (deadline == detail::kNoDeadline) return std::chrono::hours(24 * 365);
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - detail::Clock::now());
+  return std::max(left, std::chrono::milliseconds(0));
+}
+
+std::string this_host_name() {
+  std::array<char, 256> name{};
+  gethostname(name.data(), name.size() - 1);
+  return name.data();
+}
+
+// One transfer of a step: bytes to or from one peer.
+struct Transfer {
+  int peer;
+  std::byte* bytes;
+  std::size_t size;
+};
+
+// The outcome of a step's transfers: the peers whose bytes had not come, and Gloo's first error.
+struct TransferResult {
+  std::vector<int> missing;
+  std::string error;
+  bool failed() const { return !error.empty(); }
+};
+
+// Posts every send and receive of a step on `slot`, then waits for each until `deadline`. A peer
+// that is gone fails only its own transfers, and the others' go on, so that every peer that did
+// not answer, and only those, is named; a wait that times out fails the whole context (Gloo's
+// rule), after which the waits left end at once unless their transfer is already done.
+TransferResult transfer(::gloo::Context& context, std::span<const Transfer> sends, std::span<const Transfer> receives,
+                        std::uint64_t slot, detail::Deadline deadline) {
+  TransferResult result;
+  // A peer already gone fails its own transfers at once; the others still go.
+  const auto failed = [&](int peer, const std::exception& e) {
+    if (!result.failed()) result.error = e.what();
+    if (std::find(result.missing.begin(), result.missing.end(), peer) == result.missing.end()) {
+      result.missing.push_back(peer);
+    }
+  };
+  std::vector<std::pair<int, std::unique_ptr<::gloo::transport::UnboundBuffer>>> posted_receives;
+  std::vector<std::pair<int, std::unique_ptr<::gloo::transport::UnboundBuffer>>> posted_sends;
+  for (const Transfer& r : receives) {
+    if (r.size == 0) continue;
+    try {
+      auto buffer = context.createUnboundBuffer(r.bytes, r.size);
+      buffer->recv(r.peer, slot);
+      posted_receives.emplace_back(r.peer, std::move(buffer));
+    } catch (const std::exception& e) {
+      failed(r.peer, e);
+    }
+  }
+  for (const Transfer& s : sends) {
+    if (s.size == 0) continue;
+    try {
+      auto buffer = context.createUnboundBuffer(s.bytes, s.size);
+      buffer->send(s.peer, slot);
+      posted_sends.emplace_back(s.peer, std::move(buffer));
+    } catch (const std::exception& e) {
+      failed(s.peer, e);
+    }
+  }
+  for (auto& [peer, buffer] : posted_receives) {
+    try {
+      buffer->waitRecv(remaining(deadline));
+    } catch (const std::exception& e) {
+      failed(peer, e);
+    }
+  }
+  std::sort(result.missing.begin(), result.missing.end());
+  // A peer whose bytes came but that did not take this worker's fails the step without being
+  // missing from it.
+  for (auto& [peer, buffer] : posted_sends) {
+    try {
+      buffer->waitSend(remaining(deadline));
+    } catch (const std::exception& e) {
+      if (!result.failed()) result.error = e.what();
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+// A farewell's bytes and its sends, which nobody waits for until the transport goes.
+struct GlooWorkerTransport::PendingSend {
+  std::vector<std::byte> bytes;
+  std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
+  int sends = 0;
+};
+
+GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooTransportOptions options)
+    : options_(std::move(options)), headers_{kHeaderSlot, {}}, input_{kInputSlot, {}} {
+  const int workers = options_.workers;
+  const int rank = options_.rank;
+  DISTRIBUTE_CHECK(workers >= 1 && rank >= 0 && rank < workers, InvalidArgumentError,
+                   "GlooWorkerTransport: rank ", rank, " of ", workers, " workers; a rank is 0 to workers - 1");
+  ::gloo::rendezvous::PrefixStore group(options_.prefix, store);
+  // Every worker first says it arrived, then waits for the others one by one, so that a timeout
+  // names who is missing (Gloo's own connection would only time out).
+  const auto arrived_key = [](int w) { return absl::StrCat("arrived/", w); };
+  const detail::Deadline deadline = detail::Clock::now() + options_.connect_timeout;
+  std::vector<int> missing;
+  try {
+    group.set(arrived_key(rank), std::vector<char>{'1'});
+    for (int w = 0; w < workers; ++w) {
+      if (w == rank) continue;
+      try {
+        group.wait({arrived_key(w)}, std::max(remaining(deadline), std::chrono::milliseconds(1)));
+      } catch (const ::gloo::Exception&) {
+        missing.push_back(w);
+      }
+    }
+  } catch (const std::exception& e) {
+    throw UnavailableError(absl::StrCat("GlooWorkerTransport: worker ", rank, " cannot reach the rendezvous store: ",
+                                        e.what()));
+  }
+  DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "GlooWorkerTransport: worker ", rank, " waited ",
+                   options_.connect_timeout.count(), " ms at the rendezvous store for workers ",
+                   absl::StrJoin(missing, ", "), " of ", workers, ", which did not arrive");
+  try {
+    ::gloo::transport::tcp::attr attr;
+    attr.hostname = options_.hostname.empty() ? this_host_name() : options_.hostname;
+    std::shared_ptr<::gloo::transport::Device> device = ::gloo::transport::tcp::CreateDevice(attr);
+    context_ = std::make_shared<::gloo::rendezvous::Context>(rank, workers);
+    context_->setTimeout(std::max(remaining(deadline), std::chrono::milliseconds(1)));
+    context_->connectFullMesh(group, device);
+  } catch (const std::exception& e) {
+    throw UnavailableError(absl::StrCat("GlooWorkerTransport: worker ", rank, " could not connect to the other ",
+                                        workers - 1, " workers: ", e.what()));
+  }
+  // Each worker's host name, so that the workers know which of them share a machine.
+  constexpr std::size_t kHostBytes = 256;
+  std::vector<char> mine(kHostBytes, '\0');
+  this_host_name().copy(mine.data(), kHostBytes - 1);
+  std::vector<char> all(kHostBytes * static_cast<std::size_t>(workers));
+  missing = exchange(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)), deadline);
+  DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "GlooWorkerTransport: worker ", rank,
+                   " connected, but workers ", absl::StrJoin(missing, ", "), " did not say their host in time");
+  for (int w = 0; w < workers; ++w) hosts_.emplace_back(all.data() + static_cast<std::size_t>(w) * kHostBytes);
+  on_host_ = static_cast<int>(std::count(hosts_.begin(), hosts_.end(), hosts_[static_cast<std::size_t>(rank)]));
+}
+
+GlooWorkerTransport::~GlooWorkerTransport() {
+  // Gloo sends a message once its peer asks for it: a peer waiting in an exchange has, and takes a
+  // farewell at once; one that is leaving too never will, and is not waited for long.
+  const detail::Deadline deadline = detail::Clock::now() + std::chrono::milliseconds(200);
+  std::lock_guard lock(pending_mutex_);
+  for (const auto& pending : pending_) {
+    for (int s = 0; s < pending->sends; ++s) {
+      try {
+        pending->buffer->waitSend(remaining(deadline));
+      } catch (const std::exception&) {
+        return;  // Gloo has failed the pairs: no farewell moves any more
+      }
+    }
+  }
+}
+
+void GlooWorkerTransport::check_usable() const {
+  std::lock_guard lock(broken_mutex_);
+  DISTRIBUTE_CHECK(!broken_by_.has_value(), UnavailableError, "GlooWorkerTransport: the connections between the "
+                   "workers broke at ", *broken_by_, "; this transport can carry nothing more");
+}
+
+std::vector<int> GlooWorkerTransport::exchange_on(ExchangeChannel& channel, std::span<const std::byte> mine,
+                                                  std::span<std::byte> all, detail::Deadline deadline) {
+  check_usable();
+  std::lock_guard lock(channel.mutex);
+  const std::size_t size = mine.size();
+  const auto me = static_cast<std::size_t>(options_.rank);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(me * size));
+  std::vector<Transfer> sends;
+  std::vector<Transfer> receives;
+  for (int w = 0; w < options_.workers; ++w) {
+    if (w == options_.rank) continue;
+    sends.push_back({w, all.data() + me * size, size});
+    receives.push_back({w, all.data() + static_cast<std::size_t>(w) * size, size});
+  }
+  TransferResult result = transfer(*context_, sends, receives, channel.slot, deadline);
+  if (result.failed()) {
+    std::lock_guard broken(broken_mutex_);
+    if (!broken_by_) broken_by_ = absl::StrCat("an exchange of the workers' agreement (", result.error, ")");
+  }
+  return result.missing;
+}
+
+std::vector<int> GlooWorkerTransport::exchange(std::span<const std::byte> mine, std::span<std::byte> all,
+                                               detail::Deadline deadline) {
+  return exchange_on(headers_, mine, all, deadline);
+}
+
+std::vector<int> GlooWorkerTransport::exchange_input(std::span<const std::byte> mine, std::span<std::byte> all,
+                                                     detail::Deadline deadline) {
+  return exchange_on(input_, mine, all, deadline);
+}
+
+void GlooWorkerTransport::send_farewell(std::span<const std::byte> mine) {
+  check_usable();
+  std::lock_guard order(headers_.mutex);
+  auto pending = std::make_unique<PendingSend>();
+  pending->bytes.assign(mine.begin(), mine.end());
+  if (pending->bytes.empty()) return;
+  pending->buffer = context_->createUnboundBuffer(pending->bytes.data(), pending->bytes.size());
+  for (int w = 0; w < options_.workers; ++w) {
+    if (w == options_.rank) continue;
+    pending->buffer->send(w, kHeaderSlot);
+    ++pending->sends;
+  }
+  std::lock_guard lock(pending_mutex_);
+  pending_.push_back(std::move(pending));
+}
+
+// A worker gives up when a deadline passes, which over Gloo has already failed every connection:
+// no note can reach the others, whose own waits for it end at their deadlines.
+void GlooWorkerTransport::send_gave_up(const StepName&) {}
+
+std::vector<std::pair<int, std::string>> GlooWorkerTransport::take_gave_up() { return {}; }
+
+void GlooWorkerTransport::data_phase_failed(const StepName& what, const std::string& error) {
+  {
+    std::lock_guard lock(broken_mutex_);
+    if (!broken_by_) broken_by_ = what.str();
+  }
+  const std::string report = absl::StrCat("worker ", options_.rank, ": the data phase of ", what.str(),
+                                          " failed between the workers (Gloo: ", error, ")");
+  if (options_.on_stall == OnStall::kFailStrategy) {
+    throw DeadlineExceededError(absl::StrCat(report, "; the strategy is unusable and the job goes on "
+                                                     "(StalledCollectiveAction::kFailStrategy)"));
+  }
+  std::fprintf(stderr, "distribute: %s; ending this worker, whose peers then fail as they find it gone\n",
+               report.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+// The ring's links: one message to the next worker and one from the previous, per step.
+class GlooWorkerTransport::RingLinks final : public cluster::RingLinks {
+ public:
+  RingLinks(GlooWorkerTransport& transport, detail::Deadline deadline) : transport_(transport), deadline_(deadline) {}
+  int rank() const override { return transport_.options_.rank; }
+  int size() const override { return transport_.options_.workers; }
+  void send_next_receive_previous(std::span<const std::byte> to_next, std::span<std::byte> from_previous) override {
+    const int next = (rank() + 1) % size();
+    const int previous = (rank() + size() - 1) % size();
+    const Transfer send{next, const_cast<std::byte*>(to_next.data()), to_next.size()};
+    const Transfer receive{previous, from_previous.data(), from_previous.size()};
+    TransferResult result = transfer(*transport_.context_, std::span(&send, 1), std::span(&receive, 1), kRingSlot,
+                                     deadline_);
+    if (result.failed()) error = std::move(result.error);
+    if (!error.empty()) throw std::runtime_error(error);
+  }
+  std::string error;
+
+ private:
+  GlooWorkerTransport& transport_;
+  detail::Deadline deadline_;
+};
+
+int GlooWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count, Compression compression,
+                                    detail::Deadline deadline, const StepName& what) {
+  check_usable();
+  std::lock_guard lock(data_mutex_);
+  if (options_.workers == 1 || count == 0) return -1;
+  RingLinks links(*this, deadline);
+  try {
+    if (compression != Compression::kNone) {
+      return ring_all_reduce_compressed(links, compression, static_cast<float*>(data), count, ring_scratch_);
+    }
+    ring_all_reduce(links, dtype, static_cast<std::byte*>(data), count, ring_scratch_);
+    return -1;
+  } catch (const std::runtime_error& e) {
+    if (links.error.empty()) throw;
+    data_phase_failed(what, links.error);
+  }
+}
+
+void GlooWorkerTransport::all_gather(const void* mine, std::span<const std::size_t> sizes, void* out,
+                                     detail::Deadline deadline, const StepName& what) {
+  check_usable();
+  std::lock_guard lock(data_mutex_);
+  auto* bytes = static_cast<std::byte*>(out);
+  std::vector<std::size_t> offsets(sizes.size() + 1, 0);
+  for (std::size_t w = 0; w < sizes.size(); ++w) offsets[w + 1] = offsets[w] + sizes[w];
+  const auto me = static_cast<std::size_t>(options_.rank);
+  std::memcpy(bytes + offsets[me], mine, sizes[me]);
+  std::vector<Transfer> sends;
+  std::vector<Transfer> receives;
+  for (int w = 0; w < options_.workers; ++w) {
+    if (w == options_.rank) continue;
+    const auto u = static_cast<std::size_t>(w);
+    sends.push_back({w, bytes + offsets[me], sizes[me]});
+    receives.push_back({w, bytes + offsets[u], sizes[u]});
+  }
+  TransferResult result = transfer(*context_, sends, receives, kGatherSlot, deadline);
+  if (result.failed()) data_phase_failed(what, result.error);
+}
+
+void GlooWorkerTransport::broadcast(void* data, std::size_t bytes, int root, detail::Deadline deadline,
+                                    const StepName& what) {
+  check_usable();
+  std::lock_guard lock(data_mutex_);
+  std::vector<Transfer> sends;
+  std::vector<Transfer> receives;
+  if (options_.rank == root) {
+    for (int w = 0; w < options_.workers; ++w) {
+      if (w != root) sends.push_back({w, static_cast<std::byte*>(data), bytes});
+    }
+  } else {
+    receives.push_back({root, static_cast<std::byte*>(data), bytes});
+  }
+  TransferResult result = transfer(*context_, sends, receives, kBroadcastSlot, deadline);
+  if (result.failed()) data_phase_failed(what, result.error);
+}
+
+}  // namespace distribute::cluster::gloo_backend
