@@ -104,10 +104,11 @@ struct ReplicatedModuleBase::State {
     if (intra_op_threads > 0 && at::get_num_threads() != intra_op_threads) at::set_num_threads(intra_op_threads);
   }
 
-  // FailedPreconditionError unless clone `c` still has the parameters and buffers it was
-  // replicated with, each viewing its variable's component.
-  void check_unchanged(int c, int replica) const {
-    const std::vector<std::pair<std::string, at::Tensor>> now = state_dict_of(*clones[static_cast<std::size_t>(c)].module);
+  // Clone `c`'s parameters and buffers in state_dict order, read once per step (walking a module's
+  // tree builds its names): FailedPreconditionError unless they are still those it was replicated
+  // with, each viewing its variable's component.
+  std::vector<std::pair<std::string, at::Tensor>> unchanged_tensors(int c, int replica) const {
+    std::vector<std::pair<std::string, at::Tensor>> now = state_dict_of(*clones[static_cast<std::size_t>(c)].module);
     std::vector<std::string> names;
     for (const auto& [name, tensor] : now) names.push_back(name);
     std::vector<std::string> expected;
@@ -127,6 +128,7 @@ struct ReplicatedModuleBase::State {
                        "change the values through the optimizer or the variable (variable(\"",
                        entries[i].name, "\").assign(...)), not by assigning a new tensor");
     }
+    return now;
   }
 
   // Hands clone `c`'s gradients that arrived, in order, to its buckets.
@@ -158,11 +160,13 @@ struct ReplicatedModuleBase::State {
   }
 
   // backward's pass on the calling replica's clone: resets .grad(), runs LibTorch's backward with
-  // the hooks on, and checks that every trainable parameter got a gradient.
-  void run_backward(const at::Tensor& loss, optimizers::GradientBuckets* buckets, ReplicaContext& ctx, int c) {
-    check_unchanged(c, ctx.replica_id_in_sync_group());
+  // the hooks on, and checks that every trainable parameter got a gradient. Returns the clone's
+  // tensors (unchanged_tensors).
+  std::vector<std::pair<std::string, at::Tensor>> run_backward(const at::Tensor& loss,
+                                                               optimizers::GradientBuckets* buckets,
+                                                               ReplicaContext& ctx, int c) {
+    std::vector<std::pair<std::string, at::Tensor>> tensors = unchanged_tensors(c, ctx.replica_id_in_sync_group());
     Clone& clone = clones[static_cast<std::size_t>(c)];
-    const std::vector<std::pair<std::string, at::Tensor>> tensors = state_dict_of(*clone.module);
     for (std::size_t e : order) tensors[e].second.mutable_grad().reset();
     clone.active = true;
     clone.buckets = buckets;
@@ -188,6 +192,7 @@ struct ReplicatedModuleBase::State {
                      ctx.replica_id_in_sync_group(), ", parameter ", absl::StrJoin(missing, ", "),
                      " got no gradient (the loss does not depend on it); every replica's loss must reach every "
                      "trainable parameter, or set requires_grad(false) on it in the factory");
+    return tensors;
   }
 
   // Averages the floating-point buffers across replicas, in place (one all_reduce).
@@ -339,9 +344,7 @@ void ReplicatedModuleBase::backward(const at::Tensor& loss) {
   DISTRIBUTE_CHECK(c >= 0, FailedPreconditionError,
                    "ReplicatedModule.backward: called outside a replica's fn; call it inside strategy.run");
   ReplicaContext& ctx = *get_replica_context();
-  s.run_backward(loss, nullptr, ctx, c);
-  const std::vector<std::pair<std::string, at::Tensor>> tensors =
-      state_dict_of(*s.clones[static_cast<std::size_t>(c)].module);
+  const std::vector<std::pair<std::string, at::Tensor>> tensors = s.run_backward(loss, nullptr, ctx, c);
   std::vector<Tensor> gradients;
   for (std::size_t e : s.order) {
     at::Tensor& grad = tensors[e].second.mutable_grad();
