@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,15 @@ std::chrono::milliseconds remaining(detail::Deadline deadline) {
   if (deadline == detail::kNoDeadline) return std::chrono::hours(24 * 365);
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - detail::Clock::now());
   return std::max(left, std::chrono::milliseconds(0));
+}
+
+// Gloo writes to its peers' sockets without MSG_NOSIGNAL, so a write to a peer that is gone
+// would end this process with SIGPIPE where it should fail only the step with EPIPE. Ignored,
+// unless the program handles the signal itself.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  sigaction(SIGPIPE, nullptr, &current);
+  if (current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
 }
 
 std::string this_host_name() {
@@ -131,6 +141,7 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
   const int rank = options_.rank;
   DISTRIBUTE_CHECK(workers >= 1 && rank >= 0 && rank < workers, InvalidArgumentError,
                    "GlooWorkerTransport: rank ", rank, " of ", workers, " workers; a rank is 0 to workers - 1");
+  ignore_sigpipe();
   ::gloo::rendezvous::PrefixStore group(options_.prefix, store);
   // Every worker first says it arrived, then waits for the others one by one, so that a timeout
   // names who is missing (Gloo's own connection would only time out).
