@@ -266,6 +266,10 @@ class ReplicatedModuleErrors : public ::testing::Test {
 };
 
 TEST_F(ReplicatedModuleErrors, ABackwardPassThroughAnotherReplicasCloneNamesBoth) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the misuse this test makes, two replicas' threads in one clone's autograd graph, races inside "
+                  "LibTorch (which is not built for ThreadSanitizer) before the library can refuse it";
+#endif
   // Replica 0 computes with replica 1's clone.
   expect_error<FailedPreconditionError>(
       [&] { step_with_buckets([&](int r) { return share_of_loss(*model_->clone(1), r * 4, 4); }); },
