@@ -6,7 +6,7 @@
 // worker 0 first, and exits with status 1 if a value differs from the documented one.
 //
 // Expected output:
-//   strategy: MultiWorkerMirroredStrategy(worker 0 of 2: CPU:0)
+//   strategy: MultiWorkerMirroredStrategy(worker 0 of 2 over MPI: CPU:0)
 //
 //   # run 1: a constant input, doubled
 //   worker 0: [<Tensor: shape=(), dtype=float32, numpy=6.0>]

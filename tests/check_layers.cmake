@@ -34,7 +34,9 @@ set(allowed_optimizers base device nest values collective replica strategy varia
 set(allowed_checkpoint base device nest values collective cluster replica strategy variables checkpoint)
 # The MPI component (its own library): the multi-worker strategy, which builds the cluster over
 # the MPI backend.
-set(allowed_mpi base device nest values collective cluster cluster_mpi replica data input strategy mpi)
+set(allowed_multi_worker base device nest values collective cluster replica data input strategy multi_worker)
+set(allowed_mpi base device nest values collective cluster cluster_mpi replica data input strategy multi_worker mpi)
+set(allowed_gloo base device collective cluster cluster_gloo strategy multi_worker gloo)
 # The torch component (its own library): LibTorch tensors and modules under the strategies.
 set(allowed_torch base device nest values collective replica strategy variables optimizers checkpoint torch)
 set(allowed_umbrella base device nest values collective cluster replica data input strategy variables nn optimizers checkpoint mpi umbrella)

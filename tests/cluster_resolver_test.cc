@@ -1,5 +1,6 @@
-// The resolvers that read a job from its launcher: TF_CONFIG (TFConfigClusterResolver) and Slurm's
-// variables (SlurmClusterResolver), with TF's examples and every error they raise. The strategy
+// The resolvers that read a job from its launcher: TF_CONFIG (TFConfigClusterResolver), Slurm's
+// variables (SlurmClusterResolver) and a launcher's RANK and WORLD_SIZE (EnvironmentClusterResolver),
+// with TF's examples and every error they raise. The strategy
 // that takes them across processes is tested in multi_worker_test_cluster.cc.
 #include <gtest/gtest.h>
 
@@ -240,6 +241,59 @@ TEST(SlurmClusterResolver, VariablesThatDisagreeAreInvalidArguments) {
               "SlurmClusterResolver: options.jobs {worker: 3} has 3 tasks but the Slurm step has 4; give every task "
               "a job");
   }
+}
+
+TEST(EnvironmentClusterResolver, RankIsTheWorkerAndTheRendezvousIsKept) {
+  ScopedEnvironment env({{"RANK", "2"}, {"WORLD_SIZE", "3"}, {"DISTRIBUTE_RENDEZVOUS", "redis://store:6379"}});
+  const EnvironmentClusterResolver resolver;
+  EXPECT_EQ(jobs_of(resolver.cluster_spec()), (Jobs{{"worker", {"", "", ""}}}));
+  EXPECT_EQ(resolver.task_type(), "worker");
+  EXPECT_EQ(resolver.task_id(), 2);
+  EXPECT_EQ(resolver.rendezvous_address(), "redis://store:6379");
+}
+
+TEST(EnvironmentClusterResolver, ReadsTheVariablesItIsToldOf) {
+  ScopedEnvironment env({{"PMI_RANK", "0"}, {"PMI_SIZE", "1"}, {"MY_STORE", "file:///shared/job"}});
+  const EnvironmentClusterResolver resolver(
+      {.rank_variable = "PMI_RANK", .world_size_variable = "PMI_SIZE", .rendezvous_variable = "MY_STORE"});
+  EXPECT_EQ(resolver.cluster_spec().num_tasks("worker"), 1);
+  EXPECT_EQ(resolver.task_id(), 0);
+  EXPECT_EQ(resolver.rendezvous_address(), "file:///shared/job");
+}
+
+TEST(EnvironmentClusterResolver, WithoutARendezvousVariableTheAddressIsEmpty) {
+  ScopedEnvironment env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DISTRIBUTE_RENDEZVOUS", std::nullopt}});
+  EXPECT_EQ(EnvironmentClusterResolver().rendezvous_address(), "");
+}
+
+TEST(EnvironmentClusterResolver, UnsetVariablesAreAFailedPrecondition) {
+  {
+    ScopedEnvironment env({{"RANK", "0"}, {"WORLD_SIZE", std::nullopt}});
+    EXPECT_EQ(error_of<FailedPreconditionError>([] { EnvironmentClusterResolver resolver; }),
+              "EnvironmentClusterResolver: WORLD_SIZE is not set: it is the number of workers, which the launcher "
+              "sets in each worker (torchrun does; for workers started by a shell loop, set RANK and WORLD_SIZE "
+              "yourself)");
+  }
+  ScopedEnvironment env({{"RANK", std::nullopt}, {"WORLD_SIZE", "2"}});
+  EXPECT_EQ(error_of<FailedPreconditionError>([] { EnvironmentClusterResolver resolver; }),
+            "EnvironmentClusterResolver: RANK is not set: it is this worker's rank, which the launcher sets in each "
+            "worker (torchrun does; for workers started by a shell loop, set RANK and WORLD_SIZE yourself)");
+}
+
+TEST(EnvironmentClusterResolver, ValuesThatAreNoRankOfTheJobAreInvalidArguments) {
+  {
+    ScopedEnvironment env({{"RANK", "one"}, {"WORLD_SIZE", "2"}});
+    EXPECT_EQ(error_of<InvalidArgumentError>([] { EnvironmentClusterResolver resolver; }),
+              "EnvironmentClusterResolver: RANK=one is no number; it is this worker's rank");
+  }
+  {
+    ScopedEnvironment env({{"RANK", "2"}, {"WORLD_SIZE", "2"}});
+    EXPECT_EQ(error_of<InvalidArgumentError>([] { EnvironmentClusterResolver resolver; }),
+              "EnvironmentClusterResolver: RANK=2 is no worker of WORLD_SIZE=2 (ranks 0 to 1)");
+  }
+  ScopedEnvironment env({{"RANK", "0"}, {"WORLD_SIZE", "0"}});
+  EXPECT_EQ(error_of<InvalidArgumentError>([] { EnvironmentClusterResolver resolver; }),
+            "EnvironmentClusterResolver: WORLD_SIZE=0; a job has at least one worker");
 }
 
 }  // namespace

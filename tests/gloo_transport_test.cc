@@ -1,10 +1,12 @@
 // The cluster layer's Gloo backend (cluster/gloo/gloo_worker_transport.h), between real
 // processes: each test forks its workers, which meet through a file store in a directory of the
 // test's own or a Redis server the test starts on loopback, then exchange and reduce over Gloo's
-// TCP pairs. A worker's failed expectation is its exit status, which the test reads.
-#include <gloo/rendezvous/file_store.h>
+// TCP pairs. Then MultiWorkerMirroredStrategy over Gloo the same way: workers started with a
+// launcher's variables, with TF_CONFIG, alone, and the rendezvous errors. A worker's failed
+// expectation is its exit status, which the test reads.
 #include <gloo/rendezvous/redis_store.h>
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "cluster/gloo/gloo_worker_transport.h"
+#include "distribute/distribute.h"
 #include "distribute/errors.h"
 
 namespace distribute::cluster::gloo_backend {
@@ -139,7 +142,7 @@ void exercise(GlooWorkerTransport& transport) {
 TEST(GlooTransport, WorkersMeetingThroughAFileStoreExchangeAndReduceExactly) {
   StoreDirectory directory;
   run_workers(3, [&](int rank) {
-    ::gloo::rendezvous::FileStore store(directory.path());
+    FileStore store(directory.path());
     GlooWorkerTransport transport(store, options(rank, 3));
     exercise(transport);
   });
@@ -205,7 +208,7 @@ TEST(GlooTransport, AWorkerThatNeverArrivesIsNamedWhenTheConnectTimeoutPasses) {
   StoreDirectory directory;
   run_workers(3, [&](int rank) {
     if (rank == 2) return;  // never comes to the store
-    ::gloo::rendezvous::FileStore store(directory.path());
+    FileStore store(directory.path());
     try {
       GlooWorkerTransport transport(store, options(rank, 3, 1000ms));
       ADD_FAILURE() << "no error";
@@ -222,7 +225,7 @@ TEST(GlooTransport, AWorkerThatNeverArrivesIsNamedWhenTheConnectTimeoutPasses) {
 TEST(GlooTransport, AWorkerThatLeavesIsNamedAndTheTransportThenRefusesEveryCall) {
   StoreDirectory directory;
   run_workers(3, [&](int rank) {
-    ::gloo::rendezvous::FileStore store(directory.path());
+    FileStore store(directory.path());
     GlooWorkerTransport transport(store, options(rank, 3));
     if (rank == 2) std::_Exit(0);
     std::int64_t mine = rank;
@@ -248,7 +251,7 @@ TEST(GlooTransport, AWorkerThatLeavesIsNamedAndTheTransportThenRefusesEveryCall)
 TEST(GlooTransport, ADataPhaseWhosePeerStopsAnsweringFailsAtItsDeadline) {
   StoreDirectory directory;
   run_workers(2, [&](int rank) {
-    ::gloo::rendezvous::FileStore store(directory.path());
+    FileStore store(directory.path());
     GlooWorkerTransport transport(store, options(rank, 2));
     if (rank == 1) {
       std::this_thread::sleep_for(3s);  // alive, connected, and silent
@@ -268,6 +271,143 @@ TEST(GlooTransport, ADataPhaseWhosePeerStopsAnsweringFailsAtItsDeadline) {
           << message;
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  });
+}
+
+// MultiWorkerMirroredStrategy over Gloo, as a program without mpirun makes it.
+
+MultiWorkerMirroredStrategyOptions gloo_strategy_options() {
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = {"CPU:0", "CPU:1"};
+  options.backend = CollectiveBackend::kGloo;
+  options.communication.timeout = 20s;
+  return options;
+}
+
+// Every replica of `strategy` sums 1.0 and gets the number of replicas of the job.
+void expect_sums_over_every_replica(MultiWorkerMirroredStrategy& strategy) {
+  const PerReplica<float> sums =
+      strategy.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+  EXPECT_EQ(sums.values(), std::vector<float>(2, static_cast<float>(strategy.num_replicas_in_sync())));
+}
+
+TEST(GlooStrategy, AProgramRunAloneIsAJobOfOneWorkerThatNeedsNoStore) {
+  run_workers(1, [](int) {
+    unsetenv("DISTRIBUTE_RENDEZVOUS");
+    MultiWorkerMirroredStrategy strategy(gloo_strategy_options());
+    EXPECT_EQ(strategy.backend(), CollectiveBackend::kGloo);
+    EXPECT_EQ(strategy.name(), "MultiWorkerMirroredStrategy(worker 0 of 1 over Gloo: CPU:0, CPU:1)");
+    EXPECT_EQ(strategy.cluster_resolver().cluster_spec().num_tasks("worker"), 1);
+    expect_sums_over_every_replica(strategy);
+  });
+}
+
+// Workers a shell loop started, each told its rank, the world size and the store in variables.
+TEST(GlooStrategy, WorkersStartedWithTheLaunchersVariablesMeetAtTheFileStore) {
+  StoreDirectory directory;
+  run_workers(3, [&](int rank) {
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", "3", 1);
+    setenv("DISTRIBUTE_RENDEZVOUS", ("file://" + directory.path()).c_str(), 1);
+    MultiWorkerMirroredStrategyOptions options = gloo_strategy_options();
+    options.backend = CollectiveBackend::kAuto;  // no MPI launcher: Gloo
+    MultiWorkerMirroredStrategy strategy(options);
+    EXPECT_EQ(strategy.backend(), CollectiveBackend::kGloo);
+    EXPECT_EQ(strategy.extended().worker_id(), rank);
+    EXPECT_EQ(strategy.num_replicas_in_sync(), 6);
+    expect_sums_over_every_replica(strategy);
+  });
+}
+
+// Workers TF_CONFIG describes, with a chief, meeting at a Redis server named in the options; each
+// accepts its peers on its task's host.
+TEST(GlooStrategy, TFConfigWorkersWithAChiefMeetAtARedisServer) {
+  if (!redis_installed()) GTEST_SKIP() << "redis-server is not installed (Debian: redis-server)";
+  RedisServer redis;
+  ASSERT_TRUE(redis.ready()) << "redis-server did not start on port " << redis.port();
+  run_workers(2, [&](int rank) {
+    MultiWorkerMirroredStrategyOptions options = gloo_strategy_options();
+    const std::string task = rank == 0 ? R"({"type": "chief", "index": 0})" : R"({"type": "worker", "index": 0})";
+    options.cluster_resolver = std::make_shared<TFConfigClusterResolver>(TFConfigClusterResolverOptions{
+        .tf_config = R"({"cluster": {"chief": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223"]}, "task": )" + task +
+                     "}"});
+    options.gloo.rendezvous = "redis://127.0.0.1:" + std::to_string(redis.port());
+    MultiWorkerMirroredStrategy strategy(options);
+    EXPECT_EQ(strategy.extended().worker_id(), rank);
+    EXPECT_EQ(strategy.cluster_resolver().task_type(), rank == 0 ? "chief" : "worker");
+    expect_sums_over_every_replica(strategy);
+  });
+}
+
+// A second run of a job under the same id finds the first one's keys, which would have it connect
+// to addresses of processes long gone: it is refused, saying what to change.
+TEST(GlooStrategy, ARunFindingAPreviousRunsKeysIsRefused) {
+  StoreDirectory directory;
+  MultiWorkerMirroredStrategyOptions options = gloo_strategy_options();
+  options.gloo.rendezvous = "file://" + directory.path();
+  options.gloo.job_id = "nightly";
+  run_workers(1, [&](int) {
+    MultiWorkerMirroredStrategy strategy(options);
+    expect_sums_over_every_replica(strategy);
+  });
+  run_workers(1, [&](int) {
+    try {
+      MultiWorkerMirroredStrategy again(options);
+      ADD_FAILURE() << "no error";
+    } catch (const FailedPreconditionError& e) {
+      EXPECT_STREQ(e.what(),
+                   "GlooWorkerTransport: the rendezvous store already holds worker 0's keys under "
+                   "\"nightly/strategy-0\": two processes of this job were given the same rank, or another run of "
+                   "this job (or a job of the same id) left them; give each process its own rank, and each run its "
+                   "own job id (GlooOptions::job_id, DISTRIBUTE_JOB_ID) or a fresh store");
+    }
+  });
+}
+
+// A job of several workers with no store named anywhere, and stores that cannot be used: each is
+// refused before any worker waits.
+TEST(GlooStrategy, AMissingOrUnusableRendezvousIsRefusedSayingWhatToGive) {
+  run_workers(1, [](int) {
+    unsetenv("DISTRIBUTE_RENDEZVOUS");
+    MultiWorkerMirroredStrategyOptions options = gloo_strategy_options();
+    options.cluster_resolver = std::make_shared<TFConfigClusterResolver>(TFConfigClusterResolverOptions{
+        .tf_config = R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}})"});
+    const auto refusal = [&](const std::string& rendezvous) -> std::string {
+      options.gloo.rendezvous = rendezvous;
+      try {
+        MultiWorkerMirroredStrategy strategy(options);
+        return "no error";
+      } catch (const InvalidArgumentError& e) {
+        return std::string("InvalidArgumentError: ") + e.what();
+      } catch (const FailedPreconditionError& e) {
+        return std::string("FailedPreconditionError: ") + e.what();
+      } catch (const UnavailableError& e) {
+        return std::string("UnavailableError: ") + e.what();
+      }
+    };
+    EXPECT_EQ(refusal(""),
+              "InvalidArgumentError: MultiWorkerMirroredStrategy over Gloo: the job has 2 workers, which meet at a "
+              "rendezvous store, but none is given: set options.gloo.rendezvous or DISTRIBUTE_RENDEZVOUS to "
+              "redis://HOST:PORT (a redis-server every worker reaches) or file:///DIR (a directory every worker "
+              "shares)");
+    EXPECT_EQ(refusal("http://store:80"),
+              "InvalidArgumentError: MultiWorkerMirroredStrategy over Gloo: the rendezvous address "
+              "\"http://store:80\" (options.gloo.rendezvous) is neither redis://HOST:PORT nor file:///DIR");
+    EXPECT_EQ(refusal("redis://store:port"),
+              "InvalidArgumentError: MultiWorkerMirroredStrategy over Gloo: the rendezvous address "
+              "\"redis://store:port\" (options.gloo.rendezvous) has no port number after its host; give "
+              "redis://HOST:PORT");
+    EXPECT_EQ(refusal("file:///no/such/directory"),
+              "FailedPreconditionError: MultiWorkerMirroredStrategy over Gloo: the rendezvous address "
+              "\"file:///no/such/directory\" (options.gloo.rendezvous) is no directory; create "
+              "\"/no/such/directory\" on a file system every worker shares");
+    // Port 1 on loopback: nothing listens there.
+    EXPECT_THAT(refusal("redis://127.0.0.1:1"),
+                ::testing::StartsWith("UnavailableError: MultiWorkerMirroredStrategy over Gloo: cannot reach the "
+                                      "Redis server at 127.0.0.1:1 (options.gloo.rendezvous): "));
+    EXPECT_THAT(refusal("redis://127.0.0.1:1"),
+                ::testing::EndsWith("; start one there (redis-server --port 1 --save '' --appendonly no) or give "
+                                    "another address"));
   });
 }
 

@@ -13,7 +13,7 @@ endforeach()
 # The consumer is built with the library's compiler, generator and build type, and with its
 # sanitizer flags: a sanitized static library only links into a sanitized program.
 file(STRINGS "${BUILD_DIR}/CMakeCache.txt" cache_lines
-     REGEX "^(CMAKE_CXX_COMPILER|CMAKE_GENERATOR|CMAKE_MAKE_PROGRAM|CMAKE_BUILD_TYPE|DISTRIBUTE_SANITIZE|DISTRIBUTE_WITH_MPI|DISTRIBUTE_WITH_TORCH|MPIEXEC_EXECUTABLE):[A-Z]+=")
+     REGEX "^(CMAKE_CXX_COMPILER|CMAKE_GENERATOR|CMAKE_MAKE_PROGRAM|CMAKE_BUILD_TYPE|DISTRIBUTE_SANITIZE|DISTRIBUTE_WITH_MPI|DISTRIBUTE_WITH_GLOO|DISTRIBUTE_WITH_TORCH|MPIEXEC_EXECUTABLE):[A-Z]+=")
 foreach(line IN LISTS cache_lines)
   if(line MATCHES "^([A-Z_]+):[A-Z]+=(.*)$")
     set(build_${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
@@ -67,7 +67,10 @@ endif()
 if(build_DISTRIBUTE_WITH_MPI)
   list(APPEND configure_args -DWITH_MPI=ON)
 endif()
-# The torch component likewise: find_package(... COMPONENTS torch).
+# The gloo and torch components likewise.
+if(build_DISTRIBUTE_WITH_GLOO)
+  list(APPEND configure_args -DWITH_GLOO=ON)
+endif()
 if(build_DISTRIBUTE_WITH_TORCH)
   list(APPEND configure_args -DWITH_TORCH=ON)
 endif()
@@ -86,6 +89,12 @@ run_step("running the consumer" "${consumer_build}/consumer")
 message(STATUS "${step_output}")
 if(build_DISTRIBUTE_WITH_TORCH)
   run_step("running the torch consumer" "${consumer_build}/consumer_torch")
+  message(STATUS "${step_output}")
+endif()
+if(build_DISTRIBUTE_WITH_GLOO)
+  # Two plain processes, started by a shell loop (tests/launch_workers.sh), meeting at a file store.
+  run_step("running the gloo consumer on 2 workers" "${SOURCE_DIR}/../launch_workers.sh" -n 2 --
+           "${consumer_build}/consumer_gloo")
   message(STATUS "${step_output}")
 endif()
 if(build_DISTRIBUTE_WITH_MPI)

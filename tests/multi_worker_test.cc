@@ -1,5 +1,6 @@
 // MultiWorkerMirroredStrategy across real processes: ctest launches this binary under
-// `mpirun -np W` with `--local_replicas=L` (2x2, 3x1, 4x1, 1x2), and every process checks the
+// `mpirun -np W` with `--local_replicas=L` (2x2, 3x1, 4x1, 1x2), and again as W plain processes
+// over Gloo (tests/launch_workers.sh: the multi_worker_gloo_* tests), and every process checks the
 // same expectations from its own side: global replica ids, the values of TF's test cases
 // generalised to W x L (for 2 x 2: SUM of 1.0 is 4.0, SUM of ids 6, [1,2,3,4][g] sums to 10 and
 // averages 2.5, all_gather of (1,2,2) gives (4,2,2), (1,8,2), (1,2,8)), merge_call once per worker,
@@ -21,7 +22,9 @@
 // The tests are in this file and in multi_worker_test_<subject>.cc, which register after it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -384,8 +387,11 @@ bool place_on_gpus(std::string& why_not) {
     why_not = "needs " + std::to_string(g_local_replicas) + " GPUs per worker, " + std::to_string(gpus) + " visible";
     return false;
   }
+  // mpirun's variables, else those of tests/launch_workers.sh (torchrun's names).
   const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local_rank == nullptr) local_rank = std::getenv("LOCAL_RANK");
+  if (local_size == nullptr) local_size = std::getenv("LOCAL_WORLD_SIZE");
   const int rank = local_rank != nullptr ? std::atoi(local_rank) : 0;
   const int size = local_size != nullptr ? std::atoi(local_size) : 1;
   distribute::testing::g_device_type = "GPU:";
@@ -396,6 +402,42 @@ bool place_on_gpus(std::string& why_not) {
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
   }
   return true;
+}
+
+// Each worker's host name, in worker order: gathered over MPI where the strategy runs over it (MPI
+// is up once it is made), else through the strategy itself, each replica giving its worker's name
+// as a row of characters.
+std::vector<std::string> every_workers_host(distribute::MultiWorkerMirroredStrategy& s) {
+  using namespace distribute;
+  std::vector<std::string> hosts;
+  if (s.backend() == CollectiveBackend::kMpi) {
+    char host[MPI_MAX_PROCESSOR_NAME] = {};
+    int length = 0;
+    MPI_Get_processor_name(host, &length);
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+    MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; r < size; ++r) hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    return hosts;
+  }
+  constexpr int kChars = 256;
+  std::array<char, kChars> name{};
+  gethostname(name.data(), kChars - 1);
+  std::vector<std::int32_t> row(name.begin(), name.end());
+  const PerReplica<Tensor> rows = s.run([&row] {
+    return get_replica_context()->all_gather(Tensor::from_vector<std::int32_t>(row, Shape{1, kChars}), 0);
+  });
+  const std::vector<std::int32_t> all = rows[0].to_vector<std::int32_t>();
+  const int local = s.extended().num_local_replicas();
+  for (int w = 0; w < s.extended().num_workers(); ++w) {
+    std::string host;
+    for (int c = 0; c < kChars && all[static_cast<std::size_t>((w * local) * kChars + c)] != 0; ++c) {
+      host += static_cast<char>(all[static_cast<std::size_t>((w * local) * kChars + c)]);
+    }
+    hosts.push_back(host);
+  }
+  return hosts;
 }
 
 int main(int argc, char** argv) {
@@ -411,17 +453,7 @@ int main(int argc, char** argv) {
     std::printf("skipped: %s\n", why_not.c_str());
     return 77;
   }
-  distribute::testing::strategy();  // initialises MPI
-  char host[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(host, &length);
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::vector<char> all(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
-  for (int r = 0; r < size; ++r) {
-    distribute::testing::g_hosts.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
-  }
+  distribute::testing::g_hosts = every_workers_host(distribute::testing::strategy());
   return RUN_ALL_TESTS();
 }
 

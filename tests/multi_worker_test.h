@@ -19,7 +19,7 @@ extern int g_local_replicas;
 // "CPU:" or "GPU:"; on GPUs, worker w's replica l is GPU:(g_first_gpu + l).
 extern std::string g_device_type;
 extern int g_first_gpu;
-// Each worker's host name (MPI_Get_processor_name), filled by main.
+// Each worker's host name, filled by main.
 extern std::vector<std::string> g_hosts;
 
 std::string local_device(int l);
@@ -59,6 +59,7 @@ class MultiWorker : public ::testing::Test {
   int worker() const { return s.extended().worker_id(); }
   int local() const { return s.extended().num_local_replicas(); }
   int n() const { return s.num_replicas_in_sync(); }
+  bool over_mpi() const { return s.backend() == CollectiveBackend::kMpi; }
   // After an error every worker's strategy still runs collectives.
   void expect_still_usable() {
     EXPECT_EQ(s.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1); })[0], n());

@@ -1,9 +1,12 @@
 // Cluster resolvers and layouts (multi_worker_test.cc): resolvers that do not match the launch, TF's
 // placement of a chief and other tasks, and strategies on sub-communicators.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -22,24 +25,55 @@ using testing::local_devices;
 using testing::MultiWorker;
 using testing::strategy;
 
-// A resolver that lists one worker more than mpirun launched.
+// A resolver that lists one worker more than were launched; this process is task `task`.
 class OneTaskTooMany : public ClusterResolver {
  public:
-  explicit OneTaskTooMany(int workers) : workers_(workers) {}
+  OneTaskTooMany(int workers, int task) : workers_(workers), task_(task) {}
   ClusterSpec cluster_spec() const override {
     return ClusterSpec({{"worker", std::vector<std::string>(static_cast<std::size_t>(workers_) + 1, "localhost")}});
   }
   std::string task_type() const override { return "worker"; }
-  int task_id() const override { return 0; }
+  int task_id() const override { return task_; }
 
  private:
   int workers_;
+  int task_;
 };
 
+// mpirun's processes meet over MPI, plain processes over Gloo, whose default resolver reads the
+// launcher's RANK and WORLD_SIZE; the strategy's name says which.
+TEST_F(MultiWorker, TheBackendIsMpiUnderMpirunAndGlooForPlainProcesses) {
+  const bool mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  EXPECT_EQ(s.backend(), mpirun ? CollectiveBackend::kMpi : CollectiveBackend::kGloo);
+  EXPECT_THAT(s.name(), ::testing::HasSubstr(" of " + std::to_string(workers()) + " over " +
+                                             (mpirun ? "MPI" : "Gloo") + ": "));
+  if (!mpirun) {
+    EXPECT_NE(dynamic_cast<const EnvironmentClusterResolver*>(&s.cluster_resolver()), nullptr);
+    EXPECT_EQ(s.cluster_resolver().rendezvous_address(), std::getenv("DISTRIBUTE_RENDEZVOUS"));
+  }
+}
+
+// Over MPI the launched processes are the workers, and a resolver that lists others is refused;
+// over Gloo the resolver is the job's only description, and the workers wait at the store for the
+// one that never comes.
 TEST_F(MultiWorker, ResolverListingOtherTasksThanLaunchedIsAnInvalidArgument) {
   MultiWorkerMirroredStrategyOptions options;
   options.local_devices = local_devices();
-  options.cluster_resolver = std::make_shared<OneTaskTooMany>(workers());
+  options.cluster_resolver = std::make_shared<OneTaskTooMany>(workers(), worker());
+  if (!over_mpi()) {
+    options.gloo.rendezvous_timeout = std::chrono::seconds(1);
+    try {
+      MultiWorkerMirroredStrategy waiting(options);
+      ADD_FAILURE() << "no error";
+    } catch (const DeadlineExceededError& e) {
+      EXPECT_EQ(std::string(e.what()), "GlooWorkerTransport: worker " + std::to_string(worker()) +
+                                           " waited 1000 ms at the rendezvous store for workers " +
+                                           std::to_string(workers()) + " of " + std::to_string(workers() + 1) +
+                                           ", which did not arrive");
+    }
+    expect_still_usable();
+    return;
+  }
   try {
     MultiWorkerMirroredStrategy mismatched(options);
     ADD_FAILURE() << "no error";
@@ -56,6 +90,7 @@ TEST_F(MultiWorker, ResolverListingOtherTasksThanLaunchedIsAnInvalidArgument) {
 // strategy works, although it reuses the last one's communicators, whose messages still on their
 // way are not taken for its own.
 TEST_F(MultiWorker, StrategiesBuiltInALoopFreeTheirCommunicators) {
+  if (!over_mpi()) GTEST_SKIP() << "MPI's communicators; over Gloo, StrategiesBuiltInALoopCloseTheirConnections";
   const auto next_handle = [] {
     MPI_Comm comm = MPI_COMM_NULL;
     EXPECT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
@@ -76,6 +111,28 @@ TEST_F(MultiWorker, StrategiesBuiltInALoopFreeTheirCommunicators) {
   const MPI_Fint before = next_handle();
   for (int i = 1; i <= 200; ++i) build_and_run(i);
   EXPECT_EQ(next_handle(), before);
+  expect_still_usable();
+}
+
+// Over Gloo each strategy has its own connections to every other worker (and a thread of Gloo's):
+// strategies built and destroyed in a loop leave no descriptor open.
+TEST_F(MultiWorker, StrategiesBuiltInALoopCloseTheirConnections) {
+  if (over_mpi()) GTEST_SKIP() << "Gloo's connections; over MPI, StrategiesBuiltInALoopFreeTheirCommunicators";
+  const auto open_descriptors = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"), std::filesystem::directory_iterator{});
+  };
+  MultiWorkerMirroredStrategyOptions options;
+  for (int l = 0; l < local(); ++l) options.local_devices.push_back("CPU:" + std::to_string(l));
+  options.communication.timeout = std::chrono::seconds(20);
+  const auto build_and_run = [&](int i) {
+    MultiWorkerMirroredStrategy loop(options);
+    PerReplica<float> sum = loop.run([] { return get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f); });
+    EXPECT_EQ(sum[0], static_cast<float>(n())) << "strategy " << i;
+  };
+  build_and_run(0);
+  const auto before = open_descriptors();
+  for (int i = 1; i <= 20; ++i) build_and_run(i);
+  EXPECT_EQ(open_descriptors(), before);
   expect_still_usable();
 }
 
@@ -116,8 +173,8 @@ TEST_F(MultiWorker, ResolverNamingAnotherTaskThanTheRankIsAnInvalidArgument) {
                               " but the cluster spec lists " + std::to_string(workers()) + " \"worker\" task" +
                               (workers() == 1 ? "" : "s") + " (task ids 0 to " + std::to_string(workers() - 1) +
                               "); a resolver's task_id() is an index into its job's tasks");
-  // A task of the job whose worker is another process's rank.
-  if (workers() > 1) {
+  // A task of the job whose worker is another process's rank (over Gloo the resolver gives the rank).
+  if (workers() > 1 && over_mpi()) {
     const int other = (worker() + 1) % workers();
     expect_resolver_refused(
         std::make_shared<WrongTaskId>(workers(), other),
@@ -165,11 +222,14 @@ std::shared_ptr<const ClusterResolver> chief_layout_task(int workers, int w,
 
 // Constructs a strategy with `resolver`, which describes TF's layout with a chief, and checks that
 // the chief is worker 0, then the "worker" tasks in order (this process being `worker` of
-// `workers`), and that it reduces across them.
+// `workers`), and that it reduces across them. The resolver's hosts are made up: over Gloo every
+// worker accepts its peers on loopback instead, or where the multi-host harness has them meet
+// across hosts, on the interface it names (GLOO_SOCKET_IFNAME).
 void expect_chief_layout_strategy(std::shared_ptr<const ClusterResolver> resolver, int worker, int workers) {
   MultiWorkerMirroredStrategyOptions options;
   options.local_devices = local_devices();
   options.cluster_resolver = std::move(resolver);
+  if (std::getenv("GLOO_SOCKET_IFNAME") == nullptr) options.gloo.hostname = "127.0.0.1";
   MultiWorkerMirroredStrategy with_chief(options);
   EXPECT_EQ(with_chief.extended().worker_id(), worker);
   EXPECT_EQ(with_chief.extended().num_workers(), workers);
@@ -264,8 +324,8 @@ TEST_F(MultiWorker, TasksThatTfPlacesNowhereInTheCollectiveGroupAreInvalidArgume
                           "MultiWorkerMirroredStrategy: the cluster spec has a job \"trainer\", which is no task "
                           "type of a cluster (TF knows \"chief\", \"worker\", \"evaluator\" and \"ps\"); list the "
                           "workers under \"chief\" (at most one, worker 0) and \"worker\"");
-  // Each process names the task of the next rank.
-  if (workers() > 1) {
+  // Each process names the task of the next rank (over Gloo the resolver gives the rank).
+  if (workers() > 1 && over_mpi()) {
     const int other = (worker() + 1) % workers();
     const std::string task = other == 0 ? "(\"chief\", 0)" : "(\"worker\", " + std::to_string(other - 1) + ")";
     expect_resolver_refused(chief_layout_task(workers(), other),
@@ -279,6 +339,7 @@ TEST_F(MultiWorker, TasksThatTfPlacesNowhereInTheCollectiveGroupAreInvalidArgume
 }
 
 TEST_F(MultiWorker, StrategiesOnSubCommunicatorsHaveTheirRanksAsWorkers) {
+  if (!over_mpi()) GTEST_SKIP() << "MPI's sub-communicators";
   // Even and odd ranks form two jobs that run side by side (one job with a single process).
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -129,7 +129,7 @@ TEST_F(MultiWorker, FailStrategyModeGivesTheSameResults) {
 }
 
 TEST(MpiClusterResolver, NullCommunicatorIsAnInvalidArgument) {
-  strategy();  // MPI is up
+  if (strategy().backend() != CollectiveBackend::kMpi) GTEST_SKIP() << "MPI's communicators";
   try {
     mpi_cluster_resolver(MPI_COMM_NULL);
     ADD_FAILURE() << "no error";

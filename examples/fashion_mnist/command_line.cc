@@ -18,7 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
-#if DISTRIBUTE_EXAMPLE_WITH_MPI
+#if DISTRIBUTE_HAS_MULTI_WORKER
 #include "distribute/mpi/multi_worker_mirrored_strategy.h"
 #endif
 
@@ -27,7 +27,8 @@ ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
 ABSL_FLAG(uint64_t, seed, 1, "the initial weights and the shuffling");
 ABSL_FLAG(int64_t, train_limit, 0, "train on the first N training images only; 0: all 60000");
 ABSL_FLAG(bool, multi_worker, false,
-          "one worker per MPI process (MultiWorkerMirroredStrategy; start with mpirun -np K)");
+          "one worker per process (MultiWorkerMirroredStrategy): start K with mpirun -np K, or as plain processes "
+          "with RANK, WORLD_SIZE and DISTRIBUTE_RENDEZVOUS (Gloo)");
 ABSL_FLAG(fashion_mnist::Progress, progress, fashion_mnist::Progress::kAuto,
           "what worker 0 shows while it trains: bar (a bar redrawn after every step, and a line per epoch), "
           "lines (a line per epoch), none (the first and last lines only), or auto: bar on the terminal of a "
@@ -41,7 +42,7 @@ constexpr std::pair<const char*, Progress> kProgressNames[] = {
 
 // Whether a launcher (mpirun, srun) started this process as one of a job's.
 bool started_by_launcher() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "RANK"}) {
     if (std::getenv(name) != nullptr) return true;
   }
   return false;
@@ -117,13 +118,14 @@ std::vector<std::string> replica_devices(int replicas, bool on_gpus) {
 
 std::unique_ptr<distribute::Strategy> make_strategy(const std::vector<std::string>& devices, bool multi_worker) {
   if (multi_worker) {
-#if DISTRIBUTE_EXAMPLE_WITH_MPI
+#if DISTRIBUTE_HAS_MULTI_WORKER
     distribute::MultiWorkerMirroredStrategyOptions options;
     options.local_devices = devices;
     return std::make_unique<distribute::MultiWorkerMirroredStrategy>(std::move(options));
 #else
     throw distribute::UnimplementedError(
-        "--multi_worker: this build has no distribute::mpi; install libopenmpi-dev and rebuild");
+        "--multi_worker: this build has no multi-worker backend; install libopenmpi-dev or libgloo-dev and "
+        "rebuild");
 #endif
   }
   return std::make_unique<distribute::MirroredStrategy>(devices);

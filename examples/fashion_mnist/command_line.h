@@ -44,8 +44,8 @@ int replicas_or_default(int asked, bool on_gpus);
 std::vector<std::string> replica_devices(int replicas, bool on_gpus);
 
 // MirroredStrategy over `devices`, or with multi_worker MultiWorkerMirroredStrategy (one worker per
-// process that mpirun starts, `devices` its local ones); UnimplementedError for multi_worker in a
-// build without distribute::mpi.
+// process that mpirun or any launcher starts, `devices` its local ones); UnimplementedError for
+// multi_worker in a build without a multi-worker backend.
 std::unique_ptr<distribute::Strategy> make_strategy(const std::vector<std::string>& devices, bool multi_worker);
 
 // `asked` as this worker shows it: nothing on workers other than 0, and kAuto resolved (a bar on

@@ -1,8 +1,8 @@
 // train_fashion_mnist: trains the example's MLP on Fashion-MNIST with one replica per core (or
 // --replicas), checkpointing every epoch; --device=gpu puts one replica on each GPU instead (or, on
-// a machine with one GPU, --replicas logical GPUs of it). Built with distribute::mpi,
-// --multi_worker runs the same loop under MultiWorkerMirroredStrategy, one worker per process
-// started by mpirun. --checkpoint_dir survives preemption: SIGTERM to any worker saves after the
+// a machine with one GPU, --replicas logical GPUs of it). Built with distribute::mpi or
+// distribute::gloo, --multi_worker runs the same loop under MultiWorkerMirroredStrategy, one worker
+// per process started by mpirun, or by a shell loop with RANK, WORLD_SIZE and DISTRIBUTE_RENDEZVOUS. --checkpoint_dir survives preemption: SIGTERM to any worker saves after the
 // next step and exits 42, and train_until_done.sh relaunches it from there.
 //
 //   ./build/default/examples/fashion_mnist/train_fashion_mnist --epochs=10

@@ -25,6 +25,8 @@
 #                     all-reduce, byte for byte, with whole and with sharded state; a bad --bucket_mb
 #   overlap_mpirun    so do two workers (mpirun -np 2) with --overlap; and --compression=bf16 trains
 #   compression_invalid  an unknown --compression fails, naming the valid values
+#   gloo_workers      two plain processes (tests/launch_workers.sh: no mpirun, Gloo) save the same
+#                     checkpoint, byte for byte, as one process with both replicas
 #   cmake -DPROGRAM=.../train_fashion_mnist -DSOURCE_DIR=<project root> -DWORK_DIR=<scratch folder>
 #         [-DMPIEXEC=mpirun] -DCASE=help -P train_cli_test.cmake
 # The output is read through a pipe, as in a log. The cases that train need Debian's
@@ -96,7 +98,7 @@ function(expect_metrics path count)
   endforeach()
 endfunction()
 
-if(CASE MATCHES "^(progress_(auto|bar|lines|none|mpirun)|timeline_mpirun|metrics.*|hidden|overlap.*)$")
+if(CASE MATCHES "^(progress_(auto|bar|lines|none|mpirun)|timeline_mpirun|metrics.*|hidden|overlap.*|gloo_workers)$")
   prepare_training()
 endif()
 
@@ -255,6 +257,18 @@ elseif(CASE STREQUAL "overlap_mpirun")
     message(FATAL_ERROR "mpirun -np 2 with --compression=bf16 failed (exit ${rc}):\n${out}")
   endif()
   expect_in("${out}" "test accuracy 0.")
+elseif(CASE STREQUAL "gloo_workers")
+  set(args --data_dir=${data_dir} --train_limit=256 --progress=none --epochs=2)
+  run(${args} --replicas=2 --checkpoint=${WORK_DIR}/one.safetensors)
+  execute_process(COMMAND ${SOURCE_DIR}/tests/launch_workers.sh -n 2 -- ${PROGRAM} ${args} --replicas=1
+                          --multi_worker --checkpoint=${WORK_DIR}/workers.safetensors
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "two workers over Gloo failed (exit ${rc}):\n${out}")
+  endif()
+  expect_in("${out}" "MultiWorkerMirroredStrategy(worker 0 of 2 over Gloo: CPU:0)")
+  expect_same_file(${WORK_DIR}/one.safetensors ${WORK_DIR}/workers.safetensors
+                   "two workers over Gloo saved another checkpoint than one worker with both replicas")
 elseif(CASE STREQUAL "compression_invalid")
   run(--compression=int8)
   if(rc EQUAL 0)

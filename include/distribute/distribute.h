@@ -42,8 +42,12 @@
 #include "distribute/variables/variable.h"
 #include "distribute/version.h"
 
-// The MPI component's strategy when it was built; otherwise names that say so when used.
+// The multi-worker strategy and the MPI backend's resolver where they were built; otherwise names
+// that say so when used.
 #include "distribute/config.h"
+#if DISTRIBUTE_HAS_MULTI_WORKER
+#include "distribute/strategy/multi_worker_mirrored_strategy.h"
+#endif
 #if DISTRIBUTE_HAS_MPI
 #include "distribute/mpi/multi_worker_mirrored_strategy.h"
 #else

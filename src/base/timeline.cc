@@ -3,7 +3,6 @@
 // beyond the events themselves.
 #include "distribute/timeline.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -24,6 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "base/host_name.h"
 #include "base/mutex.h"
 #include "base/timeline.h"
 #include "distribute/check.h"
@@ -113,12 +113,6 @@ void record(Event event) {
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "unknown host";
-  return name;
 }
 
 // One thread's events with every end whose begin the ring dropped left out, and every begin
@@ -518,7 +512,7 @@ bool Timeline::stop() {
   write_trace(
       file,
       [&](TraceText& out) {
-        write_worker_events(out, events, worker.load(std::memory_order_relaxed), host_name(), 0, first_ns(events, 0));
+        write_worker_events(out, events, worker.load(std::memory_order_relaxed), detail::host_name(), 0, first_ns(events, 0));
       },
       other);
   return true;

@@ -75,7 +75,7 @@ class Job {
   // transfer stalls past `deadline`.
   virtual std::string all_gather(const std::string& mine, std::span<const std::size_t> sizes, Deadline deadline) = 0;
 };
-// Set once, by the first multi-worker strategy (src/mpi/); Timeline::stop() is then collective:
+// Set once, by the first multi-worker strategy (src/multi_worker/); Timeline::stop() is then collective:
 // worker 0 writes the job's file.
 void set_job(std::unique_ptr<Job> job);
 // Starts a timeline into $DISTRIBUTE_TIMELINE, if set, the first time it is called (the making of

@@ -292,3 +292,39 @@ SlurmClusterResolver::SlurmClusterResolver(SlurmClusterResolverOptions options) 
 }
 
 }  // namespace distribute
+
+namespace distribute {
+
+namespace {
+
+constexpr const char* kEnvironment = "EnvironmentClusterResolver: ";
+
+// The launcher's variable `name`, a number; FailedPreconditionError where it is unset.
+int launcher_count(const std::string& name, const char* what) {
+  const std::optional<std::string> value = env(name.c_str());
+  DISTRIBUTE_CHECK(value.has_value(), FailedPreconditionError, kEnvironment, name, " is not set: it is ", what,
+                   ", which the launcher sets in each worker (torchrun does; for workers started by a shell loop, "
+                   "set RANK and WORLD_SIZE yourself)");
+  const std::optional<int> count = parse_int(*value);
+  DISTRIBUTE_CHECK(count.has_value() && *count >= 0, InvalidArgumentError, kEnvironment, name, "=", *value,
+                   " is no number; it is ", what);
+  return *count;
+}
+
+}  // namespace
+
+EnvironmentClusterResolver::EnvironmentClusterResolver()
+    : EnvironmentClusterResolver(EnvironmentClusterResolverOptions{}) {}
+
+EnvironmentClusterResolver::EnvironmentClusterResolver(EnvironmentClusterResolverOptions options) {
+  const int workers = launcher_count(options.world_size_variable, "the number of workers");
+  task_id_ = launcher_count(options.rank_variable, "this worker's rank");
+  DISTRIBUTE_CHECK(workers >= 1, InvalidArgumentError, kEnvironment, options.world_size_variable, "=", workers,
+                   "; a job has at least one worker");
+  DISTRIBUTE_CHECK(task_id_ < workers, InvalidArgumentError, kEnvironment, options.rank_variable, "=", task_id_,
+                   " is no worker of ", options.world_size_variable, "=", workers, " (ranks 0 to ", workers - 1, ")");
+  spec_ = ClusterSpec({{"worker", std::vector<std::string>(static_cast<std::size_t>(workers))}});
+  rendezvous_ = env(options.rendezvous_variable.c_str()).value_or("");
+}
+
+}  // namespace distribute

@@ -1,5 +1,5 @@
 // distribute::detail: MirroredStrategy's engine for the strategies built on it. The multi-worker
-// strategy (src/mpi/) is MirroredStrategy's replicas on each worker, joined to the other workers
+// strategy (src/multi_worker/) is MirroredStrategy's replicas on each worker, joined to the other workers
 // through their cluster::Coordinator; it lives in its own library, so it builds the engine through
 // here.
 #pragma once

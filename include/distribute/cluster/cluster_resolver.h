@@ -1,9 +1,10 @@
 // Who is in a multi-worker job and which task this process is (tf.distribute.cluster_resolver):
 // the job's description (ClusterSpec), the interface a multi-worker strategy takes
 // (ClusterResolver), and the resolvers that read it from how the job was launched: the TF_CONFIG
-// variable (TFConfigClusterResolver) and Slurm's variables (SlurmClusterResolver). A resolver only
-// describes the job; <distribute/mpi/multi_worker_mirrored_strategy.h> checks that it matches the
-// processes that were launched, and maps its tasks onto the workers.
+// variable (TFConfigClusterResolver), Slurm's variables (SlurmClusterResolver) and a launcher's rank
+// and world size (EnvironmentClusterResolver). A resolver only describes the job;
+// MultiWorkerMirroredStrategy (<distribute/strategy/multi_worker_mirrored_strategy.h>) checks it
+// and maps its tasks onto the workers.
 #pragma once
 
 #include <map>
@@ -49,6 +50,9 @@ class ClusterResolver {
   virtual int task_id() const = 0;
   // The communicator whose ranks are the workers; null: MPI_COMM_WORLD's.
   virtual const MpiCommunicator* mpi_communicator() const { return nullptr; }
+  // Where workers that no MPI launcher joined meet (the Gloo backend's store, GlooOptions::rendezvous):
+  // "redis://HOST:PORT" or "file:///DIR"; empty where the resolver knows none.
+  virtual std::string rendezvous_address() const { return {}; }
 };
 
 struct TFConfigClusterResolverOptions {
@@ -117,6 +121,34 @@ class SlurmClusterResolver : public ClusterResolver {
   ClusterSpec spec_;
   std::string task_type_;
   int task_id_ = 0;
+};
+
+struct EnvironmentClusterResolverOptions {
+  // The variables to read: this worker's rank, the number of workers, and the rendezvous address.
+  std::string rank_variable = "RANK";
+  std::string world_size_variable = "WORLD_SIZE";
+  std::string rendezvous_variable = "DISTRIBUTE_RENDEZVOUS";
+};
+
+// The job a launcher described in plain variables, as torchrun and most schedulers' launchers set
+// them: RANK (this worker, 0 to WORLD_SIZE - 1), WORLD_SIZE, and DISTRIBUTE_RENDEZVOUS (the
+// rendezvous store, optional). Rank r is task ("worker", r); the launcher names no addresses, so
+// the spec's are empty. FailedPreconditionError from the constructor where the rank or world size
+// variable is unset; InvalidArgumentError, naming the variable, for a value that is no number or a
+// rank outside [0, world size).
+class EnvironmentClusterResolver : public ClusterResolver {
+ public:
+  EnvironmentClusterResolver();
+  explicit EnvironmentClusterResolver(EnvironmentClusterResolverOptions options);
+  ClusterSpec cluster_spec() const override { return spec_; }
+  std::string task_type() const override { return "worker"; }
+  int task_id() const override { return task_id_; }
+  std::string rendezvous_address() const override { return rendezvous_; }
+
+ private:
+  ClusterSpec spec_;
+  int task_id_ = 0;
+  std::string rendezvous_;
 };
 
 namespace detail {

@@ -4,20 +4,21 @@
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/redis_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/host_name.h"
 #include "cluster/ring_all_reduce.h"
 #include "distribute/check.h"
 #include "distribute/errors.h"
@@ -50,10 +51,18 @@ void ignore_sigpipe() {
   if (current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
 }
 
-std::string this_host_name() {
-  std::array<char, 256> name{};
-  gethostname(name.data(), name.size() - 1);
-  return name.data();
+// Whether `store` holds `key` now. Gloo's Redis and file stores poll in their waits and count the
+// time waited in whole seconds, so a wait of a millisecond takes one; those two are asked directly
+// (a file store made as this file's FileStore).
+bool store_holds(::gloo::rendezvous::Store& store, const std::string& key) {
+  if (auto* redis = dynamic_cast<::gloo::rendezvous::RedisStore*>(&store)) return redis->check({key});
+  if (auto* file = dynamic_cast<FileStore*>(&store)) return file->check({key});
+  try {
+    store.wait({key}, std::chrono::milliseconds(1));  // a HashStore waits on a condition variable
+    return true;
+  } catch (const ::gloo::Exception&) {
+    return false;
+  }
 }
 
 // One transfer of a step: bytes to or from one peer.
@@ -148,16 +157,34 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
   const auto arrived_key = [](int w) { return absl::StrCat("arrived/", w); };
   const detail::Deadline deadline = detail::Clock::now() + options_.connect_timeout;
   std::vector<int> missing;
+  const auto holds = [&](const std::string& key) { return store_holds(store, options_.prefix + "/" + key); };
+  const auto taken = [&] {
+    return FailedPreconditionError(absl::StrCat(
+        "GlooWorkerTransport: the rendezvous store already holds worker ", rank, "'s keys under \"", options_.prefix,
+        "\": two processes of this job were given the same rank, or another run of this job (or a job of the same "
+        "id) left them; give each process its own rank, and each run its own job id (GlooOptions::job_id, "
+        "DISTRIBUTE_JOB_ID) or a fresh store"));
+  };
   try {
-    group.set(arrived_key(rank), std::vector<char>{'1'});
+    if (holds(arrived_key(rank))) throw taken();
+    try {
+      group.set(arrived_key(rank), std::vector<char>{'1'});
+    } catch (const ::gloo::Exception&) {
+      if (holds(arrived_key(rank))) throw taken();  // set between the check and the set
+      throw;
+    }
     for (int w = 0; w < workers; ++w) {
       if (w == rank) continue;
-      try {
-        group.wait({arrived_key(w)}, std::max(remaining(deadline), std::chrono::milliseconds(1)));
-      } catch (const ::gloo::Exception&) {
-        missing.push_back(w);
+      while (!holds(arrived_key(w))) {
+        if (detail::Clock::now() >= deadline) {
+          missing.push_back(w);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
+  } catch (const FailedPreconditionError&) {
+    throw;
   } catch (const std::exception& e) {
     throw UnavailableError(absl::StrCat("GlooWorkerTransport: worker ", rank, " cannot reach the rendezvous store: ",
                                         e.what()));
@@ -167,10 +194,18 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
                    absl::StrJoin(missing, ", "), " of ", workers, ", which did not arrive");
   try {
     ::gloo::transport::tcp::attr attr;
-    attr.hostname = options_.hostname.empty() ? this_host_name() : options_.hostname;
+    if (!options_.hostname.empty()) {
+      attr.hostname = options_.hostname;
+    } else if (!options_.interface.empty()) {
+      attr.iface = options_.interface;
+    } else {
+      attr.hostname = detail::host_name();
+    }
     std::shared_ptr<::gloo::transport::Device> device = ::gloo::transport::tcp::CreateDevice(attr);
     context_ = std::make_shared<::gloo::rendezvous::Context>(rank, workers);
-    context_->setTimeout(std::max(remaining(deadline), std::chrono::milliseconds(1)));
+    // Every worker has arrived: the connections get a whole timeout of their own, however late
+    // the last worker came.
+    context_->setTimeout(options_.connect_timeout);
     context_->connectFullMesh(group, device);
   } catch (const std::exception& e) {
     throw UnavailableError(absl::StrCat("GlooWorkerTransport: worker ", rank, " could not connect to the other ",
@@ -179,9 +214,10 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
   // Each worker's host name, so that the workers know which of them share a machine.
   constexpr std::size_t kHostBytes = 256;
   std::vector<char> mine(kHostBytes, '\0');
-  this_host_name().copy(mine.data(), kHostBytes - 1);
+  detail::host_name().copy(mine.data(), kHostBytes - 1);
   std::vector<char> all(kHostBytes * static_cast<std::size_t>(workers));
-  missing = exchange(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)), deadline);
+  missing = exchange(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)),
+                     detail::Clock::now() + options_.connect_timeout);
   DISTRIBUTE_CHECK(missing.empty(), DeadlineExceededError, "GlooWorkerTransport: worker ", rank,
                    " connected, but workers ", absl::StrJoin(missing, ", "), " did not say their host in time");
   for (int w = 0; w < workers; ++w) hosts_.emplace_back(all.data() + static_cast<std::size_t>(w) * kHostBytes);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/store.h>
 
 #include <chrono>
@@ -30,15 +31,25 @@
 
 namespace distribute::cluster::gloo_backend {
 
+// Gloo's file store, with its check for keys made public: the transport asks whether a key is there
+// without waiting, where Gloo's own waits poll and count the time waited in whole seconds.
+class FileStore final : public ::gloo::rendezvous::FileStore {
+ public:
+  using ::gloo::rendezvous::FileStore::check;
+  using ::gloo::rendezvous::FileStore::FileStore;
+};
+
 struct GlooTransportOptions {
   // This worker's rank and the number of workers; every worker gives the same `workers`.
   int rank = 0;
   int workers = 1;
   // The keys of this group in the store: workers of one group share it, and no other group's do.
   std::string prefix;
-  // The address this worker accepts its peers' connections on; empty: its host name's.
+  // The address this worker accepts its peers' connections on, else the interface whose address
+  // it takes; with neither, its host name's.
   std::string hostname;
-  // How long to wait for every worker to arrive at the store and connect.
+  std::string interface;
+  // How long to wait for every worker to arrive at the store, then again to connect.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
   OnStall on_stall = OnStall::kFailStrategy;
 };

@@ -1,5 +1,5 @@
-// How a cluster resolver's task maps onto the workers MPI launched.
-#include "mpi/cluster_resolver.h"
+// How a cluster resolver's task maps onto the workers of the collective group.
+#include "multi_worker/cluster_resolver.h"
 
 #include <string>
 
@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "distribute/check.h"
 #include "distribute/errors.h"
-#include "distribute/mpi/multi_worker_mirrored_strategy.h"
+#include "distribute/strategy/multi_worker_mirrored_strategy.h"
 
 namespace distribute {
 

@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-#include "distribute/mpi/multi_worker_mirrored_strategy.h"
+#include "distribute/strategy/multi_worker_mirrored_strategy.h"
 
 namespace distribute::detail {
 
@@ -17,7 +17,7 @@ namespace distribute::detail {
 // InvalidArgumentError otherwise, saying what to change.
 int worker_id_in_cluster(const ClusterSpec& spec, std::string_view task_type, int task_id);
 
-// Checks that `resolver` describes the collective group MPI launched: one chief or worker task
+// Over MPI: checks that `resolver` describes the collective group MPI launched: one chief or worker task
 // per process, and this process (the one at `rank` among the `workers` processes) the task whose
 // worker id is that rank. InvalidArgumentError otherwise, the same on every worker where their
 // resolvers agree.

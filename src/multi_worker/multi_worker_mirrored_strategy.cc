@@ -1,8 +1,7 @@
-// MultiWorkerMirroredStrategy and MpiClusterResolver: MirroredStrategy's replicas on each worker,
-// joined through MPI.
-#include "distribute/mpi/multi_worker_mirrored_strategy.h"
-
-#include <mpi.h>
+// MultiWorkerMirroredStrategy: MirroredStrategy's replicas on each worker, joined through the
+// backend it chooses (multi_worker/backends.h). What every worker checks and agrees on at
+// construction is here, the same over every backend.
+#include "distribute/strategy/multi_worker_mirrored_strategy.h"
 
 #include <algorithm>
 #include <array>
@@ -17,32 +16,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/error_code.h"
+#include "base/host_name.h"
 #include "base/timeline.h"
+#include "cluster/coordinator.h"
+#include "cluster/timeline_job.h"
 #include "device/gpu_runtime.h"
 #include "distribute/device/gpu.h"
-#include "distribute/mpi/mpi_cluster_resolver.h"
-#include "mpi/cluster_resolver.h"
-#include "cluster/coordinator.h"
-#include "cluster/mpi/mpi_worker_transport.h"
-#include "cluster/timeline_job.h"
+#include "multi_worker/backends.h"
 #include "strategy/mirrored_extended.h"
 
 namespace distribute {
 namespace {
-
-// This process's host name, NUL-padded to MPI_MAX_PROCESSOR_NAME.
-std::array<char, MPI_MAX_PROCESSOR_NAME> processor_name() {
-  std::array<char, MPI_MAX_PROCESSOR_NAME> name{};
-  int length = 0;
-  MPI_Get_processor_name(name.data(), &length);
-  return name;
-}
-
-// Every rank's host name, gathered over `comm`.
-std::vector<std::string> rank_hosts(MPI_Comm comm) {
-  detail::MutexLock lock(cluster::mpi::MpiRuntime::instance().mutex());
-  return cluster::mpi::processor_names(comm);
-}
 
 // Sends `mine` to every worker and receives theirs into `all`, worker by worker, during the
 // strategy's construction.
@@ -121,7 +105,7 @@ void agree_at_construction(cluster::WorkerTransport& engine, std::exception_ptr 
 // host name.
 std::string nccl_host_name() {
   if (const char* id = std::getenv("NCCL_HOSTID"); id != nullptr && *id != '\0') return id;
-  return processor_name().data();
+  return detail::host_name();
 }
 
 // NCCL refuses two ranks on one GPU of one host, with an error that names neither the workers nor
@@ -129,7 +113,7 @@ std::string nccl_host_name() {
 // here, each the same error, before any NCCL communicator is made.
 void check_gpus_distinct(cluster::WorkerTransport& engine, const std::vector<Device>& devices,
                          std::chrono::duration<double> timeout) {
-  constexpr std::size_t kField = MPI_MAX_PROCESSOR_NAME;  // a host name or a PCI bus id, NUL-padded
+  constexpr std::size_t kField = 256;  // a host name or a PCI bus id, NUL-padded
   const std::size_t fields = 1 + devices.size();
   std::vector<char> mine(fields * kField, '\0');
   const auto put = [&](std::size_t field, const std::string& text) {
@@ -170,54 +154,89 @@ void check_gpus_distinct(cluster::WorkerTransport& engine, const std::vector<Dev
   }
 }
 
-// A program that finalises MPI itself does so before exit, where the timeline would find the
-// other workers gone and each worker would write its own events to the one path. MPI_Finalize
-// first deletes MPI_COMM_SELF's attributes, with every process inside it and MPI still working:
-// the timeline stops there, collectively.
-int stop_timeline_on_delete(MPI_Comm, int, void*, void*) {
-  detail::timeline::stop_at_exit();
-  return MPI_SUCCESS;
+const char* kBuildBackends = DISTRIBUTE_HAS_MPI && DISTRIBUTE_HAS_GLOO ? "MPI and Gloo"
+                             : DISTRIBUTE_HAS_MPI                     ? "MPI only"
+                                                                      : "Gloo only";
+
+// The backend the options ask for, where this build has it.
+CollectiveBackend choose_backend(CollectiveBackend asked, [[maybe_unused]] const ClusterResolver* resolver) {
+  switch (asked) {
+    case CollectiveBackend::kMpi:
+      DISTRIBUTE_CHECK(DISTRIBUTE_HAS_MPI, InvalidArgumentError,
+                       "MultiWorkerMirroredStrategy: options.backend is kMpi, but this build of distribute has ",
+                       kBuildBackends, ": install Open MPI (Debian: libopenmpi-dev openmpi-bin) and rebuild it with "
+                       "-DDISTRIBUTE_WITH_MPI=ON, or choose kGloo");
+      return asked;
+    case CollectiveBackend::kGloo:
+      DISTRIBUTE_CHECK(DISTRIBUTE_HAS_GLOO, InvalidArgumentError,
+                       "MultiWorkerMirroredStrategy: options.backend is kGloo, but this build of distribute has ",
+                       kBuildBackends, ": install Gloo (Debian: libgloo-dev) and rebuild it with "
+                       "-DDISTRIBUTE_WITH_GLOO=ON, or choose kMpi");
+#if DISTRIBUTE_HAS_MPI
+      DISTRIBUTE_CHECK(!detail::is_mpi_resolver(resolver), InvalidArgumentError,
+                       "MultiWorkerMirroredStrategy: options.backend is kGloo but the cluster resolver is an "
+                       "MpiClusterResolver, whose workers are MPI's ranks; choose kMpi, or describe the job with a "
+                       "TFConfigClusterResolver or EnvironmentClusterResolver");
+#endif
+      return asked;
+    case CollectiveBackend::kAuto:
+#if DISTRIBUTE_HAS_MPI
+      if (detail::mpi_is_chosen(resolver)) return CollectiveBackend::kMpi;
+#endif
+      return DISTRIBUTE_HAS_GLOO ? CollectiveBackend::kGloo : CollectiveBackend::kMpi;
+  }
+  throw InvalidArgumentError(absl::StrCat("MultiWorkerMirroredStrategy: options.backend is ", static_cast<int>(asked),
+                                          ", which is no CollectiveBackend (kAuto, kMpi or kGloo)"));
 }
 
-void stop_timeline_at_mpi_finalize() {
-  detail::MutexLock lock(cluster::mpi::MpiRuntime::instance().mutex());
-  int keyval = MPI_KEYVAL_INVALID;
-  MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, stop_timeline_on_delete, &keyval, nullptr);
-  MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
+std::shared_ptr<const ClusterResolver> default_resolver(CollectiveBackend backend) {
+#if DISTRIBUTE_HAS_MPI
+  if (backend == CollectiveBackend::kMpi) return detail::default_mpi_resolver();
+#endif
+#if DISTRIBUTE_HAS_GLOO
+  if (backend == CollectiveBackend::kGloo) return detail::default_gloo_resolver();
+#endif
+  throw InternalError(absl::StrCat("MultiWorkerMirroredStrategy: no ", backend_name(backend), " backend"));
+}
+
+detail::WorkerConnection connect(CollectiveBackend backend, const ClusterResolver& resolver,
+                                 [[maybe_unused]] const GlooOptions& gloo, cluster::OnStall on_stall,
+                                 std::exception_ptr failure) {
+#if DISTRIBUTE_HAS_MPI
+  if (backend == CollectiveBackend::kMpi) return detail::connect_over_mpi(resolver, on_stall, std::move(failure));
+#endif
+#if DISTRIBUTE_HAS_GLOO
+  if (backend == CollectiveBackend::kGloo) {
+    return detail::connect_over_gloo(resolver, gloo, on_stall, std::move(failure));
+  }
+#endif
+  throw InternalError(absl::StrCat("MultiWorkerMirroredStrategy: no ", backend_name(backend), " backend"));
 }
 
 }  // namespace
 
-MpiClusterResolver::MpiClusterResolver() {
-  cluster::mpi::MpiRuntime::instance().ensure_initialized();
-  MPI_Comm_rank(MPI_COMM_WORLD, &task_id_);
-  spec_ = ClusterSpec({{"worker", rank_hosts(MPI_COMM_WORLD)}});
-}
-
-MpiClusterResolver::MpiClusterResolver(const MpiCommunicator& comm) {
-  cluster::mpi::MpiRuntime::instance().ensure_initialized();
-  DISTRIBUTE_CHECK(comm.comm != MPI_COMM_NULL, InvalidArgumentError,
-                   "MpiClusterResolver: the communicator is MPI_COMM_NULL; only the processes that are its ranks "
-                   "(MPI_Comm_split gave the others MPI_COMM_NULL) can be its workers");
-  int inter = 0;
-  MPI_Comm_test_inter(comm.comm, &inter);
-  DISTRIBUTE_CHECK(!inter, InvalidArgumentError,
-                   "MpiClusterResolver: the communicator is an intercommunicator; pass an intracommunicator "
-                   "(MPI_Intercomm_merge makes one)");
-  MPI_Comm_rank(comm.comm, &task_id_);
-  spec_ = ClusterSpec({{"worker", rank_hosts(comm.comm)}});
-  comm_ = std::make_shared<const MpiCommunicator>(comm);
+const char* backend_name(CollectiveBackend backend) {
+  switch (backend) {
+    case CollectiveBackend::kAuto:
+      return "auto";
+    case CollectiveBackend::kMpi:
+      return "MPI";
+    case CollectiveBackend::kGloo:
+      return "Gloo";
+  }
+  return "unknown";
 }
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
     : MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions{}) {}
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions options)
-    : resolver_(options.cluster_resolver != nullptr ? std::move(options.cluster_resolver)
-                                                    : std::make_shared<const MpiClusterResolver>()) {
+    : backend_(choose_backend(options.backend, options.cluster_resolver.get())) {
+  resolver_ = options.cluster_resolver != nullptr ? std::move(options.cluster_resolver) : default_resolver(backend_);
   // This worker's own checks. One that fails is kept until the other workers have heard of it: a
   // worker that threw here would leave them in the steps of the construction they take together
-  // (MPI makes communicators in blocking calls), waiting for it.
+  // (MPI makes communicators in blocking calls; Gloo's workers wait for each other at the store),
+  // waiting for it.
   std::exception_ptr failure;
   std::vector<Device> devices;
   std::chrono::duration<double> timeout{0};  // until options.communication.timeout is known valid
@@ -235,26 +254,15 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
     failure = std::current_exception();
     on_stall = StalledCollectiveAction::kEndJob;
   }
-  const MpiCommunicator* comm = resolver_->mpi_communicator();
-  const MPI_Comm base = comm != nullptr ? comm->comm : MPI_COMM_WORLD;
-  auto engine = std::make_unique<cluster::mpi::MpiWorkerTransport>(
-      base, on_stall == StalledCollectiveAction::kFailStrategy ? cluster::OnStall::kFailStrategy
-                                                                 : cluster::OnStall::kEndJob);
-  const int rank = engine->worker_id();
-  const int workers = engine->num_workers();
-  if (!failure) {
-    try {
-      detail::check_cluster_resolver(*resolver_, rank, workers);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
+  const cluster::OnStall stall =
+      on_stall == StalledCollectiveAction::kFailStrategy ? cluster::OnStall::kFailStrategy : cluster::OnStall::kEndJob;
+  detail::WorkerConnection connection = connect(backend_, *resolver_, options.gloo, stall, failure);
   const auto local = static_cast<std::int64_t>(devices.size());
-  agree_at_construction(*engine, failure, local, timeout);
+  agree_at_construction(*connection.transport, connection.failure, local, timeout);
   if (devices[0].is_gpu()) {
-    check_gpus_distinct(*engine, devices, options.communication.timeout);
+    check_gpus_distinct(*connection.transport, devices, options.communication.timeout);
   }
-  auto coordinator = std::make_shared<cluster::Coordinator>(std::move(engine), static_cast<int>(local));
+  auto coordinator = std::make_shared<cluster::Coordinator>(std::move(connection.transport), static_cast<int>(local));
   MirroredStrategyOptions mirrored;
   mirrored.communication = options.communication;
   set_extended(detail::make_mirrored_extended(*this, std::move(devices), mirrored, std::move(coordinator)));
@@ -262,14 +270,10 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
   static std::once_flag timeline_job;
   std::call_once(timeline_job, [&] {
     // The timeline's transport of its own, apart from the strategies' traffic.
-    detail::timeline::set_job(cluster::make_timeline_job(
-        std::make_unique<cluster::mpi::MpiWorkerTransport>(base, cluster::OnStall::kFailStrategy),
-        options.communication.timeout, [] {
-          int finalized = 0;
-          MPI_Finalized(&finalized);
-          return finalized == 0;
-        }));
-    stop_timeline_at_mpi_finalize();
+    detail::timeline::set_job(cluster::make_timeline_job(connection.make_timeline_transport(),
+                                                         options.communication.timeout,
+                                                         std::move(connection.timeline_reachable)));
+    if (connection.after_timeline_set) connection.after_timeline_set();
   });
 }
 
@@ -279,7 +283,7 @@ std::string MultiWorkerMirroredStrategy::name() const {
   std::vector<std::string> names;
   for (const Device& d : extended().worker_devices()) names.push_back(d.short_name());
   return absl::StrCat("MultiWorkerMirroredStrategy(worker ", extended().worker_id(), " of ", extended().num_workers(),
-                      ": ", absl::StrJoin(names, ", "), ")");
+                      " over ", backend_name(backend_), ": ", absl::StrJoin(names, ", "), ")");
 }
 
 const ClusterResolver& MultiWorkerMirroredStrategy::cluster_resolver() const { return *resolver_; }

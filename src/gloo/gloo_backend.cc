@@ -1,0 +1,147 @@
+// The Gloo backend of MultiWorkerMirroredStrategy (multi_worker/backends.h): the workers of a job
+// that no MPI launcher started, as a resolver describes it, meet at a rendezvous store (Redis or a
+// shared directory) and connect over Gloo's TCP pairs.
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/redis_store.h>
+
+#include <atomic>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/host_name.h"
+#include "cluster/gloo/gloo_worker_transport.h"
+#include "distribute/check.h"
+#include "distribute/errors.h"
+#include "multi_worker/backends.h"
+#include "multi_worker/cluster_resolver.h"
+
+namespace distribute::detail {
+namespace {
+
+constexpr const char* kPrefix = "MultiWorkerMirroredStrategy over Gloo: ";
+
+// The job of one worker, which meets nobody: what a program run alone, with no launcher's
+// variables, describes.
+class LoneWorkerResolver final : public ClusterResolver {
+ public:
+  ClusterSpec cluster_spec() const override { return ClusterSpec({{"worker", {host_name()}}}); }
+  std::string task_type() const override { return "worker"; }
+  int task_id() const override { return 0; }
+};
+
+std::string env_or(const char* name, std::string fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::string(value) : std::move(fallback);
+}
+
+// The store at `address`: "redis://HOST[:PORT]" or "file:///DIR".
+std::shared_ptr<::gloo::rendezvous::Store> open_store(const std::string& address, const std::string& from) {
+  constexpr std::string_view kRedis = "redis://";
+  constexpr std::string_view kFile = "file://";
+  if (address.starts_with(kRedis)) {
+    std::string host = address.substr(kRedis.size());
+    int port = 6379;
+    if (const std::size_t colon = host.rfind(':'); colon != std::string::npos) {
+      const std::string digits = host.substr(colon + 1);
+      const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+      DISTRIBUTE_CHECK(error == std::errc() && end == digits.data() + digits.size() && port > 0 && port < 65536,
+                       InvalidArgumentError, kPrefix, "the rendezvous address \"", address, "\" (", from,
+                       ") has no port number after its host; give redis://HOST:PORT");
+      host.resize(colon);
+    }
+    DISTRIBUTE_CHECK(!host.empty(), InvalidArgumentError, kPrefix, "the rendezvous address \"", address, "\" (", from,
+                     ") names no host; give redis://HOST:PORT");
+    try {
+      return std::make_shared<::gloo::rendezvous::RedisStore>(host, port);
+    } catch (const std::exception& e) {
+      throw UnavailableError(absl::StrCat(kPrefix, "cannot reach the Redis server at ", host, ":", port, " (", from,
+                                          "): ", e.what(), "; start one there (redis-server --port ", port,
+                                          " --save '' --appendonly no) or give another address"));
+    }
+  }
+  if (address.starts_with(kFile)) {
+    const std::string directory = address.substr(kFile.size());
+    DISTRIBUTE_CHECK(std::filesystem::is_directory(directory), FailedPreconditionError, kPrefix,
+                     "the rendezvous address \"", address, "\" (", from, ") is no directory; create \"", directory,
+                     "\" on a file system every worker shares");
+    return std::make_shared<cluster::gloo_backend::FileStore>(directory);
+  }
+  throw InvalidArgumentError(absl::StrCat(kPrefix, "the rendezvous address \"", address, "\" (", from,
+                                          ") is neither redis://HOST:PORT nor file:///DIR"));
+}
+
+// The host part of a task's "host:port" address ("[::1]:2222" too); empty for an empty address.
+std::string address_host(const std::string& address) {
+  const std::size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+}  // namespace
+
+std::shared_ptr<const ClusterResolver> default_gloo_resolver() {
+  if (std::getenv("TF_CONFIG") != nullptr) return std::make_shared<const TFConfigClusterResolver>();
+  if (std::getenv("RANK") != nullptr) return std::make_shared<const EnvironmentClusterResolver>();
+  if (std::getenv("SLURM_PROCID") != nullptr) return std::make_shared<const SlurmClusterResolver>();
+  return std::make_shared<const LoneWorkerResolver>();
+}
+
+WorkerConnection connect_over_gloo(const ClusterResolver& resolver, const GlooOptions& options,
+                                   cluster::OnStall on_stall, std::exception_ptr failure) {
+  // Every worker makes its strategies in the same order: the n-th of each meets the others' n-th
+  // under keys of its own.
+  static std::atomic<int> strategies{0};
+  const int strategy = strategies.fetch_add(1);
+  const ClusterSpec spec = resolver.cluster_spec();
+  const std::string task_type = resolver.task_type();
+  const int task_id = resolver.task_id();
+  cluster::gloo_backend::GlooTransportOptions transport;
+  transport.rank = worker_id_in_cluster(spec, task_type, task_id);
+  transport.workers = spec.num_tasks("chief") + spec.num_tasks("worker");
+  transport.hostname = options.hostname;
+  transport.interface = !options.interface.empty() ? options.interface : env_or("GLOO_SOCKET_IFNAME", "");
+  if (transport.hostname.empty() && transport.interface.empty()) {
+    transport.hostname = address_host(spec.job_tasks(task_type)[static_cast<std::size_t>(task_id)]);
+  }
+  DISTRIBUTE_CHECK(options.rendezvous_timeout > std::chrono::milliseconds::zero(), InvalidArgumentError, kPrefix,
+                   "options.gloo.rendezvous_timeout is ", options.rendezvous_timeout.count(),
+                   " ms; give the workers a positive time to meet (60 s by default)");
+  transport.connect_timeout = options.rendezvous_timeout;
+  transport.on_stall = on_stall;
+  const std::string job = !options.job_id.empty() ? options.job_id : env_or("DISTRIBUTE_JOB_ID", "distribute");
+  transport.prefix = absl::StrCat(job, "/strategy-", strategy);
+
+  std::shared_ptr<::gloo::rendezvous::Store> store;
+  if (!options.rendezvous.empty()) {
+    store = open_store(options.rendezvous, "options.gloo.rendezvous");
+  } else if (const std::string address = resolver.rendezvous_address(); !address.empty()) {
+    store = open_store(address, "the cluster resolver's rendezvous address");
+  } else if (const char* variable = std::getenv("DISTRIBUTE_RENDEZVOUS"); variable != nullptr && *variable != '\0') {
+    store = open_store(variable, "DISTRIBUTE_RENDEZVOUS");
+  } else {
+    DISTRIBUTE_CHECK(transport.workers == 1, InvalidArgumentError, kPrefix, "the job has ", transport.workers,
+                     " workers, which meet at a rendezvous store, but none is given: set options.gloo.rendezvous or "
+                     "DISTRIBUTE_RENDEZVOUS to redis://HOST:PORT (a redis-server every worker reaches) or "
+                     "file:///DIR (a directory every worker shares)");
+    store = std::make_shared<::gloo::rendezvous::HashStore>();
+  }
+
+  WorkerConnection connection;
+  connection.transport = std::make_unique<cluster::gloo_backend::GlooWorkerTransport>(*store, transport);
+  connection.failure = std::move(failure);
+  transport.prefix = absl::StrCat(job, "/timeline");
+  transport.on_stall = cluster::OnStall::kFailStrategy;
+  connection.make_timeline_transport = [store, transport] {
+    return std::make_unique<cluster::gloo_backend::GlooWorkerTransport>(*store, transport);
+  };
+  connection.timeline_reachable = [] { return true; };
+  return connection;
+}
+
+}  // namespace distribute::detail
