@@ -1,5 +1,5 @@
 # The multi-host harness, sourced by hosts.sh and the fault tests (bash): makes K hosts on this
-# machine and runs MPI jobs across them.
+# machine and runs MPI jobs, or jobs of plain processes over Gloo, across them.
 #
 # Each host is a network namespace (hostK) whose processes, started by Open MPI through
 # rsh_agent.sh, also get a UTS namespace with hostname hostK, a /dev/shm of their own and a
@@ -13,6 +13,8 @@
 #                                    reason when this machine cannot make namespaces
 #   hosts_mpirun ARGS...             mpirun ARGS over the hosts, SLOTS ranks per host by default;
 #                                    ended after HOSTS_TIMEOUT seconds where set (exit code 124)
+#   hosts_gloo ARGS...               ARGS as SLOTS plain processes per host, joined over Gloo
+#                                    through a redis-server on the head
 #   hosts_link K up|down             sets hostK's link up or down
 #   hosts_kill K                     kills every process of hostK (SIGKILL)
 #   hosts_leftovers                  lists what jobs left on the hosts (shared memory, TMPDIR
@@ -111,6 +113,7 @@ hosts_up() {
   hosts_sweep
   HOSTS_ID=distribute-hosts-$$-$(hosts_start_time $$)-$RANDOM
   HOSTS_COUNT=$count
+  HOSTS_SLOTS=$slots
   export DISTRIBUTE_HOSTS_NETNS_PREFIX=$HOSTS_ID-
   export DISTRIBUTE_HOSTS_DIR=/dev/shm/$HOSTS_ID DISTRIBUTE_HOSTS_TMP=/tmp/$HOSTS_ID
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -170,6 +173,40 @@ hosts_mpirun() {
     --mca plm_rsh_agent "$hosts_lib_dir/rsh_agent.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca pml ob1 --mca btl tcp,self,vader --mca btl_tcp_if_include 192.0.2.0/24 \
     --mca oob_tcp_if_include 192.0.2.0/24 "${forward[@]}" "$@"
+}
+
+# ARGS as a job over Gloo instead: SLOTS plain processes per host, each started as rsh_agent.sh
+# starts mpirun's daemons (worker r on host r / SLOTS), told its rank in RANK and WORLD_SIZE, meeting
+# at a redis-server the head runs at 192.0.2.1:6379, and accepting its peers on its host's eth0
+# (GLOO_SOCKET_IFNAME). Returns the first failing worker's status; each worker is ended after
+# HOSTS_TIMEOUT seconds where set (exit code 124).
+hosts_gloo() {
+  local log=$DISTRIBUTE_HOSTS_TMP/head/redis.log workers=$((HOSTS_COUNT * HOSTS_SLOTS)) rank=0 status=0
+  local forward="" var k s pid code pids=()
+  ip netns exec "${HOSTS_ID}-head" redis-server --bind 192.0.2.1 --port 6379 --protected-mode no --save '' --appendonly no \
+    --dir "$DISTRIBUTE_HOSTS_TMP/head" >"$log" 2>&1 &
+  for _ in $(seq 50); do
+    if grep -q "Ready to accept connections" "$log"; then break; fi
+    sleep 0.1
+  done
+  grep -q "Ready to accept connections" "$log" || { echo "hosts_lib: redis-server did not start:" >&2; cat "$log" >&2; return 1; }
+  for var in TSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS; do
+    [ -z "${!var:-}" ] || forward+=" $var='${!var}'"
+  done
+  for ((k = 0; k < HOSTS_COUNT; ++k)); do
+    for ((s = 0; s < HOSTS_SLOTS; ++s, ++rank)); do
+      timeout -k 5 "${HOSTS_TIMEOUT:-0}" "$hosts_lib_dir/rsh_agent.sh" "host$k" env RANK=$rank WORLD_SIZE=$workers \
+        LOCAL_RANK=$s LOCAL_WORLD_SIZE="$HOSTS_SLOTS" DISTRIBUTE_RENDEZVOUS=redis://192.0.2.1:6379 \
+        GLOO_SOCKET_IFNAME=eth0 "$forward" "$@" &
+      pids+=($!)
+    done
+  done
+  for pid in "${pids[@]}"; do
+    code=0
+    wait "$pid" || code=$?
+    ((status != 0)) || status=$code
+  done
+  return "$status"
 }
 
 hosts_link() {
