@@ -264,7 +264,10 @@ TEST(GlooTransport, ADataPhaseWhosePeerStopsAnsweringFailsAtItsDeadline) {
       ADD_FAILURE() << "no error";
     } catch (const DeadlineExceededError& e) {
       const std::string message = e.what();
-      EXPECT_EQ(message.rfind("worker 0: the data phase of all_reduce #7 failed between the workers (Gloo: ", 0), 0u)
+      EXPECT_EQ(message.rfind("worker 0: the data phase of all_reduce #7 failed between the workers (worker 1 on " +
+                                  transport.hosts()[1] + " did not answer; Gloo: ",
+                              0),
+                0u)
           << message;
       EXPECT_NE(message.find("; the strategy is unusable and the job goes on (StalledCollectiveAction::kFailStrategy)"),
                 std::string::npos)

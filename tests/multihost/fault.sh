@@ -5,7 +5,7 @@
 # non-zero within ENDS + 10, with nothing of it left on host0, and its output matches EXPECT (an
 # extended regular expression). Exits 77 (a skip) where the hosts cannot be made.
 #
-#   tests/multihost/fault.sh CASE PROGRAM [TIMEOUT]
+#   tests/multihost/fault.sh CASE PROGRAM [TIMEOUT [gloo]]
 #
 #   case          what happens to host1                                  ENDS
 #   link_mid      its link goes down in the middle of a 64 MiB all_reduce  TIMEOUT + 5
@@ -17,11 +17,13 @@
 #                 hosts works, and once it ends nothing is left on them
 #                 (processes, sockets, shared memory, session files)
 #
-# TIMEOUT is the job's collective timeout in seconds (default 3).
+# TIMEOUT is the job's collective timeout in seconds (default 3). With `gloo` the job is plain
+# processes over Gloo (hosts_gloo) instead of mpirun's: each worker on host0 ends on its own, with
+# the report of the step that failed, and the job's status is the first failing worker's.
 set -euo pipefail
 source "$(dirname "$0")/hosts_lib.sh"
 
-case=$1 program=$2 timeout=${3:-3}
+case=$1 program=$2 timeout=${3:-3} backend=${4:-mpi}
 case $case in
   link_mid | relaunch)
     # The link may go down while a worker of host0 still agrees on the next call with those of
@@ -35,6 +37,16 @@ case $case in
   kill_host) mode=stream marker=streaming ends=5 expect="Remote daemon: .* on node host1" ;;
   *) echo "fault.sh: unknown case '$case' (see the comment at the top of $0)" >&2; exit 2 ;;
 esac
+launch=hosts_mpirun
+if [ "$backend" = gloo ]; then
+  # No daemon to lose: host0's workers find host1's gone in the step that meets it, a data phase
+  # (naming the peers that did not answer) or the agreement before one.
+  launch=hosts_gloo
+  gone="workers? [0-9, ]+ on host1[ ,].*(did not answer|did not arrive)|(timed out after $timeout s|failed): workers? [0-9, ]+ on host1"
+  case $case in
+    link_mid | relaunch | kill_host) expect=$gone ;;
+  esac
+fi
 
 hosts_up 2 2 10
 # mpirun ends a job only once every daemon has confirmed, and waits for one it cannot reach until
@@ -70,7 +82,7 @@ fail() {
   exit 1
 }
 
-hosts_mpirun "$program" "$mode" --timeout="$timeout" >"$log" 2>&1 &
+"$launch" "$program" "$mode" --timeout="$timeout" >"$log" 2>&1 &
 job=$!
 start=$(now_ms)
 until grep -q "$marker" "$log"; do
@@ -106,7 +118,7 @@ grep -Eq "$expect" "$log" || fail "the job's output does not match '$expect'"
 if [ "$case" = relaunch ]; then
   hosts_link 1 up
   # A timeout that a busy machine never reaches: what counts here is that the job works.
-  hosts_mpirun "$program" ok --timeout=60 >"$log" 2>&1 || fail "the relaunch failed"
+  "$launch" "$program" ok --timeout=60 >"$log" 2>&1 || fail "the relaunch failed"
   [ "$(grep -c ": ok" "$log")" -eq 4 ] || fail "the relaunch did not say ok from every worker"
   # host1's daemon of the first job learns that mpirun is gone once its link is back up.
   start=$(now_ms)

@@ -178,13 +178,14 @@ hosts_mpirun() {
 # ARGS as a job over Gloo instead: SLOTS plain processes per host, each started as rsh_agent.sh
 # starts mpirun's daemons (worker r on host r / SLOTS), told its rank in RANK and WORLD_SIZE, meeting
 # at a redis-server the head runs at 192.0.2.1:6379, and accepting its peers on its host's eth0
-# (GLOO_SOCKET_IFNAME). Returns the first failing worker's status; each worker is ended after
-# HOSTS_TIMEOUT seconds where set (exit code 124).
+# (GLOO_SOCKET_IFNAME). Returns the first failing worker's status, once every worker has ended (and
+# then stops the server); each worker is ended after HOSTS_TIMEOUT seconds where set (exit code 124).
 hosts_gloo() {
   local log=$DISTRIBUTE_HOSTS_TMP/head/redis.log workers=$((HOSTS_COUNT * HOSTS_SLOTS)) rank=0 status=0
-  local forward="" var k s pid code pids=()
+  local forward="" var k s pid code pids=() redis
   ip netns exec "${HOSTS_ID}-head" redis-server --bind 192.0.2.1 --port 6379 --protected-mode no --save '' --appendonly no \
     --dir "$DISTRIBUTE_HOSTS_TMP/head" >"$log" 2>&1 &
+  redis=$!
   for _ in $(seq 50); do
     if grep -q "Ready to accept connections" "$log"; then break; fi
     sleep 0.1
@@ -206,6 +207,9 @@ hosts_gloo() {
     wait "$pid" || code=$?
     ((status != 0)) || status=$code
   done
+  # The store was the job's: the next job on these hosts starts its own.
+  kill "$redis" 2>/dev/null
+  wait "$redis" 2>/dev/null || true
   return "$status"
 }
 

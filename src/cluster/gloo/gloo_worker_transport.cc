@@ -72,12 +72,29 @@ struct Transfer {
   std::size_t size;
 };
 
-// The outcome of a step's transfers: the peers whose bytes had not come, and Gloo's first error.
+// The outcome of a step's transfers: the peers whose bytes had not come, those that had not taken
+// this worker's, and Gloo's first error.
 struct TransferResult {
   std::vector<int> missing;
+  std::vector<int> unsent;
   std::string error;
   bool failed() const { return !error.empty(); }
 };
+
+// What failed in a data phase, for its report: the peers that did not answer, on their hosts, and
+// Gloo's words.
+std::string describe_failure(const TransferResult& result, const std::vector<std::string>& hosts) {
+  std::string text;
+  const auto name = [&](const std::vector<int>& workers, const char* what) {
+    if (workers.empty()) return;
+    std::vector<std::string> peers;
+    for (int w : workers) peers.push_back(absl::StrCat(w, " on ", hosts[static_cast<std::size_t>(w)]));
+    absl::StrAppend(&text, workers.size() == 1 ? "worker " : "workers ", absl::StrJoin(peers, ", "), what);
+  };
+  name(result.missing, " did not answer; ");
+  name(result.unsent, " did not take this worker's bytes; ");
+  return absl::StrCat(text, "Gloo: ", result.error);
+}
 
 // Posts every send and receive of a step on `slot`, then waits for each until `deadline`. A peer
 // that is gone fails only its own transfers, and the others' go on, so that every peer that did
@@ -130,6 +147,7 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
       buffer->waitSend(remaining(deadline));
     } catch (const std::exception& e) {
       if (!result.failed()) result.error = e.what();
+      if (!std::binary_search(result.missing.begin(), result.missing.end(), peer)) result.unsent.push_back(peer);
     }
   }
   return result;
@@ -300,13 +318,13 @@ void GlooWorkerTransport::send_gave_up(const StepName&) {}
 
 std::vector<std::pair<int, std::string>> GlooWorkerTransport::take_gave_up() { return {}; }
 
-void GlooWorkerTransport::data_phase_failed(const StepName& what, const std::string& error) {
+void GlooWorkerTransport::data_phase_failed(const StepName& what, const std::string& failure) {
   {
     std::lock_guard lock(broken_mutex_);
     if (!broken_by_) broken_by_ = what.str();
   }
   const std::string report = absl::StrCat("worker ", options_.rank, ": the data phase of ", what.str(),
-                                          " failed between the workers (Gloo: ", error, ")");
+                                          " failed between the workers (", failure, ")");
   if (options_.on_stall == OnStall::kFailStrategy) {
     throw DeadlineExceededError(absl::StrCat(report, "; the strategy is unusable and the job goes on "
                                                      "(StalledCollectiveAction::kFailStrategy)"));
@@ -330,10 +348,13 @@ class GlooWorkerTransport::RingLinks final : public cluster::RingLinks {
     const Transfer receive{previous, from_previous.data(), from_previous.size()};
     TransferResult result = transfer(*transport_.context_, std::span(&send, 1), std::span(&receive, 1), kRingSlot,
                                      deadline_);
-    if (result.failed()) error = std::move(result.error);
-    if (!error.empty()) throw std::runtime_error(error);
+    if (result.failed()) {
+      failure = describe_failure(result, transport_.hosts_);
+      throw std::runtime_error(failure);
+    }
   }
-  std::string error;
+  // The step that failed, described; empty while none has.
+  std::string failure;
 
  private:
   GlooWorkerTransport& transport_;
@@ -353,8 +374,8 @@ int GlooWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
     ring_all_reduce(links, dtype, static_cast<std::byte*>(data), count, ring_scratch_);
     return -1;
   } catch (const std::runtime_error& e) {
-    if (links.error.empty()) throw;
-    data_phase_failed(what, links.error);
+    if (links.failure.empty()) throw;
+    data_phase_failed(what, links.failure);
   }
 }
 
@@ -376,7 +397,7 @@ void GlooWorkerTransport::all_gather(const void* mine, std::span<const std::size
     receives.push_back({w, bytes + offsets[u], sizes[u]});
   }
   TransferResult result = transfer(*context_, sends, receives, kGatherSlot, deadline);
-  if (result.failed()) data_phase_failed(what, result.error);
+  if (result.failed()) data_phase_failed(what, describe_failure(result, hosts_));
 }
 
 void GlooWorkerTransport::broadcast(void* data, std::size_t bytes, int root, detail::Deadline deadline,
@@ -393,7 +414,7 @@ void GlooWorkerTransport::broadcast(void* data, std::size_t bytes, int root, det
     receives.push_back({root, static_cast<std::byte*>(data), bytes});
   }
   TransferResult result = transfer(*context_, sends, receives, kBroadcastSlot, deadline);
-  if (result.failed()) data_phase_failed(what, result.error);
+  if (result.failed()) data_phase_failed(what, describe_failure(result, hosts_));
 }
 
 }  // namespace distribute::cluster::gloo_backend

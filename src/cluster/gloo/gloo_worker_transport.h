@@ -89,9 +89,9 @@ class GlooWorkerTransport final : public WorkerTransport {
                                detail::Deadline deadline);
   // Throws UnavailableError once a step has broken the context.
   void check_usable() const;
-  // A data phase that Gloo failed (`error`, a timeout or a lost peer): marks the transport
-  // broken, then ends the job or throws DeadlineExceededError, as options_.on_stall says.
-  [[noreturn]] void data_phase_failed(const StepName& what, const std::string& error);
+  // A data phase that Gloo failed (`failure`: a timeout or a lost peer, described): marks the
+  // transport broken, then ends the job or throws DeadlineExceededError, as options_.on_stall says.
+  [[noreturn]] void data_phase_failed(const StepName& what, const std::string& failure);
 
   GlooTransportOptions options_;
   std::shared_ptr<::gloo::rendezvous::Context> context_;
