@@ -184,6 +184,7 @@ class RedisServer {
   }
   bool ready() const { return ready_; }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
 
  private:
   int port_ = 0;
@@ -411,6 +412,50 @@ TEST(GlooStrategy, AMissingOrUnusableRendezvousIsRefusedSayingWhatToGive) {
     EXPECT_THAT(refusal("redis://127.0.0.1:1"),
                 ::testing::EndsWith("; start one there (redis-server --port 1 --save '' --appendonly no) or give "
                                     "another address"));
+  });
+}
+
+// Whether something accepts connections on loopback's `port`.
+bool accepting(int port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  const bool connected = connect(s, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  close(s);
+  return connected;
+}
+
+// The store serves only while the workers meet: a Redis server killed during training loses no
+// step of the strategy made through it, and the next strategy, which must meet again, is refused
+// with UnavailableError naming the server.
+TEST(GlooStrategy, ARedisServerKilledMidTrainingLosesNothingAndTheNextMeetingIsRefused) {
+  if (!redis_installed()) GTEST_SKIP() << "redis-server is not installed (Debian: redis-server)";
+  RedisServer redis;
+  ASSERT_TRUE(redis.ready()) << "redis-server did not start on port " << redis.port();
+  run_workers(2, [&](int rank) {
+    MultiWorkerMirroredStrategyOptions options = gloo_strategy_options();
+    options.cluster_resolver = std::make_shared<TFConfigClusterResolver>(TFConfigClusterResolverOptions{
+        .tf_config = R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": )" +
+                     std::to_string(rank) + "}}"});
+    options.gloo.rendezvous = "redis://127.0.0.1:" + std::to_string(redis.port());
+    MultiWorkerMirroredStrategy strategy(options);
+    expect_sums_over_every_replica(strategy);
+    if (rank == 0) {
+      kill(redis.pid(), SIGKILL);
+      while (accepting(redis.port())) std::this_thread::sleep_for(10ms);
+    }
+    expect_sums_over_every_replica(strategy);  // after worker 0 saw the server gone
+    try {
+      MultiWorkerMirroredStrategy next(options);
+      ADD_FAILURE() << "no error";
+    } catch (const UnavailableError& e) {
+      EXPECT_THAT(e.what(), ::testing::StartsWith("MultiWorkerMirroredStrategy over Gloo: cannot reach the Redis "
+                                                  "server at 127.0.0.1:" +
+                                                  std::to_string(redis.port()) + " (options.gloo.rendezvous): "));
+    }
+    expect_sums_over_every_replica(strategy);
   });
 }
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "base/host_name.h"
 #include "cluster/ring_all_reduce.h"
+#include "device/kernels.h"
 #include "distribute/check.h"
 #include "distribute/errors.h"
 
@@ -34,6 +35,14 @@ constexpr std::uint64_t kInputSlot = slot_of(1);
 constexpr std::uint64_t kRingSlot = slot_of(2);
 constexpr std::uint64_t kGatherSlot = slot_of(3);
 constexpr std::uint64_t kBroadcastSlot = slot_of(4);
+constexpr std::uint64_t kDirectSlot = slot_of(5);
+// The largest message of a ring step.
+constexpr std::size_t kRingPiece = std::size_t{1} << 20;
+// Up to this size an all_reduce takes one round of messages, each worker's whole buffer to every
+// other, instead of the ring's 2 (workers - 1): over Gloo each message costs a notice from the
+// receiver and a wake-up of each side's threads, tens of microseconds where a small sum is
+// latency alone.
+constexpr std::size_t kDirectBytes = std::size_t{16} << 10;
 
 // What is left of `deadline`, as Gloo's waits take it (never its "unset", -1).
 std::chrono::milliseconds remaining(detail::Deadline deadline) {
@@ -344,10 +353,18 @@ class GlooWorkerTransport::RingLinks final : public cluster::RingLinks {
   void send_next_receive_previous(std::span<const std::byte> to_next, std::span<std::byte> from_previous) override {
     const int next = (rank() + 1) % size();
     const int previous = (rank() + size() - 1) % size();
-    const Transfer send{next, const_cast<std::byte*>(to_next.data()), to_next.size()};
-    const Transfer receive{previous, from_previous.data(), from_previous.size()};
-    TransferResult result = transfer(*transport_.context_, std::span(&send, 1), std::span(&receive, 1), kRingSlot,
-                                     deadline_);
+    // In pieces, all posted at once, so that both directions of a pair's connection stay busy:
+    // one message each way may cross one direction's bytes before the other's.
+    std::vector<Transfer> sends;
+    std::vector<Transfer> receives;
+    auto* out = const_cast<std::byte*>(to_next.data());
+    for (std::size_t at = 0; at < to_next.size(); at += kRingPiece) {
+      sends.push_back({next, out + at, std::min(kRingPiece, to_next.size() - at)});
+    }
+    for (std::size_t at = 0; at < from_previous.size(); at += kRingPiece) {
+      receives.push_back({previous, from_previous.data() + at, std::min(kRingPiece, from_previous.size() - at)});
+    }
+    TransferResult result = transfer(*transport_.context_, sends, receives, kRingSlot, deadline_);
     if (result.failed()) {
       failure = describe_failure(result, transport_.hosts_);
       throw std::runtime_error(failure);
@@ -366,6 +383,11 @@ int GlooWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
   check_usable();
   std::lock_guard lock(data_mutex_);
   if (options_.workers == 1 || count == 0) return -1;
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  if (compression == Compression::kNone && bytes <= kDirectBytes) {
+    all_reduce_direct(dtype, static_cast<std::byte*>(data), count, deadline, what);
+    return -1;
+  }
   RingLinks links(*this, deadline);
   try {
     if (compression != Compression::kNone) {
@@ -377,6 +399,29 @@ int GlooWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
     if (links.failure.empty()) throw;
     data_phase_failed(what, links.failure);
   }
+}
+
+void GlooWorkerTransport::all_reduce_direct(DType dtype, std::byte* data, std::int64_t count,
+                                            detail::Deadline deadline, const StepName& what) {
+  const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
+  const auto workers = static_cast<std::size_t>(options_.workers);
+  const auto me = static_cast<std::size_t>(options_.rank);
+  ring_scratch_.resize(bytes * workers);
+  std::byte* all = ring_scratch_.data();
+  std::memcpy(all + me * bytes, data, bytes);
+  std::vector<Transfer> sends;
+  std::vector<Transfer> receives;
+  for (int w = 0; w < options_.workers; ++w) {
+    if (w == options_.rank) continue;
+    sends.push_back({w, all + me * bytes, bytes});
+    receives.push_back({w, all + static_cast<std::size_t>(w) * bytes, bytes});
+  }
+  TransferResult result = transfer(*context_, sends, receives, kDirectSlot, deadline);
+  if (result.failed()) data_phase_failed(what, describe_failure(result, hosts_));
+  // Every worker adds the same buffers in worker order: the same bits everywhere.
+  std::vector<const void*> inputs;
+  for (std::size_t w = 0; w < workers; ++w) inputs.push_back(all + w * bytes);
+  detail::reduce_buffers(dtype, ReduceOp::kSum, inputs, data, count, 1);
 }
 
 void GlooWorkerTransport::all_gather(const void* mine, std::span<const std::size_t> sizes, void* out,

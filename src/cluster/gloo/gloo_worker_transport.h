@@ -87,6 +87,9 @@ class GlooWorkerTransport final : public WorkerTransport {
   };
   std::vector<int> exchange_on(ExchangeChannel& channel, std::span<const std::byte> mine, std::span<std::byte> all,
                                detail::Deadline deadline);
+  // A small all_reduce in one round: every worker's buffer to every other, summed in worker order.
+  void all_reduce_direct(DType dtype, std::byte* data, std::int64_t count, detail::Deadline deadline,
+                         const StepName& what);
   // Throws UnavailableError once a step has broken the context.
   void check_usable() const;
   // A data phase that Gloo failed (`failure`: a timeout or a lost peer, described): marks the
