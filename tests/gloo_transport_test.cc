@@ -405,6 +405,11 @@ TEST(GlooStrategy, AMissingOrUnusableRendezvousIsRefusedSayingWhatToGive) {
               "FailedPreconditionError: MultiWorkerMirroredStrategy over Gloo: the rendezvous address "
               "\"file:///no/such/directory\" (options.gloo.rendezvous) is no directory; create "
               "\"/no/such/directory\" on a file system every worker shares");
+    options.gloo.rendezvous_timeout = std::chrono::milliseconds(0);
+    EXPECT_EQ(refusal("file:///tmp"),
+              "InvalidArgumentError: MultiWorkerMirroredStrategy over Gloo: options.gloo.rendezvous_timeout is 0 ms; "
+              "give the workers a positive time to meet (60 s by default)");
+    options.gloo.rendezvous_timeout = std::chrono::seconds(60);
     // Port 1 on loopback: nothing listens there.
     EXPECT_THAT(refusal("redis://127.0.0.1:1"),
                 ::testing::StartsWith("UnavailableError: MultiWorkerMirroredStrategy over Gloo: cannot reach the "

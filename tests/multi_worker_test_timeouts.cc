@@ -42,6 +42,27 @@ TEST_F(MultiWorker, AStalledCollectiveActionOutOfTheEnumIsAnInvalidArgument) {
   expect_still_usable();
 }
 
+// A backend out of the enum, and Gloo asked for with MPI's resolver, are refused on every worker
+// before any of them meets another.
+TEST_F(MultiWorker, ABackendThatCannotServeTheOptionsIsAnInvalidArgument) {
+  MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = local_devices();
+  options.backend = static_cast<CollectiveBackend>(7);
+  const auto refusal = [&] {
+    return expect_error<InvalidArgumentError>([&] { MultiWorkerMirroredStrategy refused(options); }, {});
+  };
+  EXPECT_EQ(refusal(), "MultiWorkerMirroredStrategy: options.backend is 7, which is no CollectiveBackend (kAuto, kMpi "
+                       "or kGloo)");
+  if (over_mpi()) {
+    options.backend = CollectiveBackend::kGloo;
+    options.cluster_resolver = std::make_shared<MpiClusterResolver>();
+    EXPECT_EQ(refusal(), "MultiWorkerMirroredStrategy: options.backend is kGloo but the cluster resolver is an "
+                         "MpiClusterResolver, whose workers are MPI's ranks; choose kMpi, or describe the job with a "
+                         "TFConfigClusterResolver or EnvironmentClusterResolver");
+  }
+  expect_still_usable();
+}
+
 // Only the last worker's options are invalid: it throws its own error, and the others, which
 // would otherwise wait for it in the construction's collective steps, are told of it at once.
 TEST_F(MultiWorker, AWorkerWhoseOptionsAreInvalidFailsEveryWorkersConstruction) {
