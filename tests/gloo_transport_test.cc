@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -192,14 +193,26 @@ class RedisServer {
   bool ready_ = false;
 };
 
-bool redis_installed() { return std::system("command -v redis-server > /dev/null 2>&1") == 0; }
+// A redis-server of the test's own on loopback, started before the test and stopped after it; the
+// test skips where redis-server is not installed.
+class WithRedisServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::system("command -v redis-server > /dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "redis-server is not installed (Debian: redis-server)";
+    }
+    redis.emplace();
+    ASSERT_TRUE(redis->ready()) << "redis-server did not start on port " << redis->port();
+  }
+  std::string address() const { return "redis://127.0.0.1:" + std::to_string(redis->port()); }
+  std::optional<RedisServer> redis;
+};
+using GlooTransportOverRedis = WithRedisServer;
+using GlooStrategyOverRedis = WithRedisServer;
 
-TEST(GlooTransport, WorkersMeetingThroughARedisServerExchangeAndReduceExactly) {
-  if (!redis_installed()) GTEST_SKIP() << "redis-server is not installed (Debian: redis-server)";
-  RedisServer redis;
-  ASSERT_TRUE(redis.ready()) << "redis-server did not start on port " << redis.port();
+TEST_F(GlooTransportOverRedis, WorkersMeetingThroughARedisServerExchangeAndReduceExactly) {
   run_workers(2, [&](int rank) {
-    ::gloo::rendezvous::RedisStore store("127.0.0.1", redis.port());
+    ::gloo::rendezvous::RedisStore store("127.0.0.1", redis->port());
     GlooWorkerTransport transport(store, options(rank, 2));
     exercise(transport);
   });
@@ -325,17 +338,14 @@ TEST(GlooStrategy, WorkersStartedWithTheLaunchersVariablesMeetAtTheFileStore) {
 
 // Workers TF_CONFIG describes, with a chief, meeting at a Redis server named in the options; each
 // accepts its peers on its task's host.
-TEST(GlooStrategy, TFConfigWorkersWithAChiefMeetAtARedisServer) {
-  if (!redis_installed()) GTEST_SKIP() << "redis-server is not installed (Debian: redis-server)";
-  RedisServer redis;
-  ASSERT_TRUE(redis.ready()) << "redis-server did not start on port " << redis.port();
+TEST_F(GlooStrategyOverRedis, TFConfigWorkersWithAChiefMeetAtARedisServer) {
   run_workers(2, [&](int rank) {
     MultiWorkerMirroredStrategyOptions options = gloo_strategy_options();
     const std::string task = rank == 0 ? R"({"type": "chief", "index": 0})" : R"({"type": "worker", "index": 0})";
     options.cluster_resolver = std::make_shared<TFConfigClusterResolver>(TFConfigClusterResolverOptions{
         .tf_config = R"({"cluster": {"chief": ["127.0.0.1:2222"], "worker": ["127.0.0.1:2223"]}, "task": )" + task +
                      "}"});
-    options.gloo.rendezvous = "redis://127.0.0.1:" + std::to_string(redis.port());
+    options.gloo.rendezvous = address();
     MultiWorkerMirroredStrategy strategy(options);
     EXPECT_EQ(strategy.extended().worker_id(), rank);
     EXPECT_EQ(strategy.cluster_resolver().task_type(), rank == 0 ? "chief" : "worker");
@@ -435,21 +445,18 @@ bool accepting(int port) {
 // The store serves only while the workers meet: a Redis server killed during training loses no
 // step of the strategy made through it, and the next strategy, which must meet again, is refused
 // with UnavailableError naming the server.
-TEST(GlooStrategy, ARedisServerKilledMidTrainingLosesNothingAndTheNextMeetingIsRefused) {
-  if (!redis_installed()) GTEST_SKIP() << "redis-server is not installed (Debian: redis-server)";
-  RedisServer redis;
-  ASSERT_TRUE(redis.ready()) << "redis-server did not start on port " << redis.port();
+TEST_F(GlooStrategyOverRedis, ARedisServerKilledMidTrainingLosesNothingAndTheNextMeetingIsRefused) {
   run_workers(2, [&](int rank) {
     MultiWorkerMirroredStrategyOptions options = gloo_strategy_options();
     options.cluster_resolver = std::make_shared<TFConfigClusterResolver>(TFConfigClusterResolverOptions{
         .tf_config = R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": )" +
                      std::to_string(rank) + "}}"});
-    options.gloo.rendezvous = "redis://127.0.0.1:" + std::to_string(redis.port());
+    options.gloo.rendezvous = address();
     MultiWorkerMirroredStrategy strategy(options);
     expect_sums_over_every_replica(strategy);
     if (rank == 0) {
-      kill(redis.pid(), SIGKILL);
-      while (accepting(redis.port())) std::this_thread::sleep_for(10ms);
+      kill(redis->pid(), SIGKILL);
+      while (accepting(redis->port())) std::this_thread::sleep_for(10ms);
     }
     expect_sums_over_every_replica(strategy);  // after worker 0 saw the server gone
     try {
@@ -458,7 +465,7 @@ TEST(GlooStrategy, ARedisServerKilledMidTrainingLosesNothingAndTheNextMeetingIsR
     } catch (const UnavailableError& e) {
       EXPECT_THAT(e.what(), ::testing::StartsWith("MultiWorkerMirroredStrategy over Gloo: cannot reach the Redis "
                                                   "server at 127.0.0.1:" +
-                                                  std::to_string(redis.port()) + " (options.gloo.rendezvous): "));
+                                                  std::to_string(redis->port()) + " (options.gloo.rendezvous): "));
     }
     expect_sums_over_every_replica(strategy);
   });
