@@ -16,6 +16,10 @@
 #   relaunch      link_mid, then the link back up: a relaunch on the same  TIMEOUT + 5
 #                 hosts works, and once it ends nothing is left on them
 #                 (processes, sockets, shared memory, session files)
+#   stop_host     (gloo only) its workers are stopped (SIGSTOP) in the      TIMEOUT + 5
+#                 middle of a 64 MiB all_reduce: alive, connected, silent;
+#                 once host0's have ended the test kills them, which ends
+#                 the job
 #
 # TIMEOUT is the job's collective timeout in seconds (default 3). With `gloo` the job is plain
 # processes over Gloo (hosts_gloo) instead of mpirun's: each worker on host0 ends on its own, with
@@ -35,6 +39,9 @@ case $case in
     mode=pause marker="paused between steps" ends=$((2 + timeout + 5))
     expect="timed out after $timeout s: workers 2, 3 on host1 \\(replicas 2, 3\\) did not arrive" ;;
   kill_host) mode=stream marker=streaming ends=5 expect="Remote daemon: .* on node host1" ;;
+  stop_host)
+    [ "$backend" = gloo ] || { echo "fault.sh: stop_host is a case of the gloo backend only" >&2; exit 2; }
+    mode=stream marker=streaming ends=$((timeout + 5)) ;;
   *) echo "fault.sh: unknown case '$case' (see the comment at the top of $0)" >&2; exit 2 ;;
 esac
 launch=hosts_mpirun
@@ -44,7 +51,7 @@ if [ "$backend" = gloo ]; then
   launch=hosts_gloo
   gone="workers? [0-9, ]+ on host1[ ,].*(did not answer|did not arrive)|(timed out after $timeout s|failed): workers? [0-9, ]+ on host1"
   case $case in
-    link_mid | relaunch | kill_host) expect=$gone ;;
+    link_mid | relaunch | kill_host | stop_host) expect=$gone ;;
   esac
 fi
 
@@ -91,16 +98,20 @@ until grep -q "$marker" "$log"; do
   sleep 0.05
 done
 
-if [ "$case" = kill_host ]; then
-  hosts_kill 1
-else
-  hosts_link 1 down
-fi
+case $case in
+  kill_host) hosts_kill 1 ;;
+  stop_host) hosts_signal 1 STOP ;;
+  *) hosts_link 1 down ;;
+esac
 fault=$(now_ms)
 limit=$((ends + 10))
 workers_ended=
 while kill -0 "$job" 2>/dev/null && (($(now_ms) - fault < limit * 1000)); do
-  [ -n "$workers_ended" ] || (($(workers_on_host0) > 0)) || workers_ended=$(($(now_ms) - fault))
+  if [ -z "$workers_ended" ] && (($(workers_on_host0) == 0)); then
+    workers_ended=$(($(now_ms) - fault))
+    # Stopped workers never end on their own.
+    [ "$case" != stop_host ] || hosts_kill 1
+  fi
   sleep 0.1
 done
 job_ended=$(($(now_ms) - fault))

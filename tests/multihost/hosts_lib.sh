@@ -17,6 +17,7 @@
 #                                    through a redis-server on the head
 #   hosts_link K up|down             sets hostK's link up or down
 #   hosts_kill K                     kills every process of hostK (SIGKILL)
+#   hosts_signal K SIGNAL            sends SIGNAL (STOP, CONT, ...) to every process of hostK
 #   hosts_leftovers                  lists what jobs left on the hosts (shared memory, TMPDIR
 #                                    files, processes, TCP sockets); empty when nothing
 #   hosts_down                       removes everything; also run on exit, and by a watcher process
@@ -218,10 +219,14 @@ hosts_link() {
 }
 
 hosts_kill() {
+  hosts_signal "$1" KILL
+}
+
+hosts_signal() {
   local pids
   pids=$(ip netns pids "${HOSTS_ID}-host$1")
   # shellcheck disable=SC2086
-  [ -z "$pids" ] || kill -KILL $pids
+  [ -z "$pids" ] || kill -"$2" $pids
 }
 
 hosts_leftovers() {

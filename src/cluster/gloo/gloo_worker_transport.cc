@@ -156,7 +156,10 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
       buffer->waitSend(remaining(deadline));
     } catch (const std::exception& e) {
       if (!result.failed()) result.error = e.what();
-      if (!std::binary_search(result.missing.begin(), result.missing.end(), peer)) result.unsent.push_back(peer);
+      if (!std::binary_search(result.missing.begin(), result.missing.end(), peer) &&
+          std::find(result.unsent.begin(), result.unsent.end(), peer) == result.unsent.end()) {
+        result.unsent.push_back(peer);
+      }
     }
   }
   return result;
