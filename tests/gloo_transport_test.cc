@@ -378,6 +378,33 @@ TEST(GlooStrategy, ARunFindingAPreviousRunsKeysIsRefused) {
   });
 }
 
+// Without a job id of its own, a run takes its launcher's: Slurm's job and step. A second step of
+// the job meets under keys of its own; the same step run again is refused, naming them.
+TEST(GlooStrategy, TheLaunchersRunIdNamesTheKeys) {
+  StoreDirectory directory;
+  MultiWorkerMirroredStrategyOptions options = gloo_strategy_options();
+  options.gloo.rendezvous = "file://" + directory.path();
+  const auto run_step = [&](const char* step, const std::string& refusal) {
+    run_workers(1, [&](int) {
+      unsetenv("DISTRIBUTE_JOB_ID");
+      unsetenv("TORCHELASTIC_RUN_ID");
+      setenv("SLURM_JOB_ID", "4242", 1);
+      setenv("SLURM_STEP_ID", step, 1);
+      try {
+        MultiWorkerMirroredStrategy strategy(options);
+        EXPECT_EQ(refusal, "") << "no error";
+        expect_sums_over_every_replica(strategy);
+      } catch (const FailedPreconditionError& e) {
+        EXPECT_NE(refusal, "") << "refused: " << e.what();
+        EXPECT_THAT(e.what(), ::testing::HasSubstr(refusal));
+      }
+    });
+  };
+  run_step("0", "");
+  run_step("1", "");
+  run_step("1", "already holds worker 0's keys under \"4242.1/strategy-0\"");
+}
+
 // A job of several workers with no store named anywhere, and stores that cannot be used: each is
 // refused before any worker waits.
 TEST(GlooStrategy, AMissingOrUnusableRendezvousIsRefusedSayingWhatToGive) {

@@ -39,6 +39,18 @@ std::string env_or(const char* name, std::string fallback) {
   return value != nullptr && *value != '\0' ? std::string(value) : std::move(fallback);
 }
 
+// This run's id where the options give none: ours, else the launcher's, so that a rerun under a
+// launcher that numbers its runs meets under keys of its own.
+std::string default_job_id() {
+  if (std::string id = env_or("DISTRIBUTE_JOB_ID", ""); !id.empty()) return id;
+  if (std::string id = env_or("TORCHELASTIC_RUN_ID", ""); !id.empty()) return id;
+  if (std::string id = env_or("SLURM_JOB_ID", ""); !id.empty()) {
+    const std::string step = env_or("SLURM_STEP_ID", "");
+    return step.empty() ? id : absl::StrCat(id, ".", step);
+  }
+  return "distribute";
+}
+
 // The store at `address`: "redis://HOST[:PORT]" or "file:///DIR".
 std::shared_ptr<::gloo::rendezvous::Store> open_store(const std::string& address, const std::string& from) {
   constexpr std::string_view kRedis = "redis://";
@@ -114,7 +126,7 @@ WorkerConnection connect_over_gloo(const ClusterResolver& resolver, const GlooOp
                    " ms; give the workers a positive time to meet (60 s by default)");
   transport.connect_timeout = options.rendezvous_timeout;
   transport.on_stall = on_stall;
-  const std::string job = !options.job_id.empty() ? options.job_id : env_or("DISTRIBUTE_JOB_ID", "distribute");
+  const std::string job = !options.job_id.empty() ? options.job_id : default_job_id();
   transport.prefix = absl::StrCat(job, "/strategy-", strategy);
 
   std::shared_ptr<::gloo::rendezvous::Store> store;

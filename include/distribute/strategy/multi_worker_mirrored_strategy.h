@@ -47,8 +47,9 @@ struct GlooOptions {
   // else the DISTRIBUTE_RENDEZVOUS variable; a job of one worker needs none.
   std::string rendezvous;
   // Names this run's keys in the store, so that jobs sharing a store stay apart. Empty: the
-  // DISTRIBUTE_JOB_ID variable, else "distribute". A run finding a previous run's keys under its
-  // id is refused (FailedPreconditionError): give each run its own id, or a fresh store.
+  // DISTRIBUTE_JOB_ID variable, else the launcher's id of the run (torchrun's TORCHELASTIC_RUN_ID,
+  // Slurm's SLURM_JOB_ID.SLURM_STEP_ID), else "distribute". A run finding a previous run's keys
+  // under its id is refused (FailedPreconditionError): give each run its own id, or a fresh store.
   std::string job_id;
   // Where this worker accepts its peers' connections: an address (or a name that resolves to one),
   // else the network interface whose address to use ("eth0"). With neither: the interface the
