@@ -257,6 +257,8 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
 GlooWorkerTransport::~GlooWorkerTransport() {
   // Gloo sends a message once its peer asks for it: a peer waiting in an exchange has, and takes a
   // farewell at once; one that is leaving too never will, and is not waited for long.
+  // Every buffer is waited for, even after a failure (then at once: Gloo has failed every pair's
+  // sends), so that whatever Gloo's event thread did to a buffer is over before it is freed.
   const detail::Deadline deadline = detail::Clock::now() + std::chrono::milliseconds(200);
   std::lock_guard lock(pending_mutex_);
   for (const auto& pending : pending_) {
@@ -264,7 +266,7 @@ GlooWorkerTransport::~GlooWorkerTransport() {
       try {
         pending->buffer->waitSend(remaining(deadline));
       } catch (const std::exception&) {
-        return;  // Gloo has failed the pairs: no farewell moves any more
+        break;  // this buffer's sends failed together
       }
     }
   }
