@@ -19,7 +19,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #if DISTRIBUTE_HAS_MULTI_WORKER
-#include "distribute/mpi/multi_worker_mirrored_strategy.h"
+#include "distribute/strategy/multi_worker_mirrored_strategy.h"
 #endif
 
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
