@@ -149,6 +149,18 @@ TEST(GlooTransport, WorkersMeetingThroughAFileStoreExchangeAndReduceExactly) {
   });
 }
 
+// Whether something accepts connections on loopback's `port`.
+bool accepting(int port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  const bool connected = connect(s, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  close(s);
+  return connected;
+}
+
 // redis-server on a free loopback port, for the length of a test.
 class RedisServer {
  public:
@@ -173,9 +185,7 @@ class RedisServer {
     }
     // Ready once it accepts a connection.
     for (int attempt = 0; attempt < 500 && !ready_; ++attempt) {
-      const int s = socket(AF_INET, SOCK_STREAM, 0);
-      ready_ = connect(s, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
-      close(s);
+      ready_ = accepting(port_);
       if (!ready_) std::this_thread::sleep_for(10ms);
     }
   }
@@ -455,18 +465,6 @@ TEST(GlooStrategy, AMissingOrUnusableRendezvousIsRefusedSayingWhatToGive) {
                 ::testing::EndsWith("; start one there (redis-server --port 1 --save '' --appendonly no) or give "
                                     "another address"));
   });
-}
-
-// Whether something accepts connections on loopback's `port`.
-bool accepting(int port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  const int s = socket(AF_INET, SOCK_STREAM, 0);
-  const bool connected = connect(s, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
-  close(s);
-  return connected;
 }
 
 // The store serves only while the workers meet: a Redis server killed during training loses no

@@ -4,7 +4,6 @@
 #include "distribute/strategy/multi_worker_mirrored_strategy.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
