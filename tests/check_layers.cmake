@@ -32,9 +32,12 @@ set(allowed_variables base device nest values collective cluster replica strateg
 set(allowed_nn base device nest values collective replica strategy nn)
 set(allowed_optimizers base device nest values collective replica strategy variables optimizers)
 set(allowed_checkpoint base device nest values collective cluster replica strategy variables checkpoint)
-# The MPI component (its own library): the multi-worker strategy, which builds the cluster over
-# the MPI backend.
-set(allowed_multi_worker base device nest values collective cluster replica data input strategy multi_worker)
+# Elastic training (ElasticState, run_elastic): the state a checkpoint names, kept across the
+# changes of a multi-worker strategy's workers.
+set(allowed_elastic base device nest values collective cluster replica data input strategy variables checkpoint elastic)
+# The multi-worker component (its own library): the strategy, which builds the cluster over the
+# MPI or Gloo backend, and its elastic training.
+set(allowed_multi_worker base device nest values collective cluster replica data input strategy variables checkpoint elastic multi_worker)
 set(allowed_mpi base device nest values collective cluster cluster_mpi replica data input strategy multi_worker mpi)
 set(allowed_gloo base device collective cluster cluster_gloo strategy multi_worker gloo)
 # The torch component (its own library): LibTorch tensors and modules under the strategies.

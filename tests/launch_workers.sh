@@ -25,35 +25,13 @@ if [ -z "$workers" ] || [ $# -eq 0 ]; then
 fi
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/launch_workers.XXXXXX")
-pids=()
-redis_pid=""
-cleanup() {
-  for pid in "${pids[@]}" $redis_pid; do kill -9 "$pid" 2>/dev/null; done
-  rm -rf "$scratch"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/job_processes.sh"
+trap 'kill_job; rm -rf "$scratch"' EXIT
 trap 'exit 143' TERM INT
 
 if [ "$redis" = 1 ]; then
-  # A free port: redis-server fails to start on a taken one, so try a few.
-  for attempt in 1 2 3 4 5 6 7 8; do
-    port=$((20000 + RANDOM % 20000))
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
-      --dir "$scratch" > "$scratch/redis.log" 2>&1 &
-    redis_pid=$!
-    for _ in $(seq 50); do
-      if grep -q "Ready to accept connections" "$scratch/redis.log"; then break 2; fi
-      kill -0 "$redis_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$redis_pid" 2>/dev/null
-    redis_pid=""
-  done
-  if [ -z "$redis_pid" ]; then
-    echo "launch_workers.sh: could not start redis-server:" >&2
-    cat "$scratch/redis.log" >&2
-    exit 1
-  fi
+  start_redis "$scratch" || exit 1
+  port=$redis_port
   rendezvous="redis://127.0.0.1:$port"
 else
   mkdir "$scratch/store"

@@ -396,6 +396,13 @@ void Checkpoint::save_agreed(StrategyExtended* workers, const std::filesystem::p
   detail::on_chief(workers, [&] { write(path, entries_, values); });
 }
 
+std::vector<Tensor> Checkpoint::read_copies() const {
+  const StepBoundary boundary(variables_);
+  std::vector<Tensor> values = read_all(entries_);
+  for (Tensor& value : values) value = value.clone();  // read_all may give a variable's own storage
+  return values;
+}
+
 void Checkpoint::restore(const std::filesystem::path& path) {
   detail::require_cross_replica("Checkpoint::restore");
   StrategyExtended* workers = detail::multi_worker_strategy_of(variables_);

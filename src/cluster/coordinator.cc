@@ -47,14 +47,24 @@ void Coordinator::broadcast_outcome_from_chief(std::exception_ptr chief_error, s
 
 std::vector<int> Coordinator::exchange_reports(std::span<const std::byte> mine, std::span<std::byte> all,
                                                      detail::Deadline deadline) {
-  return transport().exchange_input(mine, all, deadline);
+  return reports_exchanged(transport().exchange_input(mine, all, deadline));
 }
 
 std::vector<int> Coordinator::exchange_report_bytes(const std::string& mine, std::vector<std::string>& all,
                                                    detail::Deadline deadline) {
-  return exchange_sized([&](std::span<const std::byte> part, std::span<std::byte> parts) {
+  return reports_exchanged(exchange_sized([&](std::span<const std::byte> part, std::span<std::byte> parts) {
     return transport().exchange_input(part, parts, deadline);
-  }, mine, num_workers(), all);
+  }, mine, num_workers(), all));
+}
+
+std::vector<int> Coordinator::reports_exchanged(std::vector<int> missing) {
+  // A report that comes late would be taken for a later one's, and the transport may have failed
+  // its pairs: the workers cannot go on together, as after a vote a worker missed.
+  if (!missing.empty()) {
+    group_.make_unusable(absl::StrCat(group_.workers_text(missing), " did not send ", this_worker(),
+                                      " a report (a distributed dataset's step, or the timeline's clocks) in time"));
+  }
+  return missing;
 }
 
 void Coordinator::time_out(const Ballot& mine, const std::vector<int>& missing) {

@@ -74,7 +74,7 @@ class Coordinator {
   // Sends `mine` to every worker and receives worker w's (of mine.size() bytes) into
   // all[w * mine.size(), ...), on the reports' channel (a distributed iterator's step, the
   // timeline's clocks): a worker waiting there never takes a vote's header for its own. Returns the
-  // workers whose had not come by `deadline`.
+  // workers whose had not come by `deadline`, and then leaves the workers unusable.
   std::vector<int> exchange_reports(std::span<const std::byte> mine, std::span<std::byte> all,
                                     detail::Deadline deadline);
   // The same for reports of any size: worker w's bytes into all[w].
@@ -146,6 +146,8 @@ class Coordinator {
   static constexpr std::uint16_t kStopRequested = 1;
 
   WorkerTransport& transport() { return group_.transport(); }
+  // `missing`, the workers whose reports had not come, after the group is made unusable for them.
+  std::vector<int> reports_exchanged(std::vector<int> missing);
   std::string this_worker() const { return group_.workers_text({group_.worker_id()}); }
   void agree_or_throw(const Ballot& mine);
   // Every worker's description of its call (its rendered signature, or its failure), exchanged

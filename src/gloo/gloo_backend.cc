@@ -2,7 +2,6 @@
 // that no MPI launcher started, as a resolver describes it, meet at a rendezvous store (Redis or a
 // shared directory) and connect over Gloo's TCP pairs.
 #include <gloo/rendezvous/hash_store.h>
-#include <gloo/rendezvous/redis_store.h>
 
 #include <atomic>
 #include <charconv>
@@ -14,16 +13,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/host_name.h"
+#include "cluster/gloo/store.h"
 #include "cluster/gloo/gloo_worker_transport.h"
 #include "distribute/check.h"
 #include "distribute/errors.h"
 #include "multi_worker/backends.h"
+#include "gloo/membership.h"
 #include "multi_worker/cluster_resolver.h"
 
 namespace distribute::detail {
 namespace {
 
 constexpr const char* kPrefix = "MultiWorkerMirroredStrategy over Gloo: ";
+constexpr const char* kNoStoreRemedy =
+    "set options.gloo.rendezvous or DISTRIBUTE_RENDEZVOUS to redis://HOST:PORT (a redis-server every worker "
+    "reaches) or file:///DIR (a directory every worker shares)";
 
 // The job of one worker, which meets nobody: what a program run alone, with no launcher's
 // variables, describes.
@@ -69,7 +73,7 @@ std::shared_ptr<::gloo::rendezvous::Store> open_store(const std::string& address
     DISTRIBUTE_CHECK(!host.empty(), InvalidArgumentError, kPrefix, "the rendezvous address \"", address, "\" (", from,
                      ") names no host; give redis://HOST:PORT");
     try {
-      return std::make_shared<::gloo::rendezvous::RedisStore>(host, port);
+      return std::make_shared<cluster::gloo_backend::RedisStore>(host, port);
     } catch (const std::exception& e) {
       throw UnavailableError(absl::StrCat(kPrefix, "cannot reach the Redis server at ", host, ":", port, " (", from,
                                           "): ", e.what(), "; start one there (redis-server --port ", port,
@@ -104,16 +108,21 @@ std::shared_ptr<const ClusterResolver> default_gloo_resolver() {
   return std::make_shared<const LoneWorkerResolver>();
 }
 
-WorkerConnection connect_over_gloo(const ClusterResolver& resolver, const GlooOptions& options,
-                                   cluster::OnStall on_stall, std::exception_ptr failure) {
-  // Every worker makes its strategies in the same order: the n-th of each meets the others' n-th
-  // under keys of its own.
-  static std::atomic<int> strategies{0};
-  const int strategy = strategies.fetch_add(1);
+namespace {
+
+// What every connection of a job needs: its store, this worker's transport options, the job's id.
+struct GlooJob {
+  std::shared_ptr<::gloo::rendezvous::Store> store;
+  cluster::gloo_backend::GlooTransportOptions transport;
+  std::string id;
+};
+
+GlooJob describe_job(const ClusterResolver& resolver, const GlooOptions& options) {
   const ClusterSpec spec = resolver.cluster_spec();
   const std::string task_type = resolver.task_type();
   const int task_id = resolver.task_id();
-  cluster::gloo_backend::GlooTransportOptions transport;
+  GlooJob job;
+  cluster::gloo_backend::GlooTransportOptions& transport = job.transport;
   transport.rank = worker_id_in_cluster(spec, task_type, task_id);
   transport.workers = spec.num_tasks("chief") + spec.num_tasks("worker");
   transport.hostname = options.hostname;
@@ -125,35 +134,88 @@ WorkerConnection connect_over_gloo(const ClusterResolver& resolver, const GlooOp
                    "options.gloo.rendezvous_timeout is ", options.rendezvous_timeout.count(),
                    " ms; give the workers a positive time to meet (60 s by default)");
   transport.connect_timeout = options.rendezvous_timeout;
-  transport.on_stall = on_stall;
-  const std::string job = !options.job_id.empty() ? options.job_id : default_job_id();
-  transport.prefix = absl::StrCat(job, "/strategy-", strategy);
+  job.id = !options.job_id.empty() ? options.job_id : default_job_id();
 
-  std::shared_ptr<::gloo::rendezvous::Store> store;
   if (!options.rendezvous.empty()) {
-    store = open_store(options.rendezvous, "options.gloo.rendezvous");
+    job.store = open_store(options.rendezvous, "options.gloo.rendezvous");
   } else if (const std::string address = resolver.rendezvous_address(); !address.empty()) {
-    store = open_store(address, "the cluster resolver's rendezvous address");
+    job.store = open_store(address, "the cluster resolver's rendezvous address");
   } else if (const char* variable = std::getenv("DISTRIBUTE_RENDEZVOUS"); variable != nullptr && *variable != '\0') {
-    store = open_store(variable, "DISTRIBUTE_RENDEZVOUS");
-  } else {
+    job.store = open_store(variable, "DISTRIBUTE_RENDEZVOUS");
+  }
+  return job;
+}
+
+}  // namespace
+
+WorkerConnection connect_over_gloo(const ClusterResolver& resolver, const GlooOptions& options,
+                                   cluster::OnStall on_stall, std::exception_ptr failure) {
+  // Every worker makes its strategies in the same order: the n-th of each meets the others' n-th
+  // under keys of its own.
+  static std::atomic<int> strategies{0};
+  const int strategy = strategies.fetch_add(1);
+  GlooJob job = describe_job(resolver, options);
+  cluster::gloo_backend::GlooTransportOptions transport = job.transport;
+  transport.on_stall = on_stall;
+  transport.prefix = absl::StrCat(job.id, "/strategy-", strategy);
+  std::shared_ptr<::gloo::rendezvous::Store> store = job.store;
+  if (store == nullptr) {
     DISTRIBUTE_CHECK(transport.workers == 1, InvalidArgumentError, kPrefix, "the job has ", transport.workers,
-                     " workers, which meet at a rendezvous store, but none is given: set options.gloo.rendezvous or "
-                     "DISTRIBUTE_RENDEZVOUS to redis://HOST:PORT (a redis-server every worker reaches) or "
-                     "file:///DIR (a directory every worker shares)");
+                     " workers, which meet at a rendezvous store, but none is given: ", kNoStoreRemedy);
     store = std::make_shared<::gloo::rendezvous::HashStore>();
   }
 
   WorkerConnection connection;
   connection.transport = std::make_unique<cluster::gloo_backend::GlooWorkerTransport>(*store, transport);
   connection.failure = std::move(failure);
-  transport.prefix = absl::StrCat(job, "/timeline");
+  transport.prefix = absl::StrCat(job.id, "/timeline");
   transport.on_stall = cluster::OnStall::kFailStrategy;
   connection.make_timeline_transport = [store, transport] {
     return std::make_unique<cluster::gloo_backend::GlooWorkerTransport>(*store, transport);
   };
   connection.timeline_reachable = [] { return true; };
   return connection;
+}
+
+struct ElasticGlooJob {
+  ElasticGlooJob(GlooJob job, ElasticMembershipOptions options)
+      : transport(std::move(job.transport)), membership(std::move(job.store), std::move(options)) {}
+  cluster::gloo_backend::GlooTransportOptions transport;
+  ElasticMembership membership;
+};
+
+std::shared_ptr<ElasticGlooJob> start_elastic_over_gloo(const ClusterResolver& resolver, const GlooOptions& options,
+                                                        const ElasticOptions& elastic) {
+  GlooJob job = describe_job(resolver, options);
+  DISTRIBUTE_CHECK(job.store != nullptr, InvalidArgumentError, kPrefix,
+                   "an elastic job's workers meet at a rendezvous store, and none is given: ", kNoStoreRemedy);
+  ElasticMembershipOptions membership;
+  membership.prefix = absl::StrCat(job.id, "/elastic");
+  membership.initial_rank = job.transport.rank;
+  membership.initial_workers = job.transport.workers;
+  membership.max_workers = elastic.max_workers;
+  membership.settle_time = elastic.settle_time;
+  membership.timeout = options.rendezvous_timeout;
+  return std::make_shared<ElasticGlooJob>(std::move(job), std::move(membership));
+}
+
+ElasticGeneration join_elastic_job(ElasticGlooJob& job) { return job.membership.join(); }
+
+ElasticGeneration next_generation(ElasticGlooJob& job, const ElasticGeneration& current) {
+  return job.membership.next(current);
+}
+
+bool newcomer_waiting(ElasticGlooJob& job, const ElasticGeneration& current) {
+  return job.membership.newcomer_waiting(current);
+}
+
+std::unique_ptr<cluster::WorkerTransport> connect_generation(ElasticGlooJob& job, const ElasticGeneration& generation) {
+  cluster::gloo_backend::GlooTransportOptions transport = job.transport;
+  transport.rank = generation.worker_id;
+  transport.workers = generation.num_workers();
+  transport.prefix = absl::StrCat(job.membership.prefix(), "/g", generation.number, "/transport");
+  transport.on_stall = cluster::OnStall::kFailStrategy;
+  return std::make_unique<cluster::gloo_backend::GlooWorkerTransport>(job.membership.store(), transport);
 }
 
 }  // namespace distribute::detail

@@ -11,6 +11,7 @@
 #include "cluster/worker_transport.h"
 #include "distribute/config.h"
 #include "distribute/strategy/multi_worker_mirrored_strategy.h"
+#include "multi_worker/elastic_generation.h"
 
 namespace distribute::detail {
 
@@ -41,6 +42,19 @@ WorkerConnection connect_over_mpi(const ClusterResolver& resolver, cluster::OnSt
 std::shared_ptr<const ClusterResolver> default_gloo_resolver();
 WorkerConnection connect_over_gloo(const ClusterResolver& resolver, const GlooOptions& options,
                                    cluster::OnStall on_stall, std::exception_ptr failure);
+
+// An elastic job over Gloo: its store and membership (gloo/membership.h), and how each
+// generation's workers connect.
+struct ElasticGlooJob;
+std::shared_ptr<ElasticGlooJob> start_elastic_over_gloo(const ClusterResolver& resolver, const GlooOptions& options,
+                                                        const ElasticOptions& elastic);
+// This process's first generation; the one after `current`.
+ElasticGeneration join_elastic_job(ElasticGlooJob& job);
+ElasticGeneration next_generation(ElasticGlooJob& job, const ElasticGeneration& current);
+// Whether a worker waits to join the generation after `current`, and the job has room for it.
+bool newcomer_waiting(ElasticGlooJob& job, const ElasticGeneration& current);
+// The transport of `generation`'s workers (a data phase that stalls fails it).
+std::unique_ptr<cluster::WorkerTransport> connect_generation(ElasticGlooJob& job, const ElasticGeneration& generation);
 #endif
 
 }  // namespace distribute::detail

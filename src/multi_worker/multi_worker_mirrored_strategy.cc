@@ -22,6 +22,7 @@
 #include "device/gpu_runtime.h"
 #include "distribute/device/gpu.h"
 #include "multi_worker/backends.h"
+#include "multi_worker/failed_transport.h"
 #include "strategy/mirrored_extended.h"
 
 namespace distribute {
@@ -212,6 +213,99 @@ detail::WorkerConnection connect(CollectiveBackend backend, const ClusterResolve
   throw InternalError(absl::StrCat("MultiWorkerMirroredStrategy: no ", backend_name(backend), " backend"));
 }
 
+// The options' elastic settings, checked: InvalidArgumentError for a backend other than Gloo
+// or bounds that cannot hold.
+void check_elastic_options(const ElasticOptions& elastic, CollectiveBackend backend) {
+  DISTRIBUTE_CHECK(elastic.min_workers >= 1 && (elastic.max_workers == 0 || elastic.max_workers >= elastic.min_workers),
+                   InvalidArgumentError, "MultiWorkerMirroredStrategy: options.elastic has min_workers ",
+                   elastic.min_workers, " and max_workers ", elastic.max_workers,
+                   "; give 1 <= min_workers <= max_workers (max_workers 0: no limit)");
+  DISTRIBUTE_CHECK(elastic.settle_time > std::chrono::milliseconds::zero(), InvalidArgumentError,
+                   "MultiWorkerMirroredStrategy: options.elastic.settle_time is ", elastic.settle_time.count(),
+                   " ms; give a positive time (1 s by default)");
+  DISTRIBUTE_CHECK(backend == CollectiveBackend::kGloo, InvalidArgumentError,
+                   "MultiWorkerMirroredStrategy: options.elastic needs the Gloo backend, whose workers meet at a "
+                   "rendezvous store and can change; this strategy chose ", backend_name(backend),
+                   " (MPI's ranks are fixed for the job): set options.backend to kGloo and start the workers "
+                   "without mpirun");
+}
+
+// "worker 2 on host1".
+std::string member_text(int id, const detail::ElasticMember& member) {
+  return absl::StrCat("worker ", id, " on ", member.host);
+}
+
+// What changed from `before` (this worker's generation before, null for its first) to `now`.
+MembershipChange describe_change(const detail::ElasticGeneration* before, const detail::ElasticGeneration& now,
+                                 std::string reason) {
+  MembershipChange change;
+  change.generation = now.number;
+  change.num_workers = now.num_workers();
+  change.worker_id = now.worker_id;
+  change.reason = std::move(reason);
+  const bool follows = before != nullptr && before->number + 1 == now.number;
+  if (follows) change.previous_num_workers = before->num_workers();
+  std::vector<bool> stayed(follows ? before->members.size() : 0, false);
+  for (int w = 0; w < now.num_workers(); ++w) {
+    const detail::ElasticMember& member = now.members[static_cast<std::size_t>(w)];
+    if (member.previous_id < 0) {
+      if (now.number > 0) change.joined.push_back(member_text(w, member));
+    } else if (follows) {
+      stayed[static_cast<std::size_t>(member.previous_id)] = true;
+    }
+  }
+  for (std::size_t w = 0; w < stayed.size(); ++w) {
+    if (!stayed[w]) change.left.push_back(member_text(static_cast<int>(w), before->members[w]));
+  }
+  return change;
+}
+
+}  // namespace
+
+// An elastic strategy's job: its membership, its generation now, and what each generation's engine
+// is made from.
+struct MultiWorkerMirroredStrategy::Elastic {
+#if DISTRIBUTE_HAS_GLOO
+  std::shared_ptr<detail::ElasticGlooJob> job;
+#endif
+  detail::ElasticGeneration generation;
+  ElasticOptions options;
+  std::vector<Device> devices;
+  CommunicationOptions communication;
+};
+
+namespace {
+
+// The engine of `elastic`'s current generation: its transport, the checks every worker makes at
+// construction, the coordinator.
+std::unique_ptr<StrategyExtended> make_generation_engine(Strategy& strategy, const detail::ElasticGeneration& generation,
+                                                         [[maybe_unused]] void* job, const std::vector<Device>& devices,
+                                                         const CommunicationOptions& communication) {
+#if DISTRIBUTE_HAS_GLOO
+  std::unique_ptr<cluster::WorkerTransport> transport =
+      detail::connect_generation(*static_cast<detail::ElasticGlooJob*>(job), generation);
+  const auto local = static_cast<std::int64_t>(devices.size());
+  agree_at_construction(*transport, nullptr, local, communication.timeout);
+  if (devices[0].is_gpu()) check_gpus_distinct(*transport, devices, communication.timeout);
+  auto coordinator = std::make_shared<cluster::Coordinator>(std::move(transport), static_cast<int>(local));
+  MirroredStrategyOptions mirrored;
+  mirrored.communication = communication;
+  return detail::make_mirrored_extended(strategy, devices, mirrored, std::move(coordinator));
+#else
+  throw InternalError("MultiWorkerMirroredStrategy: elastic without Gloo");
+#endif
+}
+
+// Tells this worker's program of `change`: the timeline, then the options' callback.
+void report_change(const ElasticOptions& options, const MembershipChange& change) {
+  if (detail::timeline::on()) {
+    detail::timeline::instant(detail::timeline::kProgramTrack, "membership_change",
+                              absl::StrCat("generation ", change.generation, ": ", change.num_workers, " workers (",
+                                           change.reason, ")"));
+  }
+  if (options.on_membership_change) options.on_membership_change(change);
+}
+
 }  // namespace
 
 const char* backend_name(CollectiveBackend backend) {
@@ -232,6 +326,14 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStrategyOptions options)
     : backend_(choose_backend(options.backend, options.cluster_resolver.get())) {
   resolver_ = options.cluster_resolver != nullptr ? std::move(options.cluster_resolver) : default_resolver(backend_);
+  if (options.elastic.min_workers != 0 || options.elastic.max_workers != 0) {
+    // An elastic worker's checks fail before it joins: the others form their generations without it.
+    check_elastic_options(options.elastic, backend_);
+    detail::check_timeout(options.communication.timeout, "MultiWorkerMirroredStrategy: options.communication.timeout",
+                          "no timeout");
+    start_elastic(options, detail::parse_mirrored_devices(options.local_devices));
+    return;
+  }
   // This worker's own checks. One that fails is kept until the other workers have heard of it: a
   // worker that threw here would leave them in the steps of the construction they take together
   // (MPI makes communicators in blocking calls; Gloo's workers wait for each other at the store),
@@ -277,6 +379,77 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerMirroredStra
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
+
+void MultiWorkerMirroredStrategy::start_elastic(const MultiWorkerMirroredStrategyOptions& options,
+                                                std::vector<Device> devices) {
+  elastic_ = std::make_unique<Elastic>();
+  Elastic& elastic = *elastic_;
+  elastic.options = options.elastic;
+  elastic.devices = std::move(devices);
+  elastic.communication = options.communication;
+  void* job = nullptr;
+#if DISTRIBUTE_HAS_GLOO
+  elastic.job = detail::start_elastic_over_gloo(*resolver_, options.gloo, options.elastic);
+  elastic.generation = detail::join_elastic_job(*elastic.job);
+  job = elastic.job.get();
+#endif
+  set_extended(make_generation_engine(*this, elastic.generation, job, elastic.devices, elastic.communication));
+  report_change(elastic.options, describe_change(nullptr, elastic.generation,
+                                                 elastic.generation.number == 0 ? "the job started"
+                                                                                : "this worker joined the job"));
+}
+
+void MultiWorkerMirroredStrategy::change_membership(const std::string& reason) {
+  Elastic& elastic = *elastic_;
+  const detail::ElasticGeneration before = elastic.generation;
+  // Gone first: a worker still waiting on this one in the old generation hears at once.
+  release_extended();
+  void* job = nullptr;
+  try {
+#if DISTRIBUTE_HAS_GLOO
+    job = elastic.job.get();
+    elastic.generation = detail::next_generation(*elastic.job, before);
+#endif
+    replace_extended(make_generation_engine(*this, elastic.generation, job, elastic.devices, elastic.communication));
+  } catch (...) {
+    const std::string why =
+        absl::StrCat("MultiWorkerMirroredStrategy: the elastic job's generation ", before.number + 1,
+                     " could not be formed: ", detail::describe_exception(std::current_exception()));
+    auto coordinator = std::make_shared<cluster::Coordinator>(
+        std::make_unique<detail::FailedTransport>(before.num_workers(), before.worker_id, why),
+        static_cast<int>(elastic.devices.size()));
+    coordinator->group().make_unusable(why);
+    MirroredStrategyOptions mirrored;
+    mirrored.communication = elastic.communication;
+    replace_extended(detail::make_mirrored_extended(*this, elastic.devices, mirrored, std::move(coordinator)));
+    throw;
+  }
+  report_change(elastic.options, describe_change(&before, elastic.generation, reason));
+}
+
+bool MultiWorkerMirroredStrategy::newcomer_waiting() {
+  cluster::Coordinator& coordinator = *extended().coordinator();
+  // The chief's answer: "0", "1", or why the store could not be asked (every worker throws it).
+  std::string answer;
+#if DISTRIBUTE_HAS_GLOO
+  if (coordinator.is_chief()) {
+    try {
+      answer = detail::newcomer_waiting(*elastic_->job, elastic_->generation) ? "1" : "0";
+    } catch (const std::exception& e) {
+      answer = absl::StrCat("E", e.what());
+    }
+  }
+#endif
+  answer = coordinator.broadcast_from_chief(answer, elastic_->communication.timeout, "ElasticState::commit");
+  DISTRIBUTE_CHECK(answer.empty() || answer[0] != 'E', UnavailableError,
+                   "ElasticState::commit: the chief could not ask the rendezvous store whether workers wait to join: ",
+                   answer.substr(1));
+  return answer == "1";
+}
+
+int MultiWorkerMirroredStrategy::min_workers() const { return elastic_->options.min_workers; }
+
+int MultiWorkerMirroredStrategy::generation() const { return elastic_ != nullptr ? elastic_->generation.number : 0; }
 
 std::string MultiWorkerMirroredStrategy::name() const {
   std::vector<std::string> names;

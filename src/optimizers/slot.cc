@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include "distribute/check.h"
+#include "distribute/errors.h"
 #include "distribute/strategy/strategy.h"
 #include "distribute/values/distributed_values.h"
 
@@ -32,16 +34,25 @@ class ShardedSlot final : public Slot {
         dtype_(of.dtype()),
         shape_(of.shape()),
         identity_(std::move(identity)),
-        optimizer_(std::move(optimizer)) {
+        optimizer_(std::move(optimizer)),
+        replicas_(strategy.num_replicas_in_sync()) {
     const int first = strategy.extended().worker_id() * strategy.extended().num_local_replicas();
     for (int c = 0; c < of.num_components(); ++c) {
-      const Shard shard = shard_of(shape_.num_elements(), strategy.num_replicas_in_sync(), first + c);
+      const Shard shard = shard_of(shape_.num_elements(), replicas_, first + c);
       shards_.push_back(Tensor::zeros(dtype_, Shape{shard.size}, of.component(c).device()));
     }
   }
 
   const std::string& name() const override { return name_; }
-  Tensor part(int component) const override { return shards_[static_cast<std::size_t>(component)]; }
+  Tensor part(int component) const override {
+    // The shards were cut for the replicas of the strategy's first workers; an elastic strategy's
+    // replicas change with its workers, and these shards would then be the wrong parts.
+    DISTRIBUTE_CHECK(identity_->num_replicas_in_sync() == replicas_, FailedPreconditionError, optimizer_,
+                     ": the slot ", name_, " is in shards cut for ", replicas_, " replicas, and its strategy now has ",
+                     identity_->num_replicas_in_sync(), " (an elastic job's workers changed); an elastic job's "
+                     "optimizer needs OptimizerOptions::shard_state off");
+    return shards_[static_cast<std::size_t>(component)];
+  }
   const Variable* variable() const override { return nullptr; }
 
   Saveable saveable() const override {
@@ -71,6 +82,7 @@ class ShardedSlot final : public Slot {
   std::shared_ptr<distribute::detail::StrategyIdentity> identity_;
   std::string optimizer_;
   std::vector<Tensor> shards_;  // [local component]
+  int replicas_;                // that the shards were cut for
 };
 
 }  // namespace

@@ -24,6 +24,12 @@ StrategyIdentity::StrategyIdentity(Strategy& strategy)
       worker_id_(strategy.extended().worker_id()),
       strategy_(&strategy) {}
 
+void StrategyIdentity::refresh(Strategy& strategy) {
+  name_ = strategy.name();
+  num_replicas_in_sync_ = strategy.num_replicas_in_sync();
+  worker_id_ = strategy.extended().worker_id();
+}
+
 Strategy& StrategyIdentity::get(std::string_view user) const {
   Strategy* strategy = strategy_.load(std::memory_order_acquire);
   DISTRIBUTE_CHECK(strategy != nullptr, FailedPreconditionError, std::string(user), " was made for ", name_,
@@ -43,6 +49,11 @@ void Strategy::set_extended(std::unique_ptr<StrategyExtended> extended) {
   detail::timeline::start_from_environment_once();
   extended_ = std::move(extended);
   identity_.reset(new detail::StrategyIdentity(*this));
+}
+
+void Strategy::replace_extended(std::unique_ptr<StrategyExtended> extended) {
+  extended_ = std::move(extended);
+  identity_->refresh(*this);
 }
 
 StrategyScope Strategy::scope() { return StrategyScope(*this); }

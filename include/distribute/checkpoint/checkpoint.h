@@ -63,6 +63,7 @@ class Checkpoint {
 
  private:
   friend class CheckpointManager;
+  friend class ElasticState;
   // save once the workers agreed on the call, which CheckpointManager makes its own.
   void save_agreed(StrategyExtended* workers, const std::filesystem::path& path) const;
   // restore's two halves, which CheckpointManager takes apart to choose a file on the chief: the
@@ -70,6 +71,8 @@ class Checkpoint {
   // chief's values (on every worker).
   std::vector<Tensor> load(const std::filesystem::path& path) const;
   void assign(StrategyExtended* workers, std::vector<Tensor> values);
+  // Every entry's value, copied to the host, between steps (ElasticState's copy of a commit).
+  std::vector<Tensor> read_copies() const;
   void check_name(const std::string& name) const;
 
   std::vector<std::pair<std::string, Variable>> variables_;

@@ -20,6 +20,7 @@
 #endif
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@
 #include "distribute/strategy/strategy.h"
 
 namespace distribute {
+
+class ElasticState;  // distribute/elastic/elastic.h
 
 // Which engine carries the workers' messages and data.
 enum class CollectiveBackend {
@@ -83,6 +86,42 @@ enum class StalledCollectiveAction {
   kFailStrategy,
 };
 
+// A change of an elastic job's workers, as ElasticOptions::on_membership_change hears of it on
+// every worker of the new generation.
+struct MembershipChange {
+  // 0 for the job's first workers, then one more at each change.
+  int generation = 0;
+  int num_workers = 0;
+  int previous_num_workers = 0;  // 0 for a worker's first generation
+  int worker_id = 0;             // this worker's id in the new generation
+  // Who joined ("worker 3 on host2", by their new ids) and who left (by their ids before).
+  std::vector<std::string> joined;
+  std::vector<std::string> left;
+  // Why: "the job started", "this worker joined the job", "workers wait to join", or the error
+  // of the collective that failed.
+  std::string reason;
+};
+
+// Elastic membership (over Gloo only): a worker that fails or stops answering is left behind and
+// the others go on; a worker started later joins at the next step boundary; neither restarts a
+// process. Training goes through run_elastic with an ElasticState (distribute/elastic/elastic.h),
+// which rolls back to the last committed step and takes the state from a surviving worker.
+// docs/multi_worker.md, "Elastic training", has the rules.
+struct ElasticOptions {
+  // Elastic when min_workers > 0: below it, run_elastic saves and throws UnavailableError.
+  int min_workers = 0;
+  // At most this many workers (0: no limit); a worker started when the job is full waits for a
+  // place until GlooOptions::rendezvous_timeout.
+  int max_workers = 0;
+  // After a failure, how long the first worker of the next generation waits without another
+  // arriving before the workers that have not come are taken for gone.
+  std::chrono::milliseconds settle_time{std::chrono::seconds(1)};
+  // Called on every worker after each change (the first generation included), in cross-replica
+  // context, before the state is synchronised.
+  std::function<void(const MembershipChange&)> on_membership_change;
+  bool enabled() const { return min_workers > 0; }
+};
+
 struct MultiWorkerMirroredStrategyOptions {
   // This worker's replicas; empty: every GPU, else {"CPU:0"}. Every worker must have as many.
   std::vector<std::string> local_devices;
@@ -100,6 +139,9 @@ struct MultiWorkerMirroredStrategyOptions {
   // through MPI or Gloo; with GPU replicas, an NCCL data phase past the timeout always fails the
   // strategy without ending the job (docs/multi_worker.md, "GPUs").
   StalledCollectiveAction on_stalled_collective = StalledCollectiveAction::kEndJob;
+  // Off by default. When enabled (over Gloo only), a data phase that stalls fails the strategy's
+  // generation whatever on_stalled_collective says, and the workers form the next one.
+  ElasticOptions elastic;
 };
 
 class MultiWorkerMirroredStrategy final : public Strategy {
@@ -120,10 +162,27 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   const ClusterResolver& cluster_resolver() const;
   // The backend chosen at construction: kMpi or kGloo.
   CollectiveBackend backend() const { return backend_; }
+  // Whether the workers are elastic (options.elastic), and their generation (0 otherwise).
+  bool elastic() const { return elastic_ != nullptr; }
+  int generation() const;
 
  private:
+  friend class ElasticState;
+  friend void run_elastic(MultiWorkerMirroredStrategy& strategy, ElasticState& state,
+                          const std::function<void()>& train);
+  struct Elastic;
+  // Elastic jobs: forms this worker's first generation (construction).
+  void start_elastic(const MultiWorkerMirroredStrategyOptions& options, std::vector<Device> devices);
+  // Leaves the current generation (its transport closed, so that workers waiting on this one
+  // hear of it at once) and forms the next with the workers that come; `reason` is reported.
+  void change_membership(const std::string& reason);
+  // Collective: whether a worker waits to join and the job has room for it (the chief asks).
+  bool newcomer_waiting();
+  int min_workers() const;
+
   std::shared_ptr<const ClusterResolver> resolver_;
   CollectiveBackend backend_ = CollectiveBackend::kAuto;
+  std::unique_ptr<Elastic> elastic_;
 };
 
 }  // namespace distribute

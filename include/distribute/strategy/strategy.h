@@ -57,11 +57,14 @@ class StrategyIdentity {
  private:
   friend class distribute::Strategy;
   explicit StrategyIdentity(Strategy& strategy);
+  // The strategy's name and replicas anew, after an elastic strategy's workers changed (between
+  // runs, on the thread that changed them).
+  void refresh(Strategy& strategy);
 
   const std::uint64_t id_;
-  const std::string name_;
-  const int num_replicas_in_sync_;
-  const int worker_id_;
+  std::string name_;
+  int num_replicas_in_sync_;
+  int worker_id_;
   std::atomic<Strategy*> strategy_;  // null once the strategy is destroyed
   std::atomic<std::uint64_t> variables_created_{0};
 };
@@ -157,6 +160,11 @@ class Strategy {
   Strategy() = default;
   // Called once by the concrete strategy's constructor.
   void set_extended(std::unique_ptr<StrategyExtended> extended);
+  // An elastic strategy's engine for its new workers, between runs: the old one is released
+  // first (its replicas and transport gone), then the new one set; the strategy stays the same one
+  // to the variables and optimizers made for it (its identity), with the new replicas.
+  void release_extended() { extended_.reset(); }
+  void replace_extended(std::unique_ptr<StrategyExtended> extended);
 
  private:
   template <class Arg>

@@ -4,7 +4,6 @@
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/rendezvous/redis_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
@@ -58,20 +57,6 @@ void ignore_sigpipe() {
   struct sigaction current {};
   sigaction(SIGPIPE, nullptr, &current);
   if (current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
-}
-
-// Whether `store` holds `key` now. Gloo's Redis and file stores poll in their waits and count the
-// time waited in whole seconds, so a wait of a millisecond takes one; those two are asked directly
-// (a file store made as this file's FileStore).
-bool store_holds(::gloo::rendezvous::Store& store, const std::string& key) {
-  if (auto* redis = dynamic_cast<::gloo::rendezvous::RedisStore*>(&store)) return redis->check({key});
-  if (auto* file = dynamic_cast<FileStore*>(&store)) return file->check({key});
-  try {
-    store.wait({key}, std::chrono::milliseconds(1));  // a HashStore waits on a condition variable
-    return true;
-  } catch (const ::gloo::Exception&) {
-    return false;
-  }
 }
 
 // One transfer of a step: bytes to or from one peer.

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/store.h>
 
 #include <chrono>
@@ -27,17 +26,10 @@
 #include <utility>
 #include <vector>
 
+#include "cluster/gloo/store.h"
 #include "cluster/worker_transport.h"
 
 namespace distribute::cluster::gloo_backend {
-
-// Gloo's file store, with its check for keys made public: the transport asks whether a key is there
-// without waiting, where Gloo's own waits poll and count the time waited in whole seconds.
-class FileStore final : public ::gloo::rendezvous::FileStore {
- public:
-  using ::gloo::rendezvous::FileStore::check;
-  using ::gloo::rendezvous::FileStore::FileStore;
-};
 
 struct GlooTransportOptions {
   // This worker's rank and the number of workers; every worker gives the same `workers`.

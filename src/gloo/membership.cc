@@ -1,0 +1,221 @@
+// The elastic job's generations, agreed through the rendezvous store's write-once keys.
+#include "gloo/membership.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/host_name.h"
+#include "base/wait.h"
+#include "cluster/gloo/store.h"
+#include "distribute/check.h"
+#include "distribute/errors.h"
+
+namespace distribute::detail {
+namespace {
+
+using cluster::gloo_backend::store_claim;
+using cluster::gloo_backend::store_holds;
+using cluster::gloo_backend::store_read;
+
+constexpr auto kPoll = std::chrono::milliseconds(5);
+
+// What a worker writes in the slot it claims.
+struct Claim {
+  std::string token;
+  std::string host;
+  int previous_generation = -1;
+  int previous_id = -1;
+  int initial_rank = -1;
+};
+
+std::vector<char> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+
+int to_int(const std::string& text) {
+  int value = -1;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+std::string encode(const Claim& c) {
+  return absl::StrCat(c.token, "\n", c.host, "\n", c.previous_generation, "\n", c.previous_id, "\n", c.initial_rank);
+}
+
+Claim decode_claim(const std::vector<char>& bytes) {
+  const std::vector<std::string> f = absl::StrSplit(std::string(bytes.begin(), bytes.end()), '\n');
+  DISTRIBUTE_CHECK(f.size() == 5, InternalError, "elastic membership: a malformed claim in the rendezvous store");
+  return {f[0], f[1], to_int(f[2]), to_int(f[3]), to_int(f[4])};
+}
+
+// "members": a line per worker, "token<TAB>host<TAB>previous id".
+std::string encode(const std::vector<ElasticMember>& members) {
+  std::vector<std::string> lines;
+  for (const ElasticMember& m : members) lines.push_back(absl::StrCat(m.token, "\t", m.host, "\t", m.previous_id));
+  return absl::StrJoin(lines, "\n");
+}
+
+std::vector<ElasticMember> decode_members(const std::vector<char>& bytes) {
+  std::vector<ElasticMember> members;
+  if (bytes.empty()) return members;  // a generation its leader gave up on
+  const std::string text(bytes.begin(), bytes.end());
+  for (const std::string& line : std::vector<std::string>(absl::StrSplit(text, '\n'))) {
+    const std::vector<std::string> f = absl::StrSplit(line, '\t');
+    DISTRIBUTE_CHECK(f.size() == 3, InternalError, "elastic membership: a malformed member list in the store");
+    members.push_back({f[0], f[1], to_int(f[2])});
+  }
+  return members;
+}
+
+std::string make_token(const std::string& host) {
+  std::random_device random;
+  return absl::StrCat(host, "/", ::getpid(), "/", (std::uint64_t{random()} << 32) | random());
+}
+
+// Runs `step`, a use of the store to `what`: the store's errors (a server gone, a directory removed)
+// become UnavailableError.
+template <class Step>
+auto with_store(const std::string& what, Step&& step) {
+  try {
+    return step();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // Gloo's, or hiredis's through it
+    throw UnavailableError(absl::StrCat("elastic membership: the rendezvous store failed when this worker tried to ",
+                                        what, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+ElasticMembership::ElasticMembership(std::shared_ptr<::gloo::rendezvous::Store> store,
+                                     ElasticMembershipOptions options)
+    : store_(std::move(store)), options_(std::move(options)), host_(host_name()) {
+  token_ = make_token(host_);
+}
+
+std::string ElasticMembership::key(int generation, const std::string& name) const {
+  return absl::StrCat(options_.prefix, "/g", generation, "/", name);
+}
+
+ElasticGeneration ElasticMembership::join() {
+  return with_store("join the job", [&] {
+    int latest = -1;
+    while (store_holds(*store_, key(latest + 1, "members"))) ++latest;
+    return enter(latest + 1, -1);
+  });
+}
+
+ElasticGeneration ElasticMembership::next(const ElasticGeneration& current) {
+  return with_store(absl::StrCat("form generation ", current.number + 1),
+                    [&] { return enter(current.number + 1, current.worker_id); });
+}
+
+bool ElasticMembership::newcomer_waiting(const ElasticGeneration& current) {
+  if (options_.max_workers > 0 && current.num_workers() >= options_.max_workers) return false;
+  return with_store("look for workers waiting to join",
+                    [&] { return store_holds(*store_, key(current.number + 1, "slot-0")); });
+}
+
+ElasticGeneration ElasticMembership::enter(int number, int previous_id) {
+  const Deadline deadline = Clock::now() + options_.timeout;
+  const int previous_generation = number - 1;
+  for (;; ++number) {
+    if (store_holds(*store_, key(number, "members"))) continue;  // closed before this worker came
+    const Claim mine{token_, host_, previous_id >= 0 ? previous_generation : -1, previous_id,
+                     number == 0 ? options_.initial_rank : -1};
+    int slot = 0;
+    while (!store_claim(*store_, key(number, absl::StrCat("slot-", slot)), bytes_of(encode(mine)))) ++slot;
+    if (slot == 0) close(number);
+    std::optional<std::vector<char>> members;
+    while (!(members = store_read(*store_, key(number, "members")))) {
+      DISTRIBUTE_CHECK(Clock::now() < deadline, DeadlineExceededError, "elastic membership: waited ",
+                       options_.timeout.count(), " ms for generation ", number, " of the job's workers to form (",
+                       previous_id >= 0 ? "after generation " : "as a newcomer",
+                       previous_id >= 0 ? absl::StrCat(previous_generation) : "",
+                       "); its first worker did not close it: it may have ended, or the job is gone (a rerun under "
+                       "the same job id finds the last run's keys: give each run its own id, or a fresh store)");
+      std::this_thread::sleep_for(kPoll);
+    }
+    ElasticGeneration generation{number, decode_members(*members), -1};
+    for (std::size_t w = 0; w < generation.members.size(); ++w) {
+      if (generation.members[w].token == token_) generation.worker_id = static_cast<int>(w);
+    }
+    if (generation.worker_id >= 0) return generation;
+    // Left out (too late, or the job is full): a newcomer to the next one.
+    previous_id = -1;
+  }
+}
+
+void ElasticMembership::close(int number) {
+  const Deadline deadline = Clock::now() + options_.timeout;
+  std::vector<ElasticMember> previous;
+  if (number > 0) {
+    const std::optional<std::vector<char>> bytes = store_read(*store_, key(number - 1, "members"));
+    if (bytes) previous = decode_members(*bytes);
+  }
+  std::vector<Claim> claims;
+  Clock::time_point last_arrival = Clock::now();
+  for (;;) {
+    while (std::optional<std::vector<char>> bytes =
+               store_read(*store_, key(number, absl::StrCat("slot-", claims.size())))) {
+      claims.push_back(decode_claim(*bytes));
+      last_arrival = Clock::now();
+    }
+    const auto from_previous = [&](const Claim& c) { return number > 0 && c.previous_generation == number - 1; };
+    const auto survivors = std::count_if(claims.begin(), claims.end(), from_previous);
+    bool complete = false;
+    if (number == 0) {
+      complete = static_cast<int>(claims.size()) >= options_.initial_workers;
+    } else if (survivors == static_cast<std::ptrdiff_t>(previous.size())) {
+      complete = true;
+    } else if (survivors > 0 && Clock::now() - last_arrival >= options_.settle_time) {
+      complete = true;  // the others of the generation before are taken for gone
+    }
+    if (complete) {
+      // The survivors in their order, then the newcomers in the order they came.
+      std::vector<std::size_t> order(claims.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        const auto rank = [&](const Claim& c) {
+          if (number == 0) return c.initial_rank;
+          return from_previous(c) ? c.previous_id : std::numeric_limits<int>::max();
+        };
+        return rank(claims[a]) < rank(claims[b]);
+      });
+      std::size_t size = order.size();
+      if (number == 0) size = std::min<std::size_t>(size, static_cast<std::size_t>(options_.initial_workers));
+      if (options_.max_workers > 0) size = std::min<std::size_t>(size, static_cast<std::size_t>(options_.max_workers));
+      std::vector<ElasticMember> members;
+      for (std::size_t i = 0; i < size; ++i) {
+        const Claim& c = claims[order[i]];
+        members.push_back({c.token, c.host, from_previous(c) ? c.previous_id : -1});
+      }
+      store_claim(*store_, key(number, "members"), bytes_of(encode(members)));
+      return;
+    }
+    if (Clock::now() >= deadline) {
+      // Closed with nobody, so that workers that come later go on to the next generation instead
+      // of waiting for this one's members.
+      store_claim(*store_, key(number, "members"), {});
+      if (number == 0) {
+        throw DeadlineExceededError(absl::StrCat(
+            "elastic membership: waited ", options_.timeout.count(), " ms for the job's ", options_.initial_workers,
+            " workers to start; ", claims.size(), " came (give every worker the same world size, and start them "
+            "within GlooOptions::rendezvous_timeout)"));
+      }
+      throw DeadlineExceededError(absl::StrCat("elastic membership: waited ", options_.timeout.count(),
+                                               " ms to join the job, and none of its ", previous.size(),
+                                               " workers of generation ", number - 1, " came to the next one"));
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+}  // namespace distribute::detail
