@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "command_line.h"
+#include "distribute/config.h"
+#if DISTRIBUTE_HAS_GLOO
+#include "distribute/elastic/elastic.h"
+#endif
 #include "idx.h"
 #include "metrics_csv.h"
 #include "trainer.h"
@@ -82,6 +87,33 @@ std::string AbslUnparseFlag(const GradientCompression& compression) {
   return absl::AsciiStrToLower(distribute::compression_name(compression.compression));
 }
 
+// --elastic: "MIN:MAX", the bounds of an elastic job's workers.
+struct ElasticRange {
+  int min_workers = 0;  // 0: not elastic
+  int max_workers = 0;
+};
+
+bool AbslParseFlag(absl::string_view text, ElasticRange* range, std::string* error) {
+  if (text.empty()) {
+    *range = {};
+    return true;
+  }
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
+  ElasticRange parsed;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &parsed.min_workers) ||
+      !absl::SimpleAtoi(parts[1], &parsed.max_workers) || parsed.min_workers < 1 ||
+      parsed.max_workers < parsed.min_workers) {
+    *error = "give the least and the most workers as MIN:MAX, 1 <= MIN <= MAX, e.g. 2:4";
+    return false;
+  }
+  *range = parsed;
+  return true;
+}
+
+std::string AbslUnparseFlag(const ElasticRange& range) {
+  return range.min_workers == 0 ? "" : absl::StrCat(range.min_workers, ":", range.max_workers);
+}
+
 }  // namespace
 
 ABSL_FLAG(int, replicas, 0, "replicas in this process, one thread each; 0: one per core (per GPU with --device=gpu)");
@@ -116,6 +148,11 @@ ABSL_FLAG(double, bucket_mb, 25,
 ABSL_FLAG(GradientCompression, compression, GradientCompression{},
           "none, bf16 or fp16: how the gradients' sums cross between workers (--multi_worker), 16 bits a value "
           "on the wire with bf16 and fp16; within a process they are summed in float32 whatever this says");
+ABSL_FLAG(ElasticRange, elastic, ElasticRange{},
+          "MIN:MAX: train as an elastic job over Gloo (implies --multi_worker): a worker that dies or stops "
+          "answering is left behind and the others go on from the last step, a worker started later joins at the "
+          "next step; below MIN the job saves to --checkpoint and ends. Workers are started as for --multi_worker "
+          "without mpirun (RANK, WORLD_SIZE, DISTRIBUTE_RENDEZVOUS); a worker joining later gets RANK=WORLD_SIZE-1");
 ABSL_FLAG(std::string, metrics, "",
           "a CSV file to write a row per epoch to (loss, test accuracy, samples/s, collective and input-wait "
           "shares, seconds); plot_metrics.py draws it. With --resume, the rows of the checkpoint's epochs stay");
@@ -125,6 +162,61 @@ namespace {
 using fashion_mnist::EpochStats;
 using fashion_mnist::Progress;
 using fashion_mnist::StepProgress;
+
+using TrainEpochs =
+    std::function<void(const std::function<void(const StepProgress&)>&, const std::function<void()>&)>;
+
+#if DISTRIBUTE_HAS_GLOO
+// --elastic: a MultiWorkerMirroredStrategy over Gloo whose workers may change; worker 0 of each
+// generation prints the change.
+std::unique_ptr<distribute::Strategy> make_elastic_strategy(const std::vector<std::string>& devices,
+                                                            const ElasticRange& range) {
+  distribute::MultiWorkerMirroredStrategyOptions options;
+  options.local_devices = devices;
+  options.backend = distribute::CollectiveBackend::kGloo;
+  options.elastic.min_workers = range.min_workers;
+  options.elastic.max_workers = range.max_workers;
+  options.elastic.on_membership_change = [](const distribute::MembershipChange& change) {
+    if (change.worker_id != 0 || change.generation == 0) return;
+    std::printf("workers changed: generation %d, %d workers (were %d); joined [%s], left [%s]: %s\n",
+                change.generation, change.num_workers, change.previous_num_workers,
+                absl::StrJoin(change.joined, ", ").c_str(), absl::StrJoin(change.left, ", ").c_str(),
+                change.reason.c_str());
+    std::fflush(stdout);
+  };
+  return std::make_unique<distribute::MultiWorkerMirroredStrategy>(std::move(options));
+}
+
+// The epochs through run_elastic: a commit after every step and every epoch, and after a change of
+// the workers the epochs go on from the committed step.
+void train_elastically(distribute::Strategy& elastic_strategy, fashion_mnist::Trainer& trainer,
+                       const std::filesystem::path& checkpoint, const TrainEpochs& train_epochs) {
+  auto& strategy = static_cast<distribute::MultiWorkerMirroredStrategy&>(elastic_strategy);
+  distribute::ElasticState state(strategy, trainer.checkpoint(), checkpoint);
+  const std::int64_t steps_per_epoch = trainer.steps_per_epoch();
+  distribute::run_elastic(strategy, state, [&] {
+    trainer.resume_after_steps(state.progress.step);
+    train_epochs(
+        [&](const StepProgress& p) {
+          state.progress.step = (p.epoch - 1) * steps_per_epoch + p.step;
+          state.progress.epoch = p.epoch - 1;
+          state.progress.input_position = p.samples;
+          state.commit();
+        },
+        [&] {
+          state.progress.epoch = trainer.epochs_done();
+          state.commit();
+        });
+  });
+}
+#else
+std::unique_ptr<distribute::Strategy> make_elastic_strategy(const std::vector<std::string>&, const ElasticRange&) {
+  throw distribute::UnimplementedError(
+      "--elastic: this build has no Gloo backend; install libgloo-dev and rebuild distribute");
+}
+void train_elastically(distribute::Strategy&, fashion_mnist::Trainer&, const std::filesystem::path&,
+                       const TrainEpochs&) {}
+#endif
 
 int train() {
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -153,8 +245,22 @@ int train() {
         absl::StrCat("--bucket_mb=", bucket_mb, ": give a number of MiB of at least one byte, e.g. 25 or 0.5"));
   }
 
-  std::unique_ptr<distribute::Strategy> strategy = fashion_mnist::make_strategy(
-      fashion_mnist::replica_devices(replicas, on_gpus), absl::GetFlag(FLAGS_multi_worker));
+  const ElasticRange elastic = absl::GetFlag(FLAGS_elastic);
+  if (elastic.min_workers > 0 && !checkpoint_dir.empty()) {
+    throw distribute::InvalidArgumentError(
+        "--elastic keeps the job's state in memory across changes of its workers: drop --checkpoint_dir "
+        "(--checkpoint is still saved after every epoch, and when fewer than MIN workers are left)");
+  }
+  if (elastic.min_workers > 0 && absl::GetFlag(FLAGS_shard_optimizer_state)) {
+    throw distribute::InvalidArgumentError(
+        "--elastic with --shard_optimizer_state: the optimizer's shards are cut for the replicas it started "
+        "with, and an elastic job's replicas change; drop one of them");
+  }
+  std::unique_ptr<distribute::Strategy> strategy =
+      elastic.min_workers > 0
+          ? make_elastic_strategy(fashion_mnist::replica_devices(replicas, on_gpus), elastic)
+          : fashion_mnist::make_strategy(fashion_mnist::replica_devices(replicas, on_gpus),
+                                         absl::GetFlag(FLAGS_multi_worker));
   const bool chief = strategy->extended().should_save_summary();
   const Progress progress = fashion_mnist::shown_progress(*strategy, absl::GetFlag(FLAGS_progress));
   const fashion_mnist::FashionMnist data =
@@ -207,25 +313,39 @@ int train() {
     std::fflush(stdout);
   }
   double accuracy = 0;
-  while (trainer.epochs_done() < epochs) {
-    strategy->extended().reset_collective_stats();
-    const EpochStats stats = trainer.train_epoch([&](const StepProgress& p) {
-      if (progress == Progress::kBar) fashion_mnist::draw_progress(p, epochs);
-      if (manager && checkpoint_every > 0) manager->save(handler->total_run_calls());
-    });
-    if (manager) {
-      manager->save(handler->total_run_calls(), /*check_interval=*/false);
-    } else {
-      trainer.save(checkpoint);
+  // The epochs left; after_step and after_epoch (an elastic job's commits) follow each step, and
+  // each epoch once it is saved.
+  const auto train_epochs = [&](const std::function<void(const StepProgress&)>& after_step,
+                                const std::function<void()>& after_epoch) {
+    while (trainer.epochs_done() < epochs) {
+      strategy->extended().reset_collective_stats();
+      const EpochStats stats = trainer.train_epoch([&](const StepProgress& p) {
+        if (progress == Progress::kBar) fashion_mnist::draw_progress(p, epochs);
+        if (manager && checkpoint_every > 0) manager->save(handler->total_run_calls());
+        if (after_step) after_step(p);
+      });
+      if (manager) {
+        manager->save(handler->total_run_calls(), /*check_interval=*/false);
+      } else {
+        trainer.save(checkpoint);
+      }
+      if (after_epoch) after_epoch();
+      accuracy = stats.test_accuracy;
+      if (metrics) metrics->write(stats);
+      // An elastic job's worker 0 may be another process by now.
+      if ((progress == Progress::kBar || progress == Progress::kLines) &&
+          strategy->extended().should_save_summary()) {
+        fashion_mnist::print_epoch(stats, epochs, progress == Progress::kBar, strategy->extended().collective_stats());
+      }
     }
-    accuracy = stats.test_accuracy;
-    if (metrics) metrics->write(stats);
-    if (progress == Progress::kBar || progress == Progress::kLines) {
-      fashion_mnist::print_epoch(stats, epochs, progress == Progress::kBar, strategy->extended().collective_stats());
-    }
+  };
+  if (elastic.min_workers > 0) {
+    train_elastically(*strategy, trainer, checkpoint, train_epochs);
+  } else {
+    train_epochs({}, {});
   }
   if (accuracy == 0) accuracy = trainer.evaluate();  // resumed after the last epoch: nothing trained
-  if (chief) {
+  if (strategy->extended().should_save_summary()) {
     std::printf("test accuracy %.4f after %d epochs; checkpoint: %s\n", accuracy, trainer.epochs_done(),
                 manager ? manager->latest_checkpoint()->c_str() : checkpoint.c_str());
   }

@@ -27,6 +27,8 @@
 #   compression_invalid  an unknown --compression fails, naming the valid values
 #   gloo_workers      two plain processes (tests/launch_workers.sh: no mpirun, Gloo) save the same
 #                     checkpoint, byte for byte, as one process with both replicas
+#   elastic_refused   --elastic's malformed bounds, and its mixes with --checkpoint_dir and
+#                     --shard_optimizer_state, fail saying what to change
 #   cmake -DPROGRAM=.../train_fashion_mnist -DSOURCE_DIR=<project root> -DWORK_DIR=<scratch folder>
 #         [-DMPIEXEC=mpirun] -DCASE=help -P train_cli_test.cmake
 # The output is read through a pipe, as in a log. The cases that train need Debian's
@@ -269,6 +271,17 @@ elseif(CASE STREQUAL "gloo_workers")
   expect_in("${out}" "MultiWorkerMirroredStrategy(worker 0 of 2 over Gloo: CPU:0)")
   expect_same_file(${WORK_DIR}/one.safetensors ${WORK_DIR}/workers.safetensors
                    "two workers over Gloo saved another checkpoint than one worker with both replicas")
+elseif(CASE STREQUAL "elastic_refused")
+  run(--elastic=3:2)
+  expect_in("${out}" "Illegal value '3:2' specified for flag 'elastic'")
+  expect_in("${out}" "give the least and the most workers as MIN:MAX, 1 <= MIN <= MAX, e.g. 2:4")
+  run(--elastic=2:3 --checkpoint_dir=${WORK_DIR}/run)
+  expect_in("${out}" "--elastic keeps the job's state in memory across changes of its workers: drop --checkpoint_dir")
+  run(--elastic=2:3 --shard_optimizer_state)
+  expect_in("${out}" "--elastic with --shard_optimizer_state: the optimizer's shards are cut for the replicas it")
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "--elastic with --shard_optimizer_state was accepted")
+  endif()
 elseif(CASE STREQUAL "compression_invalid")
   run(--compression=int8)
   if(rc EQUAL 0)

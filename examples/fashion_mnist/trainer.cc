@@ -98,11 +98,10 @@ EpochStats Trainer::train_epoch(const std::function<void(const StepProgress&)>& 
                  .global_batch_size = options_.global_batch_size,
                  .steps = steps_per_epoch()};
   if (max_steps > 0) plan.steps = std::min(plan.steps, max_steps);
-  // The steps of this epoch that a checkpoint holds already, when a preempted run left it half done.
-  if (handler_ != nullptr) {
-    plan.first_step =
-        std::clamp<std::int64_t>(handler_->total_run_calls() - epochs_done() * steps_per_epoch(), 0, plan.steps);
-  }
+  // The steps of this epoch that a checkpoint holds already, when a preempted run left it half done
+  // (or an elastic job's workers changed in it).
+  const std::int64_t steps_done = handler_ != nullptr ? handler_->total_run_calls() : steps_done_;
+  plan.first_step = std::clamp<std::int64_t>(steps_done - epochs_done() * steps_per_epoch(), 0, plan.steps);
   std::fill(collective_seconds_.begin(), collective_seconds_.end(), 0.0);
   EpochStats stats = run_epoch(
       strategy_, data_.train, plan, [this](const Batch& b, std::int64_t rows) { return train_step(b, rows); }, handler_,

@@ -71,6 +71,9 @@ class Trainer {
   // Runs every training step through `handler` (null: strategy.run), whose total_run_calls()
   // counts the steps trained so far, over every epoch.
   void run_steps_through(distribute::PreemptionCheckpointHandler* handler) { handler_ = handler; }
+  // The steps trained so far over every epoch, as an elastic job's committed progress says after
+  // its workers changed (without a handler): the next epoch starts after them.
+  void resume_after_steps(std::int64_t steps) { steps_done_ = steps; }
   // The state worth saving: weights, the optimizer's step and slots, and the epoch.
   distribute::Checkpoint checkpoint();
   // checkpoint().save(path): on every worker, of which the chief writes the file.
@@ -87,6 +90,7 @@ class Trainer {
 
   distribute::Strategy& strategy_;
   distribute::PreemptionCheckpointHandler* handler_ = nullptr;
+  std::int64_t steps_done_ = 0;  // without a handler: resume_after_steps
   const FashionMnist& data_;
   TrainerOptions options_;
   std::unique_ptr<Mlp> model_;
