@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Changes the workers of real elastic jobs (tests/elastic_job.cc) while they train, each job with a
 # rendezvous store of its own (a redis-server on a loopback port, or a directory):
-#   elastic_test.sh CASE JOB WORK_DIR
+#   elastic_test.sh CASE JOB WORK_DIR [TIMEOUT]
 # CASE:
 #   kill        4 workers; worker 2 sends itself SIGKILL at step 10: the 3 others carry on within
 #               the timeout + 2 s, and end with the exact weights of an uninterrupted run
@@ -18,13 +18,12 @@
 #   full        2 workers, max_workers 2; a third waits for a place and gives up at its
 #               rendezvous timeout, while the two finish
 # Each check is by exit code, wall time and the job's own "final ok" (weights bit-identical to a
-# reference run).
+# reference run). TIMEOUT is the job's collective timeout in seconds (default 3).
 set -u
-case_name=$1 job=$2 work=$3
+case_name=$1 job=$2 work=$3 timeout_s=${4:-3}
 rm -rf "$work" && mkdir -p "$work"
 . "$(dirname "$0")/job_processes.sh"
-timeout_s=3
-limit=90
+limit=$((90 + 10 * timeout_s))
 
 fail() {
   echo "FAILED ($case_name): $*"
@@ -63,6 +62,19 @@ expect() {
   [ "$rc" = "$code" ] || fail "worker $rank exited $rc, expected $code"
 }
 
+# started RANK...: waits until each worker is in the job's first generation.
+started() {
+  local rank waited
+  for rank in "$@"; do
+    waited=0
+    until grep -q "^rank $rank: generation 0" "$work/rank-$rank.log" 2>/dev/null; do
+      [ "$waited" -lt $((limit * 10)) ] || fail "worker $rank did not start within $limit s"
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+  done
+}
+
 # final_ok RANK: the worker's weights are the reference's, bit for bit.
 final_ok() { grep -q "rank $1: final ok" "$work/rank-$1.log" || fail "worker $1 did not end with the exact weights"; }
 
@@ -75,7 +87,7 @@ recovered_within() {
   echo "worker $1 recovered in $seconds s"
 }
 
-started=$SECONDS
+began=$SECONDS
 case "$case_name" in
   kill)
     use_redis
@@ -93,11 +105,12 @@ case "$case_name" in
     ;;
   join)
     use_directory
-    for r in 0 1; do start $r 2 --steps=60 --min_workers=1 --step_ms=50; done
-    sleep 1
-    start 2 3 --steps=60 --min_workers=1 --step_ms=50
+    for r in 0 1; do start $r 2 --steps=100 --min_workers=1 --step_ms=50; done
+    started 0 1
+    sleep 0.5
+    start 2 3 --steps=100 --min_workers=1 --step_ms=50
     for r in 0 1 2; do expect $r 0; final_ok $r; done
-    grep -q "rank 2: final ok after 60 steps, 3 workers" "$work/rank-2.log" || fail "the newcomer did not train"
+    grep -q "rank 2: final ok after 100 steps, 3 workers" "$work/rank-2.log" || fail "the newcomer did not train"
     grep -q "rank 0: generation 1, worker 0 of 3 (was 2); joined \[worker 2 on" "$work/rank-0.log" ||
       fail "worker 0 did not report the newcomer"
     joined=$(sed -n 's/^rank 2: joined in \([0-9.]*\) s$/\1/p' "$work/rank-2.log")
@@ -106,12 +119,12 @@ case "$case_name" in
     ;;
   kill_join)
     use_redis
-    for r in 0 1 2 3; do start $r 4 --steps=60 --min_workers=2 --step_ms=30 --die_worker=3 --die_step=8; done
+    for r in 0 1 2 3; do start $r 4 --steps=100 --min_workers=2 --step_ms=30 --die_worker=3 --die_step=8; done
     expect 3 137
     sleep 1
-    start 4 5 --steps=60 --min_workers=2 --step_ms=30
+    start 4 5 --steps=100 --min_workers=2 --step_ms=30
     for r in 0 1 2 4; do expect $r 0; final_ok $r; done
-    grep -q "rank 4: final ok after 60 steps, 4 workers" "$work/rank-4.log" || fail "the replacement did not train"
+    grep -q "rank 4: final ok after 100 steps, 4 workers" "$work/rank-4.log" || fail "the replacement did not train"
     ;;
   below_min)
     use_redis
@@ -126,7 +139,8 @@ case "$case_name" in
   redis)
     use_redis
     for r in 0 1; do start $r 2 --steps=400 --min_workers=1 --step_ms=10 --save_path="$work/saved.safetensors"; done
-    sleep 1.5
+    started 0 1
+    sleep 0.5
     kill -9 "$redis_pid"
     for r in 0 1; do
       expect $r 3
@@ -141,7 +155,7 @@ case "$case_name" in
   full)
     use_redis
     for r in 0 1; do start $r 2 --steps=150 --min_workers=1 --max_workers=2 --step_ms=20; done
-    sleep 0.5
+    started 0 1
     start 2 3 --steps=150 --min_workers=1 --max_workers=2 --step_ms=20 --rendezvous_timeout=2
     for r in 0 1; do expect $r 0; final_ok $r; done
     grep -q "final ok after 150 steps, 2 workers" "$work/rank-0.log" || fail "the job did not stay at 2 workers"
@@ -153,4 +167,4 @@ case "$case_name" in
     exit 2
     ;;
 esac
-echo "PASSED ($case_name) in $((SECONDS - started)) s"
+echo "PASSED ($case_name) in $((SECONDS - began)) s"
