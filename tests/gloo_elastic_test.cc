@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -186,6 +188,8 @@ TEST(GlooElastic, AWorkerThatLeavesIsLeftBehindAndTheOtherGoesOnFromTheLastCommi
       });
       return;  // its strategy goes: worker 0 finds it gone
     }
+    const std::string trace = store.path() + "/trace.json";
+    Timeline::start(trace);
     run_elastic(*strategy, state, [&] {
       while (state.progress.step < 4) {
         strategy->run([&] { w.assign_add(get_replica_context()->all_reduce(ReduceOp::kSum, 1.0f)); });
@@ -193,6 +197,12 @@ TEST(GlooElastic, AWorkerThatLeavesIsLeftBehindAndTheOtherGoesOnFromTheLastCommi
         state.commit();
       }
     });
+    // An elastic job's workers change, so each writes its own trace, with the change in it.
+    EXPECT_TRUE(Timeline::stop());
+    std::ifstream file(trace);
+    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"membership_change\""), std::string::npos);
+    EXPECT_NE(text.find("generation 1: 1 workers ("), std::string::npos);
     // Step 1 summed over 4 replicas, then steps 2 to 4 over this worker's 2.
     EXPECT_EQ(w.value().item<float>(), 4.0f + 3 * 2.0f);
     EXPECT_EQ(strategy->generation(), 1);
