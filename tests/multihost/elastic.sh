@@ -9,6 +9,8 @@
 #
 #   case    what happens                                       expected
 #   kill    worker 3 sends itself SIGKILL at step 20           workers 0-2 go on within TIMEOUT + 2 s
+#   stop    worker 3 stops itself (SIGSTOP) at step 20         workers 0-2 go on within TIMEOUT + 2 s;
+#                                                              the stopped one is then killed
 #   link    host1's link goes down while the job trains        workers 0, 1 go on within TIMEOUT + 2 s;
 #                                                              host1's are then killed
 #   add     a fifth worker starts on host1 during training     it joins within 5 s; all 5 end alike
@@ -59,6 +61,18 @@ case $case in
       grep -q "^rank $r: final ok after 60 steps, 3 workers" "$log" || fail "worker $r did not end with the weights"
       recovered_within $r $((timeout + 2))
     done
+    ;;
+  stop)
+    hosts_gloo "$job" "${args[@]}" --steps=100 --step_ms=20 --stop_worker=3 --stop_step=20 >"$log" 2>&1 &
+    launch=$!
+    for r in 0 1 2; do
+      wait_for "^rank $r: final ok after 100 steps, 3 workers" $((timeout + 120))
+      recovered_within $r $((timeout + 2))
+    done
+    for pid in $(ip netns pids "$HOSTS_ID-host1"); do
+      [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != T ] || kill -9 "$pid"
+    done
+    wait "$launch" || true
     ;;
   link)
     hosts_gloo "$job" "${args[@]}" --steps=200 --step_ms=20 >"$log" 2>&1 &
