@@ -23,6 +23,7 @@ set -u
 case_name=$1 job=$2 work=$3 timeout_s=${4:-3}
 rm -rf "$work" && mkdir -p "$work"
 . "$(dirname "$0")/job_processes.sh"
+. "$(dirname "$0")/elastic_job_checks.sh"
 limit=$((90 + 10 * timeout_s))
 
 fail() {
@@ -78,29 +79,20 @@ started() {
 # final_ok RANK: the worker's weights are the reference's, bit for bit.
 final_ok() { grep -q "rank $1: final ok" "$work/rank-$1.log" || fail "worker $1 did not end with the exact weights"; }
 
-# recovered_within RANK SECONDS: its recovery after losing workers took less than SECONDS.
-recovered_within() {
-  local seconds
-  seconds=$(sed -n "s/^rank $1: recovered in \([0-9.]*\) s$/\1/p" "$work/rank-$1.log" | head -1)
-  [ -n "$seconds" ] || fail "worker $1 reported no recovery"
-  awk -v s="$seconds" -v b="$2" 'BEGIN { exit !(s < b) }' || fail "worker $1 recovered in $seconds s, not within $2 s"
-  echo "worker $1 recovered in $seconds s"
-}
-
 began=$SECONDS
 case "$case_name" in
   kill)
     use_redis
     for r in 0 1 2 3; do start $r 4 --steps=40 --min_workers=2 --step_ms=20 --die_worker=2 --die_step=10; done
     expect 2 137
-    for r in 0 1 3; do expect $r 0; final_ok $r; recovered_within $r $((timeout_s + 2)); done
+    for r in 0 1 3; do expect $r 0; final_ok $r; recovered_within "$work/rank-$r.log" $r $((timeout_s + 2)); done
     grep -q "generation 1, worker 2 of 3 (was 4); joined \[\], left \[worker 2 on" "$work/rank-3.log" ||
       fail "worker 3 did not report worker 2 gone"
     ;;
   stop)
     use_redis
     for r in 0 1 2 3; do start $r 4 --steps=40 --min_workers=2 --step_ms=20 --stop_worker=1 --stop_step=10; done
-    for r in 0 2 3; do expect $r 0; final_ok $r; recovered_within $r $((timeout_s + 2)); done
+    for r in 0 2 3; do expect $r 0; final_ok $r; recovered_within "$work/rank-$r.log" $r $((timeout_s + 2)); done
     kill -0 "${pids[1]}" 2>/dev/null || fail "the stopped worker is gone"
     ;;
   join)
@@ -113,9 +105,7 @@ case "$case_name" in
     grep -q "rank 2: final ok after 100 steps, 3 workers" "$work/rank-2.log" || fail "the newcomer did not train"
     grep -q "rank 0: generation 1, worker 0 of 3 (was 2); joined \[worker 2 on" "$work/rank-0.log" ||
       fail "worker 0 did not report the newcomer"
-    joined=$(sed -n 's/^rank 2: joined in \([0-9.]*\) s$/\1/p' "$work/rank-2.log")
-    awk -v s="$joined" 'BEGIN { exit !(s < 5) }' || fail "the newcomer took $joined s to join"
-    echo "the newcomer joined in $joined s"
+    joined_within "$work/rank-2.log" 2 5
     ;;
   kill_join)
     use_redis

@@ -19,6 +19,7 @@
 # TIMEOUT is the job's collective timeout in seconds (default 3).
 set -euo pipefail
 source "$(dirname "$0")/hosts_lib.sh"
+source "$(dirname "$0")/../elastic_job_checks.sh"
 
 case=$1 job=$2 timeout=${3:-3}
 hosts_up 2 2 10
@@ -42,15 +43,6 @@ wait_for() {
   done
 }
 
-# recovered_within RANK SECONDS
-recovered_within() {
-  local seconds
-  seconds=$(sed -n "s/^rank $1: recovered in \([0-9.]*\) s$/\1/p" "$log" | head -1)
-  [ -n "$seconds" ] || fail "worker $1 reported no recovery"
-  awk -v s="$seconds" -v b="$2" 'BEGIN { exit !(s < b) }' || fail "worker $1 recovered in $seconds s, not within $2 s"
-  echo "worker $1 recovered in $seconds s"
-}
-
 args=(--timeout="$timeout" --min_workers=2 --save_path="$saved")
 status=0
 case $case in
@@ -59,7 +51,7 @@ case $case in
     ((status == 137)) || fail "the job exited $status, where worker 3's SIGKILL (137) comes first"
     for r in 0 1 2; do
       grep -q "^rank $r: final ok after 60 steps, 3 workers" "$log" || fail "worker $r did not end with the weights"
-      recovered_within $r $((timeout + 2))
+      recovered_within "$log" $r $((timeout + 2))
     done
     ;;
   stop)
@@ -67,7 +59,7 @@ case $case in
     launch=$!
     for r in 0 1 2; do
       wait_for "^rank $r: final ok after 100 steps, 3 workers" $((timeout + 120))
-      recovered_within $r $((timeout + 2))
+      recovered_within "$log" $r $((timeout + 2))
     done
     for pid in $(ip netns pids "$HOSTS_ID-host1"); do
       [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != T ] || kill -9 "$pid"
@@ -82,7 +74,7 @@ case $case in
     hosts_link 1 down
     for r in 0 1; do
       wait_for "^rank $r: final ok after 200 steps, 2 workers" $((timeout + 120))
-      recovered_within $r $((timeout + 2))
+      recovered_within "$log" $r $((timeout + 2))
     done
     hosts_kill 1
     wait "$launch" || true
@@ -99,9 +91,7 @@ case $case in
     for r in 0 1 2 3 4; do
       grep -q "^rank $r: final ok after 150 steps, 5 workers" "$log" || fail "worker $r did not end with 5 workers"
     done
-    joined=$(sed -n 's/^rank 4: joined in \([0-9.]*\) s$/\1/p' "$log")
-    awk -v s="$joined" 'BEGIN { exit !(s < 5) }' || fail "the fifth worker took $joined s to join"
-    echo "the fifth worker joined in $joined s"
+    joined_within "$log" 4 5
     ;;
   redis)
     hosts_gloo "$job" "${args[@]}" --steps=100000 --step_ms=5 >"$log" 2>&1 &
