@@ -138,17 +138,20 @@ void run_elastic(MultiWorkerMirroredStrategy& strategy, ElasticState& state, con
   // The job's first workers start from their own state, which the others take from worker 0; a
   // newcomer takes the state of those that were there.
   if (strategy.generation() == 0 && !state.kept_any_) state.keep();
-  state.synchronize();
   const int min_workers = strategy.min_workers();
   for (;;) {
-    const int workers = strategy.extended().num_workers();
-    if (workers < min_workers) {
-      throw UnavailableError(absl::StrCat("run_elastic: ", workers, " workers are left and options.elastic.min_workers"
-                                          " is ", min_workers, "; the job ends at its commit ", state.commits_,
-                                          " (step ", state.committed_.step, ")", state.save_kept()));
-    }
     std::string reason;
     try {
+      // Every worker of this generation takes the most recent commit; a worker lost meanwhile is
+      // one more change, as it is during the loop.
+      state.synchronize();
+      const int workers = strategy.extended().num_workers();
+      if (workers < min_workers) {
+        throw UnavailableError(absl::StrCat("run_elastic: ", workers, " workers are left and "
+                                            "options.elastic.min_workers is ", min_workers, "; the job ends at its "
+                                            "commit ", state.commits_, " (step ", state.committed_.step, ")",
+                                            state.save_kept()));
+      }
       train();
       return;
     } catch (const MembershipChangeInterrupt&) {
@@ -163,7 +166,6 @@ void run_elastic(MultiWorkerMirroredStrategy& strategy, ElasticState& state, con
       reason = error.what();
     }
     strategy.change_membership(reason);
-    state.synchronize();
   }
 }
 
