@@ -17,6 +17,8 @@
 #               UnavailableError at the same commit and the state is saved (exit 3)
 #   full        2 workers, max_workers 2; a third waits for a place and gives up at its
 #               rendezvous timeout, while the two finish
+#   full_kill   the same, and then worker 1 is killed: worker 0 goes on alone, past the
+#               generation the third gave up on
 # Each check is by exit code, wall time and the job's own "final ok" (weights bit-identical to a
 # reference run). TIMEOUT is the job's collective timeout in seconds (default 3).
 set -u
@@ -151,6 +153,19 @@ case "$case_name" in
     grep -q "final ok after 150 steps, 2 workers" "$work/rank-0.log" || fail "the job did not stay at 2 workers"
     expect 2 1
     grep -q "DeadlineExceededError\|waited 2000 ms" "$work/rank-2.log" || fail "the third worker did not give up"
+    ;;
+  full_kill)
+    use_redis
+    for r in 0 1; do start $r 2 --steps=350 --min_workers=1 --max_workers=2 --step_ms=20 --die_worker=1 --die_step=300; done
+    started 0 1
+    start 2 3 --steps=350 --min_workers=1 --max_workers=2 --step_ms=20 --rendezvous_timeout=2
+    expect 2 1
+    expect 1 137
+    expect 0 0
+    final_ok 0
+    grep -q "rank 0: final ok after 350 steps, 1 workers" "$work/rank-0.log" || fail "worker 0 did not go on alone"
+    grep -q "rank 0: generation 2, worker 0 of 1 (was 2); joined \[\], left \[worker 1 on" "$work/rank-0.log" ||
+      fail "worker 0 did not report worker 1 gone in generation 2"
     ;;
   *)
     echo "elastic_test.sh: unknown case $case_name" >&2

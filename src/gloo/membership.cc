@@ -54,21 +54,29 @@ Claim decode_claim(const std::vector<char>& bytes) {
   return {f[0], f[1], to_int(f[2]), to_int(f[3]), to_int(f[4])};
 }
 
-// "members": a line per worker, "token<TAB>host<TAB>previous id".
-std::string encode(const std::vector<ElasticMember>& members) {
-  std::vector<std::string> lines;
+// "members": the generation its survivors come from, then a line per worker, "token<TAB>host<TAB>
+// previous id". Empty for a generation its leader gave up on.
+std::string encode(int base, const std::vector<ElasticMember>& members) {
+  std::vector<std::string> lines{absl::StrCat(base)};
   for (const ElasticMember& m : members) lines.push_back(absl::StrCat(m.token, "\t", m.host, "\t", m.previous_id));
   return absl::StrJoin(lines, "\n");
 }
 
-std::vector<ElasticMember> decode_members(const std::vector<char>& bytes) {
-  std::vector<ElasticMember> members;
+struct Members {
+  int base = -1;
+  std::vector<ElasticMember> list;
+};
+
+Members decode_members(const std::vector<char>& bytes) {
+  Members members;
   if (bytes.empty()) return members;  // a generation its leader gave up on
   const std::string text(bytes.begin(), bytes.end());
-  for (const std::string& line : std::vector<std::string>(absl::StrSplit(text, '\n'))) {
-    const std::vector<std::string> f = absl::StrSplit(line, '\t');
+  const std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  members.base = to_int(lines[0]);
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> f = absl::StrSplit(lines[i], '\t');
     DISTRIBUTE_CHECK(f.size() == 3, InternalError, "elastic membership: a malformed member list in the store");
-    members.push_back({f[0], f[1], to_int(f[2])});
+    members.list.push_back({f[0], f[1], to_int(f[2])});
   }
   return members;
 }
@@ -119,8 +127,12 @@ ElasticGeneration ElasticMembership::next(const ElasticGeneration& current) {
 
 bool ElasticMembership::newcomer_waiting(const ElasticGeneration& current) {
   if (options_.max_workers > 0 && current.num_workers() >= options_.max_workers) return false;
-  return with_store("look for workers waiting to join",
-                    [&] { return store_holds(*store_, key(current.number + 1, "slot-0")); });
+  return with_store("look for workers waiting to join", [&] {
+    // Past generations a newcomer gave up on (closed with nobody) to the one it would come to now.
+    int next = current.number + 1;
+    while (store_holds(*store_, key(next, "members"))) ++next;
+    return store_holds(*store_, key(next, "slot-0"));
+  });
 }
 
 ElasticGeneration ElasticMembership::enter(int number, int previous_id) {
@@ -143,7 +155,8 @@ ElasticGeneration ElasticMembership::enter(int number, int previous_id) {
                        "the same job id finds the last run's keys: give each run its own id, or a fresh store)");
       std::this_thread::sleep_for(kPoll);
     }
-    ElasticGeneration generation{number, decode_members(*members), -1};
+    Members decoded = decode_members(*members);
+    ElasticGeneration generation{number, std::move(decoded.list), -1, decoded.base};
     for (std::size_t w = 0; w < generation.members.size(); ++w) {
       if (generation.members[w].token == token_) generation.worker_id = static_cast<int>(w);
     }
@@ -155,10 +168,16 @@ ElasticGeneration ElasticMembership::enter(int number, int previous_id) {
 
 void ElasticMembership::close(int number) {
   const Deadline deadline = Clock::now() + options_.timeout;
+  // The generation the survivors come from: the last before this one that was formed (one whose
+  // leader gave up has no members).
+  int base = number - 1;
   std::vector<ElasticMember> previous;
-  if (number > 0) {
-    const std::optional<std::vector<char>> bytes = store_read(*store_, key(number - 1, "members"));
-    if (bytes) previous = decode_members(*bytes);
+  for (; base >= 0; --base) {
+    const std::optional<std::vector<char>> bytes = store_read(*store_, key(base, "members"));
+    if (bytes && !bytes->empty()) {
+      previous = decode_members(*bytes).list;
+      break;
+    }
   }
   std::vector<Claim> claims;
   Clock::time_point last_arrival = Clock::now();
@@ -168,15 +187,18 @@ void ElasticMembership::close(int number) {
       claims.push_back(decode_claim(*bytes));
       last_arrival = Clock::now();
     }
-    const auto from_previous = [&](const Claim& c) { return number > 0 && c.previous_generation == number - 1; };
+    const auto from_previous = [&](const Claim& c) { return base >= 0 && c.previous_generation == base; };
     const auto survivors = std::count_if(claims.begin(), claims.end(), from_previous);
+    const bool quiet = Clock::now() - last_arrival >= options_.settle_time;
     bool complete = false;
     if (number == 0) {
       complete = static_cast<int>(claims.size()) >= options_.initial_workers;
-    } else if (survivors == static_cast<std::ptrdiff_t>(previous.size())) {
+    } else if (!previous.empty() && survivors == static_cast<std::ptrdiff_t>(previous.size())) {
       complete = true;
-    } else if (survivors > 0 && Clock::now() - last_arrival >= options_.settle_time) {
+    } else if (survivors > 0 && quiet) {
       complete = true;  // the others of the generation before are taken for gone
+    } else if (base < 0 && quiet) {
+      complete = true;  // no generation was formed before: whoever came
     }
     if (complete) {
       // The survivors in their order, then the newcomers in the order they came.
@@ -197,7 +219,7 @@ void ElasticMembership::close(int number) {
         const Claim& c = claims[order[i]];
         members.push_back({c.token, c.host, from_previous(c) ? c.previous_id : -1});
       }
-      store_claim(*store_, key(number, "members"), bytes_of(encode(members)));
+      store_claim(*store_, key(number, "members"), bytes_of(encode(base, members)));
       return;
     }
     if (Clock::now() >= deadline) {

@@ -17,6 +17,9 @@ struct ElasticGeneration {
   int number = -1;
   std::vector<ElasticMember> members;  // in worker order
   int worker_id = -1;                  // this process's
+  // The generation its survivors come from (their previous_id is theirs there): the one before,
+  // unless that one was never formed. -1 for the first.
+  int previous_number = -1;
   int num_workers() const { return static_cast<int>(members.size()); }
 };
 

@@ -243,7 +243,7 @@ MembershipChange describe_change(const detail::ElasticGeneration* before, const 
   change.num_workers = now.num_workers();
   change.worker_id = now.worker_id;
   change.reason = std::move(reason);
-  const bool follows = before != nullptr && before->number + 1 == now.number;
+  const bool follows = before != nullptr && before->number == now.previous_number;
   if (follows) change.previous_num_workers = before->num_workers();
   std::vector<bool> stayed(follows ? before->members.size() : 0, false);
   for (int w = 0; w < now.num_workers(); ++w) {
