@@ -4,8 +4,12 @@
 #           checkpoint for epoch 2 and adds its row; an unknown --optimizer fails, naming the choices
 #   mpirun  two workers (mpirun -np 2, MPIEXEC) of one replica each train an epoch of 512 images
 #           under MultiWorkerMirroredStrategy, worker 0 alone printing
-#   cmake -DPROGRAM=.../train_torch_fashion_mnist -DWORK_DIR=<scratch folder> [-DMPIEXEC=mpirun] -DCASE=train
-#         -P train_cli_test.cmake
+#   python  2 replicas train an epoch of 512 images with --checkpoint_dir; PyTorch (PYTHON, with
+#           Debian's python3-torch) loads the checkpoint by name into the same CNN written in Python
+#           (load_in_python.py) and finds the test accuracy the program printed; without torch in
+#           PYTHON it says "skipped: Python's torch is not installed"
+#   cmake -DPROGRAM=.../train_torch_fashion_mnist -DWORK_DIR=<scratch folder> [-DMPIEXEC=mpirun]
+#         [-DPYTHON=/usr/bin/python3] -DCASE=train -P train_cli_test.cmake
 # The cases need Debian's dataset-fashion-mnist and say "skipped: Fashion-MNIST is not installed"
 # without it. Each case takes 3-10 s in a Release build on 2 cores, most of it loading the data and
 # evaluating on the 10,000 test images; ctest runs them in the default preset only (end_to_end).
@@ -40,6 +44,17 @@ function(expect_epochs text epochs numbers)
     message(FATAL_ERROR "a test accuracy of '${CMAKE_MATCH_1}' after training; chance is 0.1")
   endif()
 endfunction()
+
+if(CASE STREQUAL "python")
+  if(NOT PYTHON)
+    set(PYTHON /usr/bin/python3)
+  endif()
+  execute_process(COMMAND ${PYTHON} -c "import numpy, torch" RESULT_VARIABLE has_torch OUTPUT_QUIET ERROR_QUIET)
+  if(NOT has_torch EQUAL 0)
+    message("skipped: Python's torch is not installed in ${PYTHON} (apt-get install python3-torch)")
+    return()
+  endif()
+endif()
 
 prepare_training()
 
@@ -76,6 +91,20 @@ elseif(CASE STREQUAL "mpirun")
   expect_success("mpirun -np 2")
   expect_in("${out}" "with MultiWorkerMirroredStrategy(worker 0 of 2 over MPI: CPU:0): 2 replicas")
   expect_epochs("${out}" 1 "1")
+elseif(CASE STREQUAL "python")
+  run(${slice} --replicas=2 --epochs=1 --checkpoint_dir=${WORK_DIR}/run)
+  expect_success("training an epoch")
+  string(REGEX MATCH "test accuracy (0\\.[0-9]+) after 1 epochs; checkpoint: ([^\n]+\\.safetensors)" line "${out}")
+  if(NOT line)
+    message(FATAL_ERROR "the program printed no final test accuracy and checkpoint")
+  endif()
+  set(accuracy ${CMAKE_MATCH_1})
+  set(checkpoint ${CMAKE_MATCH_2})
+  run_command(${PYTHON} ${CMAKE_CURRENT_LIST_DIR}/load_in_python.py --checkpoint=${checkpoint} --data_dir=${data_dir})
+  expect_success("loading ${checkpoint} in Python")
+  expect_in("${out}" "loaded 8 tensors by name (conv1.weight, conv1.bias, conv2.weight, conv2.bias, fc1.weight, fc1.bias, fc2.weight, fc2.bias)")
+  # The same LibTorch kernels on the same weights: the same predictions, image for image.
+  expect_in("${out}" "test accuracy ${accuracy}")
 else()
   message(FATAL_ERROR "unknown CASE '${CASE}'")
 endif()
