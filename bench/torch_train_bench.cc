@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -92,6 +93,35 @@ Trainer plain_libtorch(const Batch& batch) {
       sgd->zero_grad();
       share_of_loss(*net, batch, 0, batch.images.size(0)).backward();
       sgd->step();
+    });
+  };
+}
+
+// Plain LibTorch in `threads` threads of this process, each its own model on its slice of the batch
+// (as many models as replicas, nothing shared, no step waiting for another): how LibTorch's own
+// kernels scale over the cores in one process, apart from the library.
+Trainer plain_libtorch_threads(const Batch& batch, int threads) {
+  const std::int64_t rows = batch.images.size(0) / threads;
+  std::vector<std::shared_ptr<Cnn>> nets;
+  std::vector<std::shared_ptr<torch::optim::SGD>> sgds;
+  for (int t = 0; t < threads; ++t) {
+    nets.push_back(std::make_shared<Cnn>());
+    sgds.push_back(std::make_shared<torch::optim::SGD>(nets.back()->parameters(), absl::GetFlag(FLAGS_learning_rate)));
+  }
+  return [nets, sgds, rows, &batch](int steps) {
+    return timed(1, [&] {
+      std::vector<std::thread> workers;
+      for (std::size_t t = 0; t < nets.size(); ++t) {
+        workers.emplace_back([&, t] {
+          at::set_num_threads(1);
+          for (int i = 0; i < steps; ++i) {
+            sgds[t]->zero_grad();
+            share_of_loss(*nets[t], batch, static_cast<std::int64_t>(t) * rows, rows).backward();
+            sgds[t]->step();
+          }
+        });
+      }
+      for (std::thread& worker : workers) worker.join();
     });
   };
 }
@@ -179,8 +209,10 @@ int main(int argc, char** argv) {
     rows.push_back({"ReplicatedModule, 1 replica", replicated(*one, batch, true), {}});
   }
   const std::string label = std::to_string(n) + (absl::GetFlag(FLAGS_multi_worker) ? " workers" : " replicas");
+  const std::size_t synchronised = rows.size();
   rows.push_back({"ReplicatedModule, " + label, replicated(*many, batch, true), {}});
   rows.push_back({"  the same, no communication", replicated(*many, batch, false), {}});
+  if (one) rows.push_back({"plain LibTorch, " + std::to_string(n) + " threads", plain_libtorch_threads(batch, n), {}});
 
   for (Row& row : rows) row.train(absl::GetFlag(FLAGS_warmup));
   const int rounds = absl::GetFlag(FLAGS_rounds);
@@ -204,8 +236,8 @@ int main(int argc, char** argv) {
     if (one) std::printf(" %9.3fx %11.3fx", rate / plain, rate / single);
     std::printf("\n");
   }
-  const double with = median(rows[rows.size() - 2].samples_per_s);
-  const double without = median(rows.back().samples_per_s);
+  const double with = median(rows[synchronised].samples_per_s);
+  const double without = median(rows[synchronised + 1].samples_per_s);
   std::printf("communication's share of the %s step: %.1f %%\n", label.c_str(), 100 * (1 - with / without));
   return 0;
 }
