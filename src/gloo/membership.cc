@@ -55,7 +55,7 @@ Claim decode_claim(const std::vector<char>& bytes) {
 }
 
 // "members": the generation its survivors come from, then a line per worker, "token<TAB>host<TAB>
-// previous id". Empty for a generation its leader gave up on.
+// previous id". Empty for a generation closed with nobody (every worker gave up on it).
 std::string encode(int base, const std::vector<ElasticMember>& members) {
   std::vector<std::string> lines{absl::StrCat(base)};
   for (const ElasticMember& m : members) lines.push_back(absl::StrCat(m.token, "\t", m.host, "\t", m.previous_id));
@@ -69,7 +69,7 @@ struct Members {
 
 Members decode_members(const std::vector<char>& bytes) {
   Members members;
-  if (bytes.empty()) return members;  // a generation its leader gave up on
+  if (bytes.empty()) return members;  // closed with nobody
   const std::string text(bytes.begin(), bytes.end());
   const std::vector<std::string> lines = absl::StrSplit(text, '\n');
   members.base = to_int(lines[0]);
@@ -144,17 +144,10 @@ ElasticGeneration ElasticMembership::enter(int number, int previous_id) {
                      number == 0 ? options_.initial_rank : -1};
     int slot = 0;
     while (!store_claim(*store_, key(number, absl::StrCat("slot-", slot)), bytes_of(encode(mine)))) ++slot;
-    if (slot == 0) close(number);
-    std::optional<std::vector<char>> members;
-    while (!(members = store_read(*store_, key(number, "members")))) {
-      DISTRIBUTE_CHECK(Clock::now() < deadline, DeadlineExceededError, "elastic membership: waited ",
-                       options_.timeout.count(), " ms for generation ", number, " of the job's workers to form (",
-                       previous_id >= 0 ? "after generation " : "as a newcomer",
-                       previous_id >= 0 ? absl::StrCat(previous_generation) : "",
-                       "); its first worker did not close it: it may have ended, or the job is gone (a rerun under "
-                       "the same job id finds the last run's keys: give each run its own id, or a fresh store)");
-      std::this_thread::sleep_for(kPoll);
-    }
+    close(number, deadline);
+    const std::optional<std::vector<char>> members = store_read(*store_, key(number, "members"));
+    DISTRIBUTE_CHECK(members.has_value(), InternalError, "elastic membership: generation ", number,
+                     " was closed, but its member list is not in the rendezvous store");
     Members decoded = decode_members(*members);
     ElasticGeneration generation{number, std::move(decoded.list), -1, decoded.base};
     for (std::size_t w = 0; w < generation.members.size(); ++w) {
@@ -166,10 +159,10 @@ ElasticGeneration ElasticMembership::enter(int number, int previous_id) {
   }
 }
 
-void ElasticMembership::close(int number) {
-  const Deadline deadline = Clock::now() + options_.timeout;
-  // The generation the survivors come from: the last before this one that was formed (one whose
-  // leader gave up has no members).
+void ElasticMembership::close(int number, Deadline deadline) {
+  const std::string members_key = key(number, "members");
+  // The generation the survivors come from: the last before this one that was formed (one closed
+  // with nobody has no members).
   int base = number - 1;
   std::vector<ElasticMember> previous;
   for (; base >= 0; --base) {
@@ -182,6 +175,7 @@ void ElasticMembership::close(int number) {
   std::vector<Claim> claims;
   Clock::time_point last_arrival = Clock::now();
   for (;;) {
+    if (store_holds(*store_, members_key)) return;  // another worker closed it
     while (std::optional<std::vector<char>> bytes =
                store_read(*store_, key(number, absl::StrCat("slot-", claims.size())))) {
       claims.push_back(decode_claim(*bytes));
@@ -219,13 +213,14 @@ void ElasticMembership::close(int number) {
         const Claim& c = claims[order[i]];
         members.push_back({c.token, c.host, from_previous(c) ? c.previous_id : -1});
       }
-      store_claim(*store_, key(number, "members"), bytes_of(encode(base, members)));
+      // Another worker may have closed it first, from what it had seen: the first list stands.
+      store_claim(*store_, members_key, bytes_of(encode(base, members)));
       return;
     }
     if (Clock::now() >= deadline) {
       // Closed with nobody, so that workers that come later go on to the next generation instead
-      // of waiting for this one's members.
-      store_claim(*store_, key(number, "members"), {});
+      // of waiting for this one's members; unless another worker has just closed it.
+      if (!store_claim(*store_, members_key, {})) return;
       if (number == 0) {
         throw DeadlineExceededError(absl::StrCat(
             "elastic membership: waited ", options_.timeout.count(), " ms for the job's ", options_.initial_workers,

@@ -6,10 +6,12 @@
 //
 // The store's keys are written once each. Under "<job>/elastic/g<N>/": "slot-<k>", which the k-th
 // worker to come to generation N claims (the first claim of a slot wins, so k numbers them), and
-// "members", the generation's workers in order, which the holder of slot 0 (its leader) writes
-// when it closes the generation: once every worker of generation N-1 has come, else once none
-// has come for ElasticOptions::settle_time (the others are taken for gone). A worker that came
-// too late for a generation goes on to the next one, as a newcomer.
+// "members", the generation's workers in order, written when the generation closes: once every
+// worker of generation N-1 has come, else once none has come for ElasticOptions::settle_time (the
+// others are taken for gone). Every worker that came watches for that and closes the generation
+// itself, the first list written standing, so that no single worker's death (the first to come,
+// say) leaves the others waiting. A worker that came too late for a generation goes on to the
+// next one, as a newcomer.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/wait.h"
 #include "multi_worker/elastic_generation.h"
 
 namespace distribute::detail {
@@ -53,8 +56,10 @@ class ElasticMembership {
   // Comes to generation `number` (as the `previous_id`-th worker of the one before, or -1) and
   // returns the first generation from there that lets it in.
   ElasticGeneration enter(int number, int previous_id);
-  // As generation `number`'s leader: waits for its workers, then writes its members.
-  void close(int number);
+  // Waits for generation `number`'s workers and writes its members, unless another worker does
+  // first; returns once they are written. DeadlineExceededError at `deadline`, after closing it
+  // with nobody.
+  void close(int number, Deadline deadline);
   std::string key(int generation, const std::string& name) const;
 
   std::shared_ptr<::gloo::rendezvous::Store> store_;

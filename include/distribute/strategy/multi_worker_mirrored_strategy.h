@@ -113,8 +113,8 @@ struct ElasticOptions {
   // At most this many workers (0: no limit); a worker started when the job is full waits for a
   // place until GlooOptions::rendezvous_timeout.
   int max_workers = 0;
-  // After a failure, how long the first worker of the next generation waits without another
-  // arriving before the workers that have not come are taken for gone.
+  // After a failure, how long the workers of the next generation wait without another arriving
+  // before the workers that have not come are taken for gone.
   std::chrono::milliseconds settle_time{std::chrono::seconds(1)};
   // Called on every worker after each change (the first generation included), in cross-replica
   // context, before the state is synchronised.

@@ -1,0 +1,126 @@
+// ElasticMembership (gloo/membership.h), the elastic job's generations agreed through the
+// rendezvous store, with workers as threads over a file store of the test's own: every worker gets
+// the same member list whoever closes the generation, and a generation whose first worker died
+// before closing it is closed by the others.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/gloo/store.h"
+#include "gloo/membership.h"
+#include "testing/forked_workers.h"
+
+namespace distribute::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using cluster::gloo_backend::FileStore;
+using cluster::gloo_backend::store_claim;
+
+ElasticMembershipOptions options_of(int rank, int workers) {
+  ElasticMembershipOptions options;
+  options.prefix = "job/elastic";
+  options.initial_rank = rank;
+  options.initial_workers = workers;
+  options.settle_time = 200ms;
+  options.timeout = 10s;
+  return options;
+}
+
+// Runs fn(w) for each w in `workers` on a thread of its own; an error fails the test.
+template <class Fn>
+void on_threads(const std::vector<int>& workers, Fn&& fn) {
+  std::vector<std::thread> threads;
+  for (int w : workers) {
+    threads.emplace_back([&fn, w] {
+      try {
+        fn(w);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "worker " << w << ": " << e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+std::vector<std::string> tokens(const ElasticGeneration& generation) {
+  std::vector<std::string> out;
+  for (const ElasticMember& m : generation.members) out.push_back(m.token);
+  return out;
+}
+
+TEST(ElasticMembership, EveryWorkerReadsTheSameMembersWhoeverClosesTheGeneration) {
+  testing::StoreDirectory directory;
+  auto store = std::make_shared<FileStore>(directory.path());
+  constexpr int kWorkers = 4;
+  std::vector<std::unique_ptr<ElasticMembership>> workers;
+  for (int r = 0; r < kWorkers; ++r) workers.push_back(std::make_unique<ElasticMembership>(store, options_of(r, kWorkers)));
+  std::vector<ElasticGeneration> first(kWorkers);
+  on_threads({0, 1, 2, 3}, [&](int w) { first[w] = workers[w]->join(); });
+  for (int w = 0; w < kWorkers; ++w) {
+    EXPECT_EQ(first[w].number, 0);
+    EXPECT_EQ(first[w].worker_id, w);  // the resolver's ranks
+    EXPECT_EQ(tokens(first[w]), tokens(first[0]));
+  }
+  ASSERT_EQ(first[0].num_workers(), kWorkers);
+
+  // All of them come to the next generation together, each able to close it.
+  std::vector<ElasticGeneration> second(kWorkers);
+  on_threads({0, 1, 2, 3}, [&](int w) { second[w] = workers[w]->next(first[w]); });
+  for (int w = 0; w < kWorkers; ++w) {
+    EXPECT_EQ(second[w].number, 1);
+    EXPECT_EQ(second[w].previous_number, 0);
+    EXPECT_EQ(second[w].worker_id, w);  // the order of the generation before
+    EXPECT_EQ(tokens(second[w]), tokens(first[0]));
+  }
+}
+
+TEST(ElasticMembership, AGenerationWhoseFirstWorkerDiedBeforeClosingItIsClosedByTheOthers) {
+  testing::StoreDirectory directory;
+  auto store = std::make_shared<FileStore>(directory.path());
+  std::vector<std::unique_ptr<ElasticMembership>> workers;
+  for (int r = 0; r < 3; ++r) workers.push_back(std::make_unique<ElasticMembership>(store, options_of(r, 3)));
+  std::vector<ElasticGeneration> first(3);
+  on_threads({0, 1, 2}, [&](int w) { first[w] = workers[w]->join(); });
+  ASSERT_EQ(first[0].num_workers(), 3);
+
+  // Worker 0 comes to generation 1 first, claiming its slot 0 as a worker does (token, host,
+  // previous generation, previous id, initial rank), and dies before closing it.
+  const ElasticMember& dead = first[0].members[0];
+  const std::string claim = dead.token + "\n" + dead.host + "\n0\n0\n-1";
+  ASSERT_TRUE(store_claim(*store, "job/elastic/g1/slot-0", {claim.begin(), claim.end()}));
+
+  // Every worker of generation 0 has come to generation 1: workers 1 and 2 close it at once, with
+  // worker 0 in it (they cannot know it died).
+  std::vector<ElasticGeneration> second(3);
+  const auto start = std::chrono::steady_clock::now();
+  on_threads({1, 2}, [&](int w) { second[w] = workers[w]->next(first[w]); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  for (int w : {1, 2}) {
+    EXPECT_EQ(second[w].number, 1);
+    EXPECT_EQ(second[w].worker_id, w);
+    EXPECT_EQ(tokens(second[w]), tokens(first[0]));
+  }
+
+  // Their connections to it fail; in generation 2 it never comes, and after the settle time the
+  // two close it without it.
+  std::vector<ElasticGeneration> third(3);
+  on_threads({1, 2}, [&](int w) { third[w] = workers[w]->next(second[w]); });
+  for (int w : {1, 2}) {
+    EXPECT_EQ(third[w].number, 2);
+    EXPECT_EQ(third[w].worker_id, w - 1);
+    ASSERT_EQ(third[w].num_workers(), 2);
+    EXPECT_EQ(third[w].members[0].token, first[0].members[1].token);
+    EXPECT_EQ(third[w].members[0].previous_id, 1);
+    EXPECT_EQ(third[w].members[1].token, first[0].members[2].token);
+    EXPECT_EQ(third[w].members[1].previous_id, 2);
+  }
+}
+
+}  // namespace
+}  // namespace distribute::detail
