@@ -272,18 +272,15 @@ struct MultiWorkerMirroredStrategy::Elastic {
   ElasticOptions options;
   std::vector<Device> devices;
   CommunicationOptions communication;
+
+  // The engine of the current generation: its transport, the checks every worker makes at
+  // construction, the coordinator.
+  std::unique_ptr<StrategyExtended> make_engine(Strategy& strategy) const;
 };
 
-namespace {
-
-// The engine of `elastic`'s current generation: its transport, the checks every worker makes at
-// construction, the coordinator.
-std::unique_ptr<StrategyExtended> make_generation_engine(Strategy& strategy, const detail::ElasticGeneration& generation,
-                                                         [[maybe_unused]] void* job, const std::vector<Device>& devices,
-                                                         const CommunicationOptions& communication) {
+std::unique_ptr<StrategyExtended> MultiWorkerMirroredStrategy::Elastic::make_engine(Strategy& strategy) const {
 #if DISTRIBUTE_HAS_GLOO
-  std::unique_ptr<cluster::WorkerTransport> transport =
-      detail::connect_generation(*static_cast<detail::ElasticGlooJob*>(job), generation);
+  std::unique_ptr<cluster::WorkerTransport> transport = detail::connect_generation(*job, generation);
   const auto local = static_cast<std::int64_t>(devices.size());
   agree_at_construction(*transport, nullptr, local, communication.timeout);
   if (devices[0].is_gpu()) check_gpus_distinct(*transport, devices, communication.timeout);
@@ -292,9 +289,12 @@ std::unique_ptr<StrategyExtended> make_generation_engine(Strategy& strategy, con
   mirrored.communication = communication;
   return detail::make_mirrored_extended(strategy, devices, mirrored, std::move(coordinator));
 #else
+  (void)strategy;
   throw InternalError("MultiWorkerMirroredStrategy: elastic without Gloo");
 #endif
 }
+
+namespace {
 
 // Tells this worker's program of `change`: the timeline, then the options' callback.
 void report_change(const ElasticOptions& options, const MembershipChange& change) {
@@ -387,13 +387,11 @@ void MultiWorkerMirroredStrategy::start_elastic(const MultiWorkerMirroredStrateg
   elastic.options = options.elastic;
   elastic.devices = std::move(devices);
   elastic.communication = options.communication;
-  void* job = nullptr;
 #if DISTRIBUTE_HAS_GLOO
   elastic.job = detail::start_elastic_over_gloo(*resolver_, options.gloo, options.elastic);
   elastic.generation = detail::join_elastic_job(*elastic.job);
-  job = elastic.job.get();
 #endif
-  set_extended(make_generation_engine(*this, elastic.generation, job, elastic.devices, elastic.communication));
+  set_extended(elastic.make_engine(*this));
   report_change(elastic.options, describe_change(nullptr, elastic.generation,
                                                  elastic.generation.number == 0 ? "the job started"
                                                                                 : "this worker joined the job"));
@@ -404,13 +402,11 @@ void MultiWorkerMirroredStrategy::change_membership(const std::string& reason) {
   const detail::ElasticGeneration before = elastic.generation;
   // Gone first: a worker still waiting on this one in the old generation hears at once.
   release_extended();
-  void* job = nullptr;
   try {
 #if DISTRIBUTE_HAS_GLOO
-    job = elastic.job.get();
     elastic.generation = detail::next_generation(*elastic.job, before);
 #endif
-    replace_extended(make_generation_engine(*this, elastic.generation, job, elastic.devices, elastic.communication));
+    replace_extended(elastic.make_engine(*this));
   } catch (...) {
     const std::string why =
         absl::StrCat("MultiWorkerMirroredStrategy: the elastic job's generation ", before.number + 1,
@@ -434,7 +430,7 @@ bool MultiWorkerMirroredStrategy::newcomer_waiting() {
 #if DISTRIBUTE_HAS_GLOO
   if (coordinator.is_chief()) {
     try {
-      answer = detail::newcomer_waiting(*elastic_->job, elastic_->generation) ? "1" : "0";
+      answer.push_back(detail::newcomer_waiting(*elastic_->job, elastic_->generation) ? '1' : '0');
     } catch (const std::exception& e) {
       answer = absl::StrCat("E", e.what());
     }
