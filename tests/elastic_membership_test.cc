@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cluster/gloo/store.h"
+#include "distribute/errors.h"
 #include "gloo/membership.h"
 #include "testing/forked_workers.h"
 
@@ -120,6 +121,33 @@ TEST(ElasticMembership, AGenerationWhoseFirstWorkerDiedBeforeClosingItIsClosedBy
     EXPECT_EQ(third[w].members[1].token, first[0].members[2].token);
     EXPECT_EQ(third[w].members[1].previous_id, 2);
   }
+}
+
+TEST(ElasticMembership, ANewcomerToAJobWhoseWorkersAreGoneGivesUpAtItsTimeoutSayingWhy) {
+  testing::StoreDirectory directory;
+  auto store = std::make_shared<FileStore>(directory.path());
+  std::vector<std::unique_ptr<ElasticMembership>> workers;
+  for (int r = 0; r < 2; ++r) workers.push_back(std::make_unique<ElasticMembership>(store, options_of(r, 2)));
+  std::vector<ElasticGeneration> first(2);
+  on_threads({0, 1}, [&](int w) { first[w] = workers[w]->join(); });
+  ASSERT_EQ(first[0].num_workers(), 2);
+
+  // The two have ended (or a second run of the job meets the first one's keys): a newcomer waits
+  // for them at generation 1 until its timeout.
+  ElasticMembershipOptions options = options_of(0, 2);
+  options.timeout = 500ms;
+  ElasticMembership newcomer(store, options);
+  try {
+    newcomer.join();
+    ADD_FAILURE() << "a newcomer joined a job whose workers are gone";
+  } catch (const DeadlineExceededError& e) {
+    EXPECT_STREQ(e.what(),
+                 "elastic membership: waited 500 ms to join the job, and none of its 2 workers of generation 0 came "
+                 "to the next one: the job has ended, or this is another run under the same job id, which finds the "
+                 "last run's keys (give each run its own id, or a fresh store)");
+  }
+  // Closed with nobody: a later newcomer goes on to generation 2.
+  EXPECT_TRUE(cluster::gloo_backend::store_holds(*store, "job/elastic/g1/members"));
 }
 
 }  // namespace

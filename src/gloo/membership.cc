@@ -227,9 +227,11 @@ void ElasticMembership::close(int number, Deadline deadline) {
             " workers to start; ", claims.size(), " came (give every worker the same world size, and start them "
             "within GlooOptions::rendezvous_timeout)"));
       }
-      throw DeadlineExceededError(absl::StrCat("elastic membership: waited ", options_.timeout.count(),
-                                               " ms to join the job, and none of its ", previous.size(),
-                                               " workers of generation ", number - 1, " came to the next one"));
+      throw DeadlineExceededError(absl::StrCat(
+          "elastic membership: waited ", options_.timeout.count(), " ms to join the job, and none of its ",
+          previous.size(), " workers of generation ", base, " came to the next one: the job has ended, or this is "
+          "another run under the same job id, which finds the last run's keys (give each run its own id, or a "
+          "fresh store)"));
     }
     std::this_thread::sleep_for(kPoll);
   }
