@@ -55,14 +55,26 @@ std::vector<std::string> tokens(const ElasticGeneration& generation) {
   return out;
 }
 
-TEST(ElasticMembership, EveryWorkerReadsTheSameMembersWhoeverClosesTheGeneration) {
+// A job of `size` workers over a file store of its own, their first generation formed.
+struct Job {
+  explicit Job(int size) : store(std::make_shared<FileStore>(directory.path())), first(static_cast<std::size_t>(size)) {
+    std::vector<int> all;
+    for (int r = 0; r < size; ++r) {
+      workers.push_back(std::make_unique<ElasticMembership>(store, options_of(r, size)));
+      all.push_back(r);
+    }
+    on_threads(all, [&](int w) { first[w] = workers[w]->join(); });
+  }
   testing::StoreDirectory directory;
-  auto store = std::make_shared<FileStore>(directory.path());
-  constexpr int kWorkers = 4;
+  std::shared_ptr<FileStore> store;
   std::vector<std::unique_ptr<ElasticMembership>> workers;
-  for (int r = 0; r < kWorkers; ++r) workers.push_back(std::make_unique<ElasticMembership>(store, options_of(r, kWorkers)));
-  std::vector<ElasticGeneration> first(kWorkers);
-  on_threads({0, 1, 2, 3}, [&](int w) { first[w] = workers[w]->join(); });
+  std::vector<ElasticGeneration> first;
+};
+
+TEST(ElasticMembership, EveryWorkerReadsTheSameMembersWhoeverClosesTheGeneration) {
+  constexpr int kWorkers = 4;
+  Job job(kWorkers);
+  const std::vector<ElasticGeneration>& first = job.first;
   for (int w = 0; w < kWorkers; ++w) {
     EXPECT_EQ(first[w].number, 0);
     EXPECT_EQ(first[w].worker_id, w);  // the resolver's ranks
@@ -72,7 +84,7 @@ TEST(ElasticMembership, EveryWorkerReadsTheSameMembersWhoeverClosesTheGeneration
 
   // All of them come to the next generation together, each able to close it.
   std::vector<ElasticGeneration> second(kWorkers);
-  on_threads({0, 1, 2, 3}, [&](int w) { second[w] = workers[w]->next(first[w]); });
+  on_threads({0, 1, 2, 3}, [&](int w) { second[w] = job.workers[w]->next(first[w]); });
   for (int w = 0; w < kWorkers; ++w) {
     EXPECT_EQ(second[w].number, 1);
     EXPECT_EQ(second[w].previous_number, 0);
@@ -82,25 +94,21 @@ TEST(ElasticMembership, EveryWorkerReadsTheSameMembersWhoeverClosesTheGeneration
 }
 
 TEST(ElasticMembership, AGenerationWhoseFirstWorkerDiedBeforeClosingItIsClosedByTheOthers) {
-  testing::StoreDirectory directory;
-  auto store = std::make_shared<FileStore>(directory.path());
-  std::vector<std::unique_ptr<ElasticMembership>> workers;
-  for (int r = 0; r < 3; ++r) workers.push_back(std::make_unique<ElasticMembership>(store, options_of(r, 3)));
-  std::vector<ElasticGeneration> first(3);
-  on_threads({0, 1, 2}, [&](int w) { first[w] = workers[w]->join(); });
+  Job job(3);
+  const std::vector<ElasticGeneration>& first = job.first;
   ASSERT_EQ(first[0].num_workers(), 3);
 
   // Worker 0 comes to generation 1 first, claiming its slot 0 as a worker does (token, host,
   // previous generation, previous id, initial rank), and dies before closing it.
   const ElasticMember& dead = first[0].members[0];
   const std::string claim = dead.token + "\n" + dead.host + "\n0\n0\n-1";
-  ASSERT_TRUE(store_claim(*store, "job/elastic/g1/slot-0", {claim.begin(), claim.end()}));
+  ASSERT_TRUE(store_claim(*job.store, "job/elastic/g1/slot-0", {claim.begin(), claim.end()}));
 
   // Every worker of generation 0 has come to generation 1: workers 1 and 2 close it at once, with
   // worker 0 in it (they cannot know it died).
   std::vector<ElasticGeneration> second(3);
   const auto start = std::chrono::steady_clock::now();
-  on_threads({1, 2}, [&](int w) { second[w] = workers[w]->next(first[w]); });
+  on_threads({1, 2}, [&](int w) { second[w] = job.workers[w]->next(first[w]); });
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   for (int w : {1, 2}) {
     EXPECT_EQ(second[w].number, 1);
@@ -111,7 +119,7 @@ TEST(ElasticMembership, AGenerationWhoseFirstWorkerDiedBeforeClosingItIsClosedBy
   // Their connections to it fail; in generation 2 it never comes, and after the settle time the
   // two close it without it.
   std::vector<ElasticGeneration> third(3);
-  on_threads({1, 2}, [&](int w) { third[w] = workers[w]->next(second[w]); });
+  on_threads({1, 2}, [&](int w) { third[w] = job.workers[w]->next(second[w]); });
   for (int w : {1, 2}) {
     EXPECT_EQ(third[w].number, 2);
     EXPECT_EQ(third[w].worker_id, w - 1);
@@ -124,19 +132,14 @@ TEST(ElasticMembership, AGenerationWhoseFirstWorkerDiedBeforeClosingItIsClosedBy
 }
 
 TEST(ElasticMembership, ANewcomerToAJobWhoseWorkersAreGoneGivesUpAtItsTimeoutSayingWhy) {
-  testing::StoreDirectory directory;
-  auto store = std::make_shared<FileStore>(directory.path());
-  std::vector<std::unique_ptr<ElasticMembership>> workers;
-  for (int r = 0; r < 2; ++r) workers.push_back(std::make_unique<ElasticMembership>(store, options_of(r, 2)));
-  std::vector<ElasticGeneration> first(2);
-  on_threads({0, 1}, [&](int w) { first[w] = workers[w]->join(); });
-  ASSERT_EQ(first[0].num_workers(), 2);
+  Job job(2);
+  ASSERT_EQ(job.first[0].num_workers(), 2);
 
   // The two have ended (or a second run of the job meets the first one's keys): a newcomer waits
   // for them at generation 1 until its timeout.
   ElasticMembershipOptions options = options_of(0, 2);
   options.timeout = 500ms;
-  ElasticMembership newcomer(store, options);
+  ElasticMembership newcomer(job.store, options);
   try {
     newcomer.join();
     ADD_FAILURE() << "a newcomer joined a job whose workers are gone";
@@ -147,7 +150,7 @@ TEST(ElasticMembership, ANewcomerToAJobWhoseWorkersAreGoneGivesUpAtItsTimeoutSay
                  "last run's keys (give each run its own id, or a fresh store)");
   }
   // Closed with nobody: a later newcomer goes on to generation 2.
-  EXPECT_TRUE(cluster::gloo_backend::store_holds(*store, "job/elastic/g1/members"));
+  EXPECT_TRUE(cluster::gloo_backend::store_holds(*job.store, "job/elastic/g1/members"));
 }
 
 }  // namespace
