@@ -35,12 +35,15 @@ constexpr std::uint64_t kRingSlot = slot_of(2);
 constexpr std::uint64_t kGatherSlot = slot_of(3);
 constexpr std::uint64_t kBroadcastSlot = slot_of(4);
 constexpr std::uint64_t kDirectSlot = slot_of(5);
+constexpr std::uint64_t kHeaderPostedSlot = slot_of(6);
+constexpr std::uint64_t kInputPostedSlot = slot_of(7);
+// Exchanges of up to this size (a vote's header, a count) take the receives posted ahead.
+constexpr std::size_t kPostedExchangeBytes = 256;
 // The largest message of a ring step.
 constexpr std::size_t kRingPiece = std::size_t{1} << 20;
 // Up to this size an all_reduce takes one round of messages, each worker's whole buffer to every
-// other, instead of the ring's 2 (workers - 1): over Gloo each message costs a notice from the
-// receiver and a wake-up of each side's threads, tens of microseconds where a small sum is
-// latency alone.
+// other, instead of the ring's 2 (workers - 1): over Gloo each message costs a wake-up of each
+// side's threads, tens of microseconds, where a small sum is latency alone.
 constexpr std::size_t kDirectBytes = std::size_t{16} << 10;
 
 // What is left of `deadline`, as Gloo's waits take it (never its "unset", -1).
@@ -58,6 +61,79 @@ void ignore_sigpipe() {
   sigaction(SIGPIPE, nullptr, &current);
   if (current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
 }
+
+}  // namespace
+
+// Each peer's next message on one slot, received into a buffer of this transport's: posted one
+// exchange ahead, so that the peer's send finds it and goes at once. A receive posted only when
+// its exchange begins first sends the peer a notice, and the peer sends nothing until it comes:
+// a round trip more, with a wake-up of both sides' threads, for every message.
+class PostedReceives {
+ public:
+  PostedReceives(::gloo::Context& context, std::uint64_t slot, std::size_t capacity)
+      : context_(context), slot_(slot), capacity_(capacity) {
+    for (int w = 0; w < context.size; ++w) {
+      if (w == context.rank) continue;
+      peers_.push_back(Peer{w, std::vector<std::byte>(capacity), nullptr, {}});
+      post(peers_.back());
+    }
+  }
+
+  // Gloo cannot withdraw a posted receive, and its event thread completes or fails one (when a
+  // peer goes) while it likes: a buffer freed with its receive pending may be written after.
+  // Failing the connections ends every such receive first (a wait that times out fails every
+  // pair of the context, and Gloo then forgets the pairs' receives). Called as the transport
+  // goes, once its last messages have been written.
+  ~PostedReceives() {
+    for (Peer& p : peers_) {
+      if (!p.buffer) continue;
+      try {
+        p.buffer->waitRecv(std::chrono::milliseconds(0));
+      } catch (const std::exception&) {
+        // The connections are failed, as intended.
+      }
+    }
+  }
+
+  std::uint64_t slot() const { return slot_; }
+  std::size_t capacity() const { return capacity_; }
+
+  // Waits until `deadline` for `peer`'s next message, of `size` bytes (every worker's exchange
+  // is of one size), copies it to `out`, then posts the receive of the one after. Throws what
+  // Gloo throws.
+  void take(int peer, std::byte* out, std::size_t size, detail::Deadline deadline) {
+    Peer& p = peers_[static_cast<std::size_t>(peer < context_.rank ? peer : peer - 1)];
+    if (!p.buffer) throw std::runtime_error(p.post_error);
+    p.buffer->waitRecv(remaining(deadline));
+    std::memcpy(out, p.bytes.data(), std::min(size, capacity_));
+    post(p);
+  }
+
+ private:
+  struct Peer {
+    int rank;
+    std::vector<std::byte> bytes;
+    std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
+    std::string post_error;  // why no receive is posted, when none is
+  };
+  void post(Peer& peer) {
+    peer.buffer.reset();
+    try {
+      auto buffer = context_.createUnboundBuffer(peer.bytes.data(), capacity_);
+      buffer->recv(peer.rank, slot_);
+      peer.buffer = std::move(buffer);
+    } catch (const std::exception& e) {
+      peer.post_error = e.what();
+    }
+  }
+
+  ::gloo::Context& context_;
+  const std::uint64_t slot_;
+  const std::size_t capacity_;
+  std::vector<Peer> peers_;  // every worker's but this one's, in worker order
+};
+
+namespace {
 
 // One transfer of a step: bytes to or from one peer.
 struct Transfer {
@@ -93,9 +169,10 @@ std::string describe_failure(const TransferResult& result, const std::vector<std
 // Posts every send and receive of a step on `slot`, then waits for each until `deadline`. A peer
 // that is gone fails only its own transfers, and the others' go on, so that every peer that did
 // not answer, and only those, is named; a wait that times out fails the whole context (Gloo's
-// rule), after which the waits left end at once unless their transfer is already done.
+// rule), after which the waits left end at once unless their transfer is already done. With
+// `posted`, the sends go to its slot and the receives are its own, posted ahead.
 TransferResult transfer(::gloo::Context& context, std::span<const Transfer> sends, std::span<const Transfer> receives,
-                        std::uint64_t slot, detail::Deadline deadline) {
+                        std::uint64_t slot, detail::Deadline deadline, PostedReceives* posted = nullptr) {
   TransferResult result;
   // A peer already gone fails its own transfers at once; the others still go.
   const auto failed = [&](int peer, const std::exception& e) {
@@ -107,7 +184,7 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
   std::vector<std::pair<int, std::unique_ptr<::gloo::transport::UnboundBuffer>>> posted_receives;
   std::vector<std::pair<int, std::unique_ptr<::gloo::transport::UnboundBuffer>>> posted_sends;
   for (const Transfer& r : receives) {
-    if (r.size == 0) continue;
+    if (r.size == 0 || posted != nullptr) continue;
     try {
       auto buffer = context.createUnboundBuffer(r.bytes, r.size);
       buffer->recv(r.peer, slot);
@@ -120,7 +197,7 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
     if (s.size == 0) continue;
     try {
       auto buffer = context.createUnboundBuffer(s.bytes, s.size);
-      buffer->send(s.peer, slot);
+      buffer->send(s.peer, posted != nullptr ? posted->slot() : slot);
       posted_sends.emplace_back(s.peer, std::move(buffer));
     } catch (const std::exception& e) {
       failed(s.peer, e);
@@ -131,6 +208,16 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
       buffer->waitRecv(remaining(deadline));
     } catch (const std::exception& e) {
       failed(peer, e);
+    }
+  }
+  if (posted != nullptr) {
+    for (const Transfer& r : receives) {
+      if (r.size == 0) continue;
+      try {
+        posted->take(r.peer, r.bytes, r.size, deadline);
+      } catch (const std::exception& e) {
+        failed(r.peer, e);
+      }
     }
   }
   std::sort(result.missing.begin(), result.missing.end());
@@ -160,7 +247,9 @@ struct GlooWorkerTransport::PendingSend {
 };
 
 GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooTransportOptions options)
-    : options_(std::move(options)), headers_{kHeaderSlot, {}}, input_{kInputSlot, {}} {
+    : options_(std::move(options)),
+      headers_{kHeaderSlot, kHeaderPostedSlot, nullptr, {}},
+      input_{kInputSlot, kInputPostedSlot, nullptr, {}} {
   const int workers = options_.workers;
   const int rank = options_.rank;
   DISTRIBUTE_CHECK(workers >= 1 && rank >= 0 && rank < workers, InvalidArgumentError,
@@ -222,6 +311,10 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
     // the last worker came.
     context_->setTimeout(options_.connect_timeout);
     context_->connectFullMesh(group, device);
+    for (ExchangeChannel* channel : {&headers_, &input_}) {
+      channel->posted = std::make_unique<PostedReceives>(*context_, channel->posted_slot, kPostedExchangeBytes);
+    }
+    direct_ = std::make_unique<PostedReceives>(*context_, kDirectSlot, kDirectBytes);
   } catch (const std::exception& e) {
     throw UnavailableError(absl::StrCat("GlooWorkerTransport: worker ", rank, " could not connect to the other ",
                                         workers - 1, " workers: ", e.what()));
@@ -277,7 +370,8 @@ std::vector<int> GlooWorkerTransport::exchange_on(ExchangeChannel& channel, std:
     sends.push_back({w, all.data() + me * size, size});
     receives.push_back({w, all.data() + static_cast<std::size_t>(w) * size, size});
   }
-  TransferResult result = transfer(*context_, sends, receives, channel.slot, deadline);
+  PostedReceives* posted = size <= channel.posted->capacity() ? channel.posted.get() : nullptr;
+  TransferResult result = transfer(*context_, sends, receives, channel.slot, deadline, posted);
   if (result.failed()) {
     std::lock_guard broken(broken_mutex_);
     if (!broken_by_) broken_by_ = absl::StrCat("an exchange of the workers' agreement (", result.error, ")");
@@ -304,7 +398,7 @@ void GlooWorkerTransport::send_farewell(std::span<const std::byte> mine) {
   pending->buffer = context_->createUnboundBuffer(pending->bytes.data(), pending->bytes.size());
   for (int w = 0; w < options_.workers; ++w) {
     if (w == options_.rank) continue;
-    pending->buffer->send(w, kHeaderSlot);
+    pending->buffer->send(w, pending->bytes.size() <= headers_.posted->capacity() ? headers_.posted_slot : kHeaderSlot);
     ++pending->sends;
   }
   std::lock_guard lock(pending_mutex_);
@@ -374,7 +468,7 @@ int GlooWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
   std::lock_guard lock(data_mutex_);
   if (options_.workers == 1 || count == 0) return -1;
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
-  if (compression == Compression::kNone && bytes <= kDirectBytes) {
+  if (compression == Compression::kNone && bytes <= direct_->capacity()) {
     all_reduce_direct(dtype, static_cast<std::byte*>(data), count, deadline, what);
     return -1;
   }
@@ -406,7 +500,7 @@ void GlooWorkerTransport::all_reduce_direct(DType dtype, std::byte* data, std::i
     sends.push_back({w, all + me * bytes, bytes});
     receives.push_back({w, all + static_cast<std::size_t>(w) * bytes, bytes});
   }
-  TransferResult result = transfer(*context_, sends, receives, kDirectSlot, deadline);
+  TransferResult result = transfer(*context_, sends, receives, kDirectSlot, deadline, direct_.get());
   if (result.failed()) data_phase_failed(what, describe_failure(result, hosts_));
   // Every worker adds the same buffers in worker order: the same bits everywhere.
   std::vector<const void*> inputs;

@@ -46,6 +46,9 @@ struct GlooTransportOptions {
   OnStall on_stall = OnStall::kFailStrategy;
 };
 
+// Receives posted one message ahead on a slot (gloo_worker_transport.cc).
+class PostedReceives;
+
 class GlooWorkerTransport final : public WorkerTransport {
  public:
   // Meets the other workers through `store`. DeadlineExceededError naming the workers that did
@@ -72,9 +75,12 @@ class GlooWorkerTransport final : public WorkerTransport {
 
  private:
   class RingLinks;
-  // A channel of exchanges: its slot, and the lock that keeps its exchanges in order.
+  // A channel of exchanges: its slots, its receives posted ahead (made once connected), and the
+  // lock that keeps its exchanges in order.
   struct ExchangeChannel {
     std::uint64_t slot;
+    std::uint64_t posted_slot;
+    std::unique_ptr<PostedReceives> posted;
     std::mutex mutex;
   };
   std::vector<int> exchange_on(ExchangeChannel& channel, std::span<const std::byte> mine, std::span<std::byte> all,
@@ -95,6 +101,7 @@ class GlooWorkerTransport final : public WorkerTransport {
   ExchangeChannel headers_;
   ExchangeChannel input_;
   std::mutex data_mutex_;  // one data phase at a time
+  std::unique_ptr<PostedReceives> direct_;  // the small all_reduce's, under data_mutex_
   std::vector<std::byte> ring_scratch_;
   // Sends that nobody waits for (farewells), kept with their bytes until the transport goes.
   struct PendingSend;
