@@ -10,7 +10,8 @@
 #   progress_mpirun   under mpirun -np 2 (MPIEXEC), whose children write to a pseudo-terminal:
 #                     worker 0 alone prints the epochs' lines, and no escape sequence
 #   timeline_mpirun   DISTRIBUTE_TIMELINE for both workers of mpirun -np 2 (2 replicas each): one
-#                     file, written at exit, holding both workers' replicas and cross-worker tracks
+#                     file, written at exit, holding both workers' replicas and cross-worker tracks,
+#                     which tools/timeline_steps.py sums per training step
 #   metrics           --metrics writes the header and a row per epoch; --resume adds the next
 #   metrics_unwritable a --metrics path that cannot be written ends the run before it trains
 #   shard_optimizer_state  --shard_optimizer_state ends with the same accuracy and the same
@@ -332,6 +333,26 @@ elseif(CASE STREQUAL "timeline_mpirun")
   foreach(track "worker 0 on " "worker 1 on " "\"replica 3\"" "\"cross-worker\"" "\"input\"" "\"program\"")
     expect_in("${trace}" "${track}")
   endforeach()
+  find_program(PYTHON3 python3)
+  if(NOT PYTHON3)
+    message("skipped: no python3 to run tools/timeline_steps.py on the trace")
+  else()
+    execute_process(COMMAND ${PYTHON3} ${SOURCE_DIR}/tools/timeline_steps.py ${WORK_DIR}/timeline.json --skip 1
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    message(STATUS "tools/timeline_steps.py: exit ${rc}\n${out}")
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "tools/timeline_steps.py failed on the trace")
+    endif()
+    # Both workers' training steps; on each, its first replica's apply_gradients once a step and
+    # the cross-worker thread's vote before each all_reduce and at each run's end.
+    foreach(line "worker 0 on [^:]+: [0-9]+ steps of [0-9.]+ ms on average" "worker 1 on [^:]+: [0-9]+ steps of"
+                 "replica 0 +apply_gradients +1\\.0 " "replica 2 +apply_gradients +1\\.0 "
+                 "cross-worker +vote +[0-9.]+ +[0-9.]+ +[0-9.]+% +[0-9.]+ ms \\([0-9.]+ %\\)")
+      if(NOT out MATCHES "${line}")
+        message(FATAL_ERROR "tools/timeline_steps.py printed no line matching \"${line}\"")
+      endif()
+    endforeach()
+  endif()
 else()
   message(FATAL_ERROR "unknown CASE '${CASE}'")
 endif()
