@@ -15,6 +15,7 @@ get_next, apply_gradients. Needs only Python 3.
 """
 
 import argparse
+import bisect
 import pathlib
 import sys
 
@@ -24,9 +25,30 @@ from timeline_gantt import read_spans  # noqa: E402  (the one reader of a trace)
 KINDS = ("wait", "data", "vote", "local", "get_next", "apply_gradients")
 
 
-def overlap(start, end, windows):
-    """How much of [start, end) lies inside the (start, end) windows, which do not overlap."""
-    return sum(max(0.0, min(end, hi) - max(start, lo)) for lo, hi in windows)
+class Windows:
+    """Sorted, disjoint (start, end) windows of time, looked up in log time: a long trace has
+    thousands of steps and a hundred thousand spans."""
+
+    def __init__(self, windows):
+        self.windows = sorted(windows)
+        self.starts = [lo for lo, _ in self.windows]
+
+    def holds(self, t):
+        i = bisect.bisect_right(self.starts, t) - 1
+        return i >= 0 and t < self.windows[i][1]
+
+    def any_starts_in(self, lo, hi):
+        i = bisect.bisect_left(self.starts, lo)
+        return i < len(self.starts) and self.starts[i] < hi
+
+    def overlap(self, start, end):
+        """How much of [start, end) lies inside the windows."""
+        total, i = 0.0, max(bisect.bisect_right(self.starts, start) - 1, 0)
+        while i < len(self.windows) and self.windows[i][0] < end:
+            lo, hi = self.windows[i]
+            total += max(0.0, min(end, hi) - max(start, lo))
+            i += 1
+        return total
 
 
 def main():
@@ -41,24 +63,25 @@ def main():
         replica = min((tid for tid, s in tracks.items() if any(n == "run" and d == 0 for n, _, _, d in s)), default=None)
         if replica is None:
             continue
-        applies = [(start, end) for n, start, end, _ in tracks[replica] if n == "apply_gradients"]
+        applies = Windows((start, end) for n, start, end, _ in tracks[replica] if n == "apply_gradients")
         runs = sorted((start, end) for n, start, end, d in tracks[replica] if n == "run" and d == 0)
-        training = [(lo, hi) for lo, hi in runs if any(lo <= start < hi for start, _ in applies)]
+        training = [(lo, hi) for lo, hi in runs if applies.any_starts_in(lo, hi)]
         runs = (training or runs)[args.skip:]
         if not runs:
             sys.exit(f"{args.trace}: worker {pid} has {args.skip} steps or fewer; lower --skip")
         steps = len(runs)
+        in_runs = Windows(runs)
         step_ms = sum(hi - lo for lo, hi in runs) / steps
         print(f"{names.get((pid, None), f'worker {pid}')}: {steps} steps of {step_ms:.2f} ms on average")
         print(f"  {'thread':<22}{'span':<16}{'per step':>9}{'ms':>10}{'of step':>9}   {'inside apply_gradients':<22}")
         for tid in sorted(tracks):
             totals = {kind: [0.0, 0.0, 0] for kind in KINDS}  # ms in steps, ms inside apply_gradients, count
             for name, start, end, _ in tracks[tid]:
-                if name not in totals or not any(lo <= start < hi for lo, hi in runs):
+                if name not in totals or not in_runs.holds(start):
                     continue
                 total = totals[name]
                 total[0] += end - start
-                total[1] += overlap(start, end, applies) if name != "apply_gradients" else 0.0
+                total[1] += applies.overlap(start, end) if name != "apply_gradients" else 0.0
                 total[2] += 1
             thread = names.get((pid, tid), str(tid))
             for kind in KINDS:
