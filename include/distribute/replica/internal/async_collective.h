@@ -22,12 +22,6 @@ class AsyncCollective {
 
   // What run() does: the collective, storing its result where the handle reads it.
   void set_work(absl::AnyInvocable<void()> work) { work_ = std::move(work); }
-  // The call that run() makes, which the work owns: while the job waits on its lane, the group
-  // reads it to agree with the other workers on the step ahead of its turn. Unset (null), the job
-  // is agreed on only when it runs.
-  void set_call(const CollectiveCall* call) { call_ = call; }
-  // Valid until run() begins.
-  const CollectiveCall* call() const { return call_; }
   // On the lane: runs the work once, records how it ended and drops it. Never throws.
   void run() noexcept;
 
@@ -41,7 +35,6 @@ class AsyncCollective {
 
  private:
   absl::AnyInvocable<void()> work_;
-  const CollectiveCall* call_ = nullptr;
   std::exception_ptr error_;  // written before done_ is set
   std::atomic<std::uint32_t> done_{0};
   std::atomic<bool> observed_{false};
