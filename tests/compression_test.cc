@@ -3,7 +3,7 @@
 // exactly, float32 values across the whole range (normal, subnormal, the edges of float16's range,
 // infs and NaNs) narrow to the same bits, and only finite values that become inf count as overflow.
 // Then the option in one process, where nothing crosses a link (multi_worker_test_compression takes
-// it across workers; errors_test its misuse, rows E124 and E125).
+// it across workers; errors_test its misuse, row E124).
 #include <gtest/gtest.h>
 
 #include <bit>

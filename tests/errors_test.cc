@@ -313,7 +313,6 @@ const std::vector<Row>& expected_rows() {
        {"InputOptions: experimental_place_dataset_on_device and experimental_fetch_to_device are both set",
         "set experimental_fetch_to_device = false"}},
       {"E124", "InvalidArgumentError", {"CommunicationOptions::compression is", "pass Compression::kNone"}},
-      {"E125", "UnimplementedError", {"is not offered with NCCL yet", "pass Compression::kNone"}},
   };
   return rows;
 }

@@ -143,19 +143,6 @@ TEST(Errors, E124_CompressionOfACollectiveThatDoesNotCompress) {
   EXPECT_EQ(sums[1], 2.0f);
 }
 
-TEST(Errors, E125_CompressionThroughNccl) {
-  SKIP_UNLESS_GPU();
-  MirroredStrategyOptions options;
-  options.communication.implementation = CommunicationImplementation::kNccl;
-  MirroredStrategy strategy({"GPU:0"}, options);
-  const CommunicationOptions fp16{.compression = Compression::kFloat16};
-  expect_row<UnimplementedError>(
-      "E125",
-      [&] { strategy.run([&] { (void)get_replica_context()->all_reduce(ReduceOp::kSum, Tensor::scalar(1.0f), fp16); }); },
-      {"all_reduce #1: CommunicationOptions::compression FP16 is not offered with NCCL yet (NCCL would add the 16-bit "
-       "values in 16 bits)"});
-}
-
 TEST(Errors, E94_ImplementationThatContradictsCrossDeviceOps) {
   MirroredStrategyOptions options;
   options.communication.implementation = CommunicationImplementation::kRing;

@@ -92,13 +92,7 @@ void WorkerGroup::all_reduce(DType dtype, void* data, std::int64_t count, std::c
     overflowed = transport_->all_reduce(dtype, data, count, compression, detail::deadline_after(timeout), what);
   });
   if (overflowed < 0) return;
-  throw InvalidArgumentError(absl::StrCat(
-      what.str(), ": with CommunicationOptions::compression ", compression_name(compression), ", a value on ",
-      workers_text({overflowed}), " (or its sum with other workers' values) is larger than ",
-      collective::largest_finite(compression), ", the largest finite value of the format; the result would hold inf. ",
-      compression == Compression::kFloat16
-          ? "Scale the values down (a loss scale), or use Compression::kBfloat16, whose range is float32's"
-          : "Scale the values down"));
+  throw collective::overflow_error(what.str(), compression, workers_text({overflowed}), "workers'");
 }
 
 void WorkerGroup::broadcast(void* data, std::size_t bytes, int root, std::chrono::duration<double> timeout,

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "absl/strings/str_cat.h"
+
 namespace distribute::collective {
 
 namespace {
@@ -112,6 +114,17 @@ void widen_add(Compression compression, const Wire16* in, float* sum, std::int64
 
 double largest_finite(Compression compression) {
   return compression == Compression::kFloat16 ? 65504.0 : 3.3895313892515355e38;
+}
+
+InvalidArgumentError overflow_error(absl::string_view what, Compression compression, absl::string_view where,
+                                    absl::string_view others) {
+  return InvalidArgumentError(absl::StrCat(
+      what, ": with CommunicationOptions::compression ", compression_name(compression), ", a value on ", where,
+      " (or its sum with other ", others, " values) is larger than ", largest_finite(compression),
+      ", the largest finite value of the format; the result would hold inf. ",
+      compression == Compression::kFloat16
+          ? "Scale the values down (a loss scale), or use Compression::kBfloat16, whose range is float32's"
+          : "Scale the values down"));
 }
 
 }  // namespace distribute::collective

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 
+#include "absl/strings/string_view.h"
 #include "distribute/collective/communication_options.h"
+#include "distribute/errors.h"
 
 namespace distribute::collective {
 
@@ -27,5 +29,11 @@ void widen_add(Compression compression, const Wire16* in, float* sum, std::int64
 
 // The largest finite value of `compression`'s format, for messages.
 double largest_finite(Compression compression);
+
+// The error of a compressed sum `what` ("all_reduce #7") that overflowed the format: a value on
+// `where` ("worker 1 on host0 (replicas 2, 3)", "replica 1") or its sum with the `others`' values
+// ("workers'", "replicas'") was out of its range.
+InvalidArgumentError overflow_error(absl::string_view what, Compression compression, absl::string_view where,
+                                    absl::string_view others);
 
 }  // namespace distribute::collective

@@ -174,13 +174,6 @@ void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
                                             "unchanged); pass Compression::kNone"));
   }
   call.op.options = call.op.options.merged_with(defaults_);
-  if (call.op.options.compression != Compression::kNone && reduces &&
-      communicator_->implementation() == CommunicationImplementation::kNccl) [[unlikely]] {
-    throw UnimplementedError(absl::StrCat(call_name(call), ": CommunicationOptions::compression ",
-                                          compression_name(call.op.options.compression),
-                                          " is not offered with NCCL yet (NCCL would add the 16-bit values in 16 bits); "
-                                          "pass Compression::kNone"));
-  }
   const CommunicationImplementation wanted = call.op.options.implementation;
   if (wanted != CommunicationImplementation::kAuto && wanted != communicator_->implementation()) [[unlikely]] {
     throw InvalidArgumentError(absl::StrCat(

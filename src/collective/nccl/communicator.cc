@@ -1,12 +1,16 @@
 // The NCCL backend: per-replica communicators, packed all_reduce, broadcast-based all_gather, aborts.
 #include "collective/nccl/communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "collective/compression.h"
 #include "collective/nccl/nccl_error.h"
+#include "device/cuda/compression_kernels.h"
 #include "device/cuda/cuda_error.h"
 #include "device/storage.h"
 #include "distribute/check.h"
@@ -30,6 +34,15 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::kBFloat16: return ncclBfloat16;
   }
   throw InternalError("nccl_type: unknown dtype");
+}
+
+// Issues calls as one NCCL group; returns the first failure, else what the group's end returned.
+template <class Calls>
+ncclResult_t as_group(Calls calls) {
+  ncclResult_t result = ncclGroupStart();
+  if (result == ncclSuccess) result = calls();
+  const ncclResult_t ended = ncclGroupEnd();
+  return result == ncclSuccess || result == ncclInProgress ? ended : result;
 }
 
 // Issues calls 0..count-1 (each returning an ncclResult_t) as one NCCL group, or alone when there
@@ -198,10 +211,15 @@ void NcclCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) 
   constexpr std::size_t kMaxGap = 64;
   const std::size_t limit = mine.options.bytes_per_pack;
   absl::InlinedVector<Pack, 4> packs;
+  absl::InlinedVector<std::size_t, 4> compressed_leaves;
   for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
     const BufferRef& in = mine.inputs[leaf];
     const std::size_t bytes = in.nbytes();
     if (bytes == 0) continue;
+    if (compressed(mine, leaf)) {
+      compressed_leaves.push_back(leaf);
+      continue;
+    }
     auto* data = static_cast<char*>(mine.output_data[leaf]);
     if (!packs.empty()) {
       Pack& p = packs.back();
@@ -232,6 +250,87 @@ void NcclCommunicator::all_reduce(int rank, std::span<CollectiveOp* const> ops) 
          return ncclAllReduce(send, p.begin, p.bytes / dtype_size(p.dtype), nccl_type(p.dtype), op, comm, stream);
        }),
        mine);
+  if (!compressed_leaves.empty()) reduce_compressed(rank, mine, compressed_leaves, true);
+}
+
+bool NcclCommunicator::compressed(const CollectiveOp& op, std::size_t leaf) const {
+  return op.options.compression != Compression::kNone && num_ranks() > 1 && op.inputs[leaf].dtype == DType::kFloat32 &&
+         op.inputs[leaf].num_elements() != 0;
+}
+
+void NcclCommunicator::reduce_compressed(int rank, const CollectiveOp& mine, std::span<const std::size_t> leaves,
+                                         bool whole) {
+  using detail::gpu::WireFormat;
+  const int n = num_ranks();
+  const int my_id = replica_id(rank);
+  ReplicaDevice& me = *devices_[static_cast<std::size_t>(rank)];
+  ncclComm_t comm = comms_[static_cast<std::size_t>(rank)];
+  const auto stream = static_cast<cudaStream_t>(me.stream());
+  const WireFormat format =
+      mine.options.compression == Compression::kFloat16 ? WireFormat::kFloat16 : WireFormat::kBfloat16;
+  const std::int64_t divide_by = mine.op == ReduceOp::kMean ? n : 1;
+  // One slot per rank of the longest shard, rounded up to 128 bytes; the scratch holds the slots
+  // sent, the slots received and the gathered sums, then this rank's overflow flag and everyone's.
+  std::int64_t longest = 0;
+  for (std::size_t leaf : leaves) longest = std::max(longest, shard_of(mine.inputs[leaf].num_elements(), n, 0).size);
+  const std::int64_t slot = (longest + 63) / 64 * 64;
+  const std::size_t slots_bytes = static_cast<std::size_t>(n * slot) * sizeof(std::uint16_t);
+  detail::StorageRef scratch = detail::allocate_storage(me.device(), 3 * slots_bytes + static_cast<std::size_t>(n + 1) * sizeof(int));
+  auto* base = static_cast<char*>(scratch->data());
+  auto* sent = reinterpret_cast<std::uint16_t*>(base);
+  auto* received = reinterpret_cast<std::uint16_t*>(base + slots_bytes);
+  auto* sums = reinterpret_cast<std::uint16_t*>(base + 2 * slots_bytes);
+  auto* overflow = reinterpret_cast<int*>(base + 3 * slots_bytes);
+  int* overflows = overflow + 1;
+  DISTRIBUTE_CUDA_CHECK(cudaMemsetAsync(overflow, 0, sizeof(int), stream), "clearing an overflow flag on ",
+                        me.device().short_name());
+  const auto slot_at = [&](std::uint16_t* slots, int p) { return slots + static_cast<std::int64_t>(p) * slot; };
+  for (std::size_t leaf : leaves) {
+    const BufferRef& in = mine.inputs[leaf];
+    const std::int64_t count = in.num_elements();
+    const auto* values = static_cast<const float*>(in.data);
+    const Shard own = shard_of(count, n, my_id);
+    DISTRIBUTE_CUDA_CHECK(
+        detail::gpu::launch_narrow_into_slots(format, values, count, n, my_id, slot, sent, overflow, stream),
+        "rounding ", count, " values to 16 bits on ", me.device().short_name());
+    wait(rank, as_group([&] {
+           ncclResult_t r = ncclSuccess;
+           for (int p = 0; p < n && (r == ncclSuccess || r == ncclInProgress); ++p) {
+             if (p == my_id) continue;
+             const auto theirs = static_cast<std::size_t>(shard_of(count, n, p).size);
+             if (theirs != 0) r = ncclSend(slot_at(sent, p), theirs * 2, ncclUint8, p, comm, stream);
+             if (own.size != 0 && (r == ncclSuccess || r == ncclInProgress)) {
+               r = ncclRecv(slot_at(received, p), static_cast<std::size_t>(own.size) * 2, ncclUint8, p, comm, stream);
+             }
+           }
+           return r;
+         }),
+         mine);
+    float* out32 = whole ? nullptr : static_cast<float*>(mine.output_data[leaf]);
+    DISTRIBUTE_CUDA_CHECK(detail::gpu::launch_sum_slots(format, received, n, my_id, slot, values + own.begin, own.size,
+                                                        slot_at(sums, my_id), out32, divide_by, overflow, stream),
+                          "adding ", own.size, " values received in 16 bits on ", me.device().short_name());
+    if (!whole) continue;
+    wait(rank,
+         ncclAllGather(slot_at(sums, my_id), sums, static_cast<std::size_t>(slot) * 2, ncclUint8, comm, stream), mine);
+    DISTRIBUTE_CUDA_CHECK(detail::gpu::launch_widen_from_slots(format, sums, count, n, slot,
+                                                               static_cast<float*>(mine.output_data[leaf]), divide_by,
+                                                               stream),
+                          "widening ", count, " 16-bit sums on ", me.device().short_name());
+  }
+  // Every rank learns every rank's flag, and so raises the same error.
+  wait(rank, ncclAllGather(overflow, overflows, 1, ncclInt32, comm, stream), mine);
+  std::vector<int> flags(static_cast<std::size_t>(n));
+  me.copy(flags.data(), overflows, flags.size() * sizeof(int));
+  detail::wait_for_device_work(me, rank, mine.options.timeout, [this] { return !span_ && run_failed(); }, op_name(mine));
+  const auto first = std::find(flags.begin(), flags.end(), 1);
+  if (first == flags.end()) return;
+  const int overflowed = static_cast<int>(first - flags.begin());
+  const int local = static_cast<int>(devices_.size());
+  throw collective::overflow_error(
+      op_name(mine), mine.options.compression,
+      span_ ? absl::StrCat("worker ", overflowed / local, " (replica ", overflowed, ")") : absl::StrCat("replica ", overflowed),
+      span_ ? "workers'" : "replicas'");
 }
 
 void NcclCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> ops) {
@@ -249,9 +348,14 @@ void NcclCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> o
     int root;  // -1: the leaf's ncclReduceScatter
   };
   absl::InlinedVector<Step, 8> steps;
+  absl::InlinedVector<std::size_t, 4> compressed_leaves;
   for (std::size_t leaf = 0; leaf < mine.inputs.size(); ++leaf) {
     const std::int64_t count = mine.inputs[leaf].num_elements();
     if (count == 0) continue;
+    if (compressed(mine, leaf)) {
+      compressed_leaves.push_back(leaf);
+      continue;
+    }
     if (count % n == 0) {
       steps.push_back({leaf, -1});
       continue;
@@ -274,6 +378,7 @@ void NcclCommunicator::reduce_scatter(int rank, std::span<CollectiveOp* const> o
                            nccl_type(in.dtype), op, step.root, comm, stream);
        }),
        mine);
+  if (!compressed_leaves.empty()) reduce_compressed(rank, mine, compressed_leaves, false);
 }
 
 void NcclCommunicator::all_gather(int rank, std::span<CollectiveOp* const> ops) {

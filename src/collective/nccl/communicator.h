@@ -12,6 +12,13 @@
 // input to output. all_gather broadcasts each replica's part in one group, which handles parts of
 // different sizes along the axis, and lays out gathers along inner axes with strided copies.
 //
+// With CommunicationOptions::compression (and more than one rank), float32 leaves cross in 16
+// bits: each rank sends every other rank its shard's values rounded (ncclSend / ncclRecv), adds
+// what it receives to its own shard in float32 and rounds that sum, and the rounded sums are
+// all-gathered (all_reduce) or kept (reduce_scatter); compression_kernels.h has the arithmetic.
+// The ranks' overflow flags are all-gathered and read on the host, so such a call waits for its
+// stream (on an async lane, the lane does).
+//
 // Under the multi-worker strategy one communicator spans every worker's GPUs (NcclSpan): the
 // first worker's unique id reaches the others through the process-level engine, and replica r of
 // a worker is rank first_rank + r. Its collectives were matched on every worker before they were
@@ -69,6 +76,11 @@ class NcclCommunicator final : public Communicator {
   // Waits until rank's communicator has taken the operations started with `started`.
   void wait(int rank, ncclResult_t started, const CollectiveOp& op);
   [[noreturn]] void fail(int rank, ncclResult_t result, const CollectiveOp& op);
+  // The compressed path of all_reduce (`whole`) and reduce_scatter for the float32 leaves among
+  // `leaves`; throws InvalidArgumentError on every rank when a rank's values overflowed the format.
+  void reduce_compressed(int rank, const CollectiveOp& mine, std::span<const std::size_t> leaves, bool whole);
+  // Which leaves of `op` take the compressed path.
+  bool compressed(const CollectiveOp& op, std::size_t leaf) const;
   // Every rank of the communicator, over every process.
   int num_ranks() const { return span_ ? span_->num_ranks : static_cast<int>(devices_.size()); }
   // Replica `rank` of this process as errors name it: its global id.
