@@ -26,6 +26,8 @@
 
 #if DISTRIBUTE_HAS_CUDA
 #include <cuda_runtime_api.h>
+
+#include "testing/gpu_work.h"
 #endif
 
 namespace distribute {
@@ -323,6 +325,87 @@ TEST_F(OnGpu, TheReplicaStreamOrdersUserWork) {
   EXPECT_EQ(streams[0], again[0]);  // created once, with the strategy
 }
 
+// Async collectives on GPUs run on each replica's communication stream. They start after the
+// replica's work issued before them (a fill that ends 50 ms later), the replica's work after
+// wait() sees their results, and the replica's work issued in between does not hold them back: it
+// is a kernel that spins until a watcher on a stream of its own has seen the all_reduce's result
+// arrive (or 5 s pass). Were the collective queued behind that kernel, the watcher would give up
+// after 3 s without seeing it.
+void expect_async_collectives_overlap(MirroredStrategy& strategy) {
+  const int n = strategy.num_replicas_in_sync();
+  constexpr std::int64_t kCount = std::int64_t{1} << 22;  // 16 MiB of float32
+  const auto results = strategy.run([&] {
+    ReplicaContext& ctx = *get_replica_context();
+    const int r = ctx.replica_id_in_sync_group();
+    const auto stream = static_cast<cudaStream_t>(cuda::current_stream());
+    Tensor seen = Tensor::zeros(DType::kInt32, Shape{1}, ctx.device());
+    cudaEvent_t cleared = nullptr;
+    EXPECT_EQ(cudaEventCreateWithFlags(&cleared, cudaEventDisableTiming), cudaSuccess);
+    EXPECT_EQ(cudaEventRecord(cleared, stream), cudaSuccess);
+    Tensor x = Tensor::empty(DType::kFloat32, Shape{kCount}, ctx.device());
+    EXPECT_EQ(testing::gpu::fill_late(x.data<float>(), kCount, static_cast<float>(r + 1), 50'000'000, stream), cudaSuccess);
+    CollectiveHandle<Tensor> sum = ctx.all_reduce_async(ReduceOp::kSum, x);
+    CollectiveHandle<Tensor> gathered = ctx.all_gather_async(x, 0);
+    EXPECT_EQ(testing::gpu::wait_for_flag(seen.data<int>(), 5'000'000'000, stream), cudaSuccess);
+    const Tensor& total = sum.wait();
+    cudaStream_t side = nullptr;
+    EXPECT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(cudaStreamWaitEvent(side, cleared, 0), cudaSuccess);
+    EXPECT_EQ(testing::gpu::watch_for(total.data<float>() + kCount - 1, static_cast<float>(n * (n + 1) / 2),
+                                      seen.data<int>(), 3'000'000'000, side),
+              cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(side), cudaSuccess);
+    cudaStreamDestroy(side);
+    cudaEventDestroy(cleared);
+    return std::vector<Tensor>{seen, total, gathered.wait()};
+  });
+  for (int r = 0; r < n; ++r) {
+    const int seen = results[r][0].to_vector<int>()[0];
+    const std::vector<float> total = results[r][1].to_vector<float>();
+    const std::vector<float> all = results[r][2].to_vector<float>();
+    EXPECT_EQ(seen, 1) << "replica " << r << ": the all_reduce waited behind the replica's later work";
+    ASSERT_EQ(total.size(), static_cast<std::size_t>(kCount));
+    EXPECT_EQ(std::count(total.begin(), total.end(), static_cast<float>(n * (n + 1) / 2)), kCount) << "replica " << r;
+    ASSERT_EQ(all.size(), static_cast<std::size_t>(kCount * n));
+    for (int q = 0; q < n; ++q) {
+      EXPECT_EQ(std::count(all.begin() + q * kCount, all.begin() + (q + 1) * kCount, static_cast<float>(q + 1)), kCount)
+          << "replica " << r << ", part of replica " << q;
+    }
+  }
+}
+
+TEST_F(OnGpu, AsyncCollectivesThroughNcclOverlapTheReplicasWork) {
+  MirroredStrategyOptions options;
+  options.cross_device_ops = DISTRIBUTE_HAS_NCCL ? CrossDeviceOps::kNcclAllReduce : CrossDeviceOps::kAuto;
+  MirroredStrategy strategy({"GPU:0"}, options);
+  expect_async_collectives_overlap(strategy);
+}
+
+TEST_F(OnGpu, AsyncCollectivesOnLogicalGpusOverlapTheReplicasWork) {
+  split_gpu0(2);
+  MirroredStrategy strategy({"GPU:0", "GPU:1"});
+  expect_async_collectives_overlap(strategy);
+}
+
+// One NCCL rank: nothing crosses a link, so a compressed sum is float32's, exactly (no overflow
+// either); across ranks multi_worker_test --device=gpu checks the 16-bit path.
+TEST_F(OnGpu, CompressionThroughOneNcclRankIsExact) {
+  MirroredStrategyOptions options;
+  options.cross_device_ops = DISTRIBUTE_HAS_NCCL ? CrossDeviceOps::kNcclAllReduce : CrossDeviceOps::kAuto;
+  MirroredStrategy strategy({"GPU:0"}, options);
+  const std::vector<float> values{1.0f, 70000.0f, 1.0f + 0x1p-10f};
+  for (const Compression c : {Compression::kBfloat16, Compression::kFloat16}) {
+    const auto sums = strategy.run([&] {
+      ReplicaContext& ctx = *get_replica_context();
+      const CommunicationOptions compressed{.compression = c};
+      return std::make_pair(ctx.all_reduce(ReduceOp::kSum, Tensor::from_vector<float>(values), compressed),
+                            ctx.reduce_scatter(ReduceOp::kSum, Tensor::from_vector<float>(values), compressed));
+    });
+    EXPECT_EQ(sums[0].first.to_vector<float>(), values) << compression_name(c);
+    EXPECT_EQ(sums[0].second.to_vector<float>(), values) << compression_name(c);
+  }
+}
+
 // Device memory a training loop holds stays flat: after a warm-up, 10,000 more steps (a gradient
 // list all-reduced, an Adam step, a gather, a merge_call) leave the pool's bytes in use, the
 // pool's reserve and the device's free memory where they were. Runs over NCCL (GPU:0) and over two
@@ -355,6 +438,8 @@ void train_steps(MirroredStrategy& strategy, optimizers::Optimizer& optimizer, c
       std::vector<Tensor> grads = {Tensor::zeros(DType::kFloat32, Shape{256, 1024}), Tensor::zeros(DType::kFloat32, Shape{1000}),
                                    Tensor::from_vector<float>({r})};
       grads = ctx.all_reduce(ReduceOp::kMean, grads);
+      // And one on the replica's communication stream, with its events.
+      grads[2] = ctx.all_reduce_async(ReduceOp::kSum, grads[2]).wait();
       optimizer.apply_gradients({{grads[1], w}});
       Tensor gathered = ctx.all_gather(Tensor::from_vector<std::int64_t>({step}), 0);
       return ctx.merge_call([](Strategy& s, const PerReplica<Tensor>& g) { return s.extended().reduce_to(ReduceOp::kSum, g, g); },

@@ -206,6 +206,40 @@ TEST_F(MultiWorker, ReduceScatterGivesEachGlobalReplicaItsShard) {
   }
 }
 
+// Collectives issued without waiting give the blocking calls' results across workers, whatever
+// order their handles are waited in, with a blocking call between them; compressed ones too. (On
+// GPUs they run on each replica's communication stream.)
+TEST_F(MultiWorker, AsyncCollectivesGiveTheBlockingResults) {
+  const auto values = [](int g) {
+    std::vector<float> v(1000);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(g + 1) * 0.5f + static_cast<float>(i % 13);
+    return v;
+  };
+  const auto blocking = s.run([&] {
+    ReplicaContext& ctx = *get_replica_context();
+    const Tensor x = Tensor::from_vector<float>(values(ctx.replica_id_in_sync_group()));
+    const CommunicationOptions bf16{.compression = Compression::kBfloat16};
+    return std::vector<Tensor>{ctx.all_reduce(ReduceOp::kSum, x), ctx.all_gather(x, 0),
+                               ctx.reduce_scatter(ReduceOp::kMean, x), ctx.all_reduce(ReduceOp::kSum, x, bf16)};
+  });
+  const auto issued = s.run([&] {
+    ReplicaContext& ctx = *get_replica_context();
+    const Tensor x = Tensor::from_vector<float>(values(ctx.replica_id_in_sync_group()));
+    const CommunicationOptions bf16{.compression = Compression::kBfloat16};
+    CollectiveHandle<Tensor> sum = ctx.all_reduce_async(ReduceOp::kSum, x);
+    CollectiveHandle<Tensor> gathered = ctx.all_gather_async(x, 0);
+    const Tensor shard = ctx.reduce_scatter(ReduceOp::kMean, x);
+    CollectiveHandle<Tensor> compressed = ctx.all_reduce_async(ReduceOp::kSum, x, bf16);
+    const Tensor last = compressed.wait();
+    return std::vector<Tensor>{sum.wait(), gathered.wait(), shard, last};
+  });
+  for (int l = 0; l < local(); ++l) {
+    for (std::size_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(issued[l][k].to_vector<float>(), blocking[l][k].to_vector<float>()) << "replica " << l << ", result " << k;
+    }
+  }
+}
+
 TEST_F(MultiWorker, ReduceScatterWithAnotherShapeOnTheLastWorkerIsAnInvalidArgumentEverywhere) {
   if (workers() < 2) GTEST_SKIP() << "needs two workers";
   const int last = workers() - 1;

@@ -23,6 +23,12 @@ struct CUstream_st;
 
 namespace distribute::detail {
 
+// What orders one async collective against its replica's work (ReplicaDevice::issue_async_call).
+class AsyncCallOrder {
+ public:
+  virtual ~AsyncCallOrder() = default;
+};
+
 class ReplicaDevice {
  public:
   // Host replicas for CPU devices; GPU replicas own a new stream (UnimplementedError without CUDA).
@@ -33,7 +39,8 @@ class ReplicaDevice {
   // Replicas with equal memory spaces read each other's memory directly (-1: host; else the
   // physical GPU).
   int memory_space() const { return memory_space_; }
-  // The replica's CUDA stream; null on the host.
+  // The replica's CUDA stream (on its async lane's thread, its communication stream); null on
+  // the host.
   virtual CUstream_st* stream() const { return nullptr; }
 
   // Called on the replica's own thread before its first job: selects the GPU and makes the
@@ -43,8 +50,8 @@ class ReplicaDevice {
   virtual void unbind_thread() {}
 
   enum class SyncResult { kDone, kCancelled, kTimedOut };
-  // Waits until the issued work has finished, giving up when `cancelled()` turns true or the
-  // deadline passes. Throws the device's own failure.
+  // Waits until the work issued on the calling thread's stream (stream()) has finished, giving up
+  // when `cancelled()` turns true or the deadline passes. Throws the device's own failure.
   virtual SyncResult synchronize(Deadline /*deadline*/, const std::function<bool()>& /*cancelled*/) {
     return SyncResult::kDone;
   }
@@ -57,6 +64,26 @@ class ReplicaDevice {
   // out = op over inputs (all in this device's memory space), as detail::reduce_buffers.
   virtual void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
                       std::int64_t mean_denominator) = 0;
+
+  // Collectives issued without waiting (ReplicaContext::*_async) run on the replica's async lane.
+  // On a GPU their work goes on a communication stream of the replica's own: it starts after the
+  // work issued before the call (no host wait), and the replica's stream waits for it only where
+  // the result is used, so that the collective overlaps the replica's work in between. On the
+  // host these do nothing: the lane's thread runs the work in order.
+  //
+  // On the replica's thread as it issues the call: marks the call's inputs ready. Null when
+  // there is nothing to order.
+  virtual std::shared_ptr<AsyncCallOrder> issue_async_call() { return nullptr; }
+  // On the lane's thread before its first job: selects the GPU; work issued through this device
+  // from that thread (and its allocations) goes on the communication stream.
+  virtual void bind_lane_thread() {}
+  // On the lane: the call's work waits for its inputs; then, after the work, marks it done.
+  virtual void begin_async_call(AsyncCallOrder& /*order*/) {}
+  virtual void end_async_call(AsyncCallOrder& /*order*/) {}
+  // The replica's later work waits for the call (its result is used from here on).
+  virtual void use_async_result(AsyncCallOrder& /*order*/) {}
+  // The replica's later work waits for every call the lane has run (the lane is idle).
+  virtual void join_async_calls() {}
 
   enum class Mark { kReady, kDone };
   // Marks everything issued so far; a later wait_for(mark, *this) by a peer waits for it.

@@ -5,15 +5,38 @@
 
 #include <utility>
 
+#include "device/replica_device.h"
+
 namespace distribute::detail {
+
+void AsyncCollective::set_device_order(ReplicaDevice* device, std::shared_ptr<AsyncCallOrder> order) {
+  device_ = device;
+  order_ = std::move(order);
+}
+
+void AsyncCollective::forget_device_order() {
+  if (!order_) return;
+  work_ = nullptr;
+  order_.reset();
+  device_ = nullptr;
+}
 
 void AsyncCollective::run() noexcept {
   try {
+    if (order_) device_->begin_async_call(*order_);
     work_();
   } catch (...) {
     error_ = std::current_exception();
   }
-  work_ = nullptr;  // the buffers go as soon as the collective is over
+  if (order_) {
+    try {
+      device_->end_async_call(*order_);
+    } catch (...) {
+      if (!error_) error_ = std::current_exception();
+    }
+  } else {
+    work_ = nullptr;  // the buffers go as soon as the collective is over
+  }
   done_.store(1, std::memory_order_release);
   done_.notify_all();
 }
@@ -22,6 +45,7 @@ void AsyncCollective::wait() {
   while (done_.load(std::memory_order_acquire) == 0) done_.wait(0, std::memory_order_acquire);
   observed_.store(true, std::memory_order_release);
   if (error_) std::rethrow_exception(error_);
+  if (order_) device_->use_async_result(*order_);
 }
 
 AsyncLane::AsyncLane(std::string name, std::function<void()> setup)
@@ -59,6 +83,7 @@ std::exception_ptr AsyncLane::take_unobserved_error() {
   std::exception_ptr error;
   for (const std::shared_ptr<AsyncCollective>& job : since_last_check_) {
     if (!error) error = job->unobserved_error();
+    job->forget_device_order();
   }
   since_last_check_.clear();
   return error;

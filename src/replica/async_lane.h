@@ -37,7 +37,8 @@ class AsyncLane {
   // blocking collective).
   bool busy() const { return pending_.load(std::memory_order_acquire) != 0; }
   // The error of the first job pushed since the last call that failed with nobody waiting for
-  // it, or null; forgets those jobs. Call after drain().
+  // it, or null; forgets those jobs (and their device orders). Call after drain(), and after the
+  // replica's stream has waited for the lane's work (ReplicaDevice::join_async_calls).
   std::exception_ptr take_unobserved_error();
 
  private:

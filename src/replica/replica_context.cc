@@ -41,8 +41,7 @@ detail::ThreadMode ReplicaContext::merge_mode() const {
 }
 
 void ReplicaContext::issue_async(std::shared_ptr<detail::AsyncCollective> job) {
-  // A GPU replica's lane would need the replica's device and a stream of its own.
-  if (group_ == nullptr || !device_.is_cpu()) {
+  if (group_ == nullptr) {
     job->run();
     return;
   }

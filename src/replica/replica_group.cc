@@ -24,7 +24,8 @@ thread_local bool on_async_lane = false;
 }  // namespace
 
 ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
-                           CommunicationOptions defaults, cluster::Coordinator* agreement, int first_id)
+                           CommunicationOptions defaults, cluster::Coordinator* agreement, int first_id,
+                           std::vector<ReplicaDevice*> devices)
     : size_(size),
       defaults_(defaults),
       policy_(policy),
@@ -35,7 +36,8 @@ ReplicaGroup::ReplicaGroup(int size, std::unique_ptr<collective::Communicator> c
       calls_(static_cast<std::size_t>(size)),
       ops_(static_cast<std::size_t>(size)),
       agreement_(agreement),
-      first_id_(first_id) {
+      first_id_(first_id),
+      devices_(std::move(devices)) {
   communicator_->set_failure_flag(&failed_);
   for (Slot& slot : slots_) {
     slot.returned.op.kind = CollectiveKind::kReturn;
@@ -298,23 +300,49 @@ int ReplicaGroup::track(int rank) const {
 
 void ReplicaGroup::issue_async(int rank, std::shared_ptr<AsyncCollective> job) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  ReplicaDevice* device = static_cast<std::size_t>(rank) < devices_.size() ? devices_[static_cast<std::size_t>(rank)] : nullptr;
   if (!slot.lane) {
-    slot.lane = std::make_unique<AsyncLane>(absl::StrCat("async/r", first_id_ + rank), [] { on_async_lane = true; });
+    slot.lane = std::make_unique<AsyncLane>(absl::StrCat("async/r", first_id_ + rank), [device] {
+      on_async_lane = true;
+      // A device that cannot be bound fails the lane's first collective with its own error.
+      try {
+        if (device != nullptr) device->bind_lane_thread();
+      } catch (...) {
+      }
+    });
+  }
+  if (device != nullptr) {
+    if (std::shared_ptr<AsyncCallOrder> order = device->issue_async_call()) {
+      job->set_device_order(device, std::move(order));
+      slot.unjoined = true;
+    }
   }
   slot.lane->push(std::move(job));
+}
+
+void ReplicaGroup::drain_lane(int rank, AsyncLane& lane) {
+  lane.drain();
+  Slot& slot = slots_[static_cast<std::size_t>(rank)];
+  if (!slot.unjoined) return;
+  slot.unjoined = false;
+  devices_[static_cast<std::size_t>(rank)]->join_async_calls();
 }
 
 void ReplicaGroup::drain_async(int rank) {
   AsyncLane* lane = slots_[static_cast<std::size_t>(rank)].lane.get();
   if (lane == nullptr) return;
-  lane->drain();
+  try {
+    drain_lane(rank, *lane);
+  } catch (...) {
+    // The run has failed already (and the replica's device is waited for next).
+  }
   // The run has failed already: its first error is the one it reports.
   lane->take_unobserved_error();
 }
 
 void ReplicaGroup::finish_async_before(int rank) {
   AsyncLane* lane = slots_[static_cast<std::size_t>(rank)].lane.get();
-  if (lane != nullptr && !on_async_lane) [[unlikely]] lane->drain();
+  if (lane != nullptr && !on_async_lane) [[unlikely]] drain_lane(rank, *lane);
 }
 
 void ReplicaGroup::run_collective(int rank, CollectiveCall& call, CollectiveKind kind, DataPhase data_phase) {
@@ -362,7 +390,7 @@ void ReplicaGroup::replica_returned(int rank) {
   // writes no line of it that the completer of the last phase read.
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   if (slot.lane) [[unlikely]] {
-    slot.lane->drain();
+    drain_lane(rank, *slot.lane);
     if (std::exception_ptr unwaited = slot.lane->take_unobserved_error()) std::rethrow_exception(unwaited);
   }
   CollectiveCall& call = slot.returned;

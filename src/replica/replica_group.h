@@ -29,6 +29,7 @@
 #include "distribute/replica/internal/collective_call.h"
 #include "distribute/replica/collective_stats.h"
 #include "cluster/coordinator.h"
+#include "device/replica_device.h"
 #include "replica/async_lane.h"
 #include "replica/small_all_reduce.h"
 
@@ -37,9 +38,11 @@ namespace distribute::detail {
 class ReplicaGroup {
  public:
   // In a multi-worker strategy, `agreement` is the workers' and this group's replicas have the
-  // global ids first_id ...; null for a single process.
+  // global ids first_id ...; null for a single process. devices[r], where given, is replica r's
+  // device, which orders the collectives of its async lane (a GPU's communication stream).
   ReplicaGroup(int size, std::unique_ptr<collective::Communicator> communicator, WaitPolicy policy,
-               CommunicationOptions defaults, cluster::Coordinator* agreement = nullptr, int first_id = 0);
+               CommunicationOptions defaults, cluster::Coordinator* agreement = nullptr, int first_id = 0,
+               std::vector<ReplicaDevice*> devices = {});
 
   int size() const { return size_; }
 
@@ -104,6 +107,9 @@ class ReplicaGroup {
   // Before rank's blocking collective, merge_call or return: the async collectives it issued
   // first are run first (unless this is the lane's own thread, running one of them).
   void finish_async_before(int rank);
+  // Waits until rank's async lane has run every job it holds, then orders the replica's later
+  // device work after theirs.
+  void drain_lane(int rank, AsyncLane& lane);
   // Publishes `call`, then meets the other replicas at the rendezvous (unless the small path
   // completed it); returns whether the data phase is still to do.
   bool synchronise(int rank, CollectiveCall& call);
@@ -139,6 +145,9 @@ class ReplicaGroup {
     std::atomic<std::int64_t> wait_ticks{0};  // of cycle_now()
     // The replica's async lane, made by its thread at its first async collective; null before.
     std::unique_ptr<AsyncLane> lane;
+    // Whether the replica issued async collectives since its device last waited for its lane's
+    // (ReplicaDevice::join_async_calls); the replica's thread's alone.
+    bool unjoined = false;
   };
 
   const int size_;
@@ -163,6 +172,7 @@ class ReplicaGroup {
   CollectiveCall failure_report_;
   cluster::Coordinator* const agreement_;
   const int first_id_;
+  const std::vector<ReplicaDevice*> devices_;
   mutable Mutex mu_;
   std::exception_ptr first_error_ ABSL_GUARDED_BY(mu_);
   int first_error_rank_ ABSL_GUARDED_BY(mu_) = -1;  // the replica that raised it, if one did

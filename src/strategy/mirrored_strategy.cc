@@ -63,14 +63,19 @@ detail::Backend choose_backend(const std::vector<Device>& devices, const Mirrore
                                 DISTRIBUTE_HAS_NCCL != 0);
 }
 
+std::vector<detail::ReplicaDevice*> raw_pointers(const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices) {
+  std::vector<detail::ReplicaDevice*> out;
+  for (const auto& d : devices) out.push_back(d.get());
+  return out;
+}
+
 // This worker's replicas' backend.
 std::unique_ptr<collective::Communicator> make_local_communicator(
     detail::Backend backend, const std::vector<std::unique_ptr<detail::ReplicaDevice>>& devices,
     const detail::WaitPolicy& policy, [[maybe_unused]] cluster::Coordinator* coordinator,
     [[maybe_unused]] std::chrono::duration<double> timeout) {
   const int n = static_cast<int>(devices.size());
-  std::vector<detail::ReplicaDevice*> raw;
-  for (const auto& d : devices) raw.push_back(d.get());
+  std::vector<detail::ReplicaDevice*> raw = raw_pointers(devices);
   switch (backend) {
     case detail::Backend::kSharedMemory:
       return std::make_unique<collective::cpu::CpuCommunicator>(n, policy);
@@ -144,7 +149,8 @@ struct RunLevel {
                options.pin_threads, policy),
         group(static_cast<int>(devices.size()),
               make_communicator(backend, replica_devices, policy, coordinator, options.communication.timeout),
-              policy, options.communication, coordinator, first_global_id(coordinator, static_cast<int>(devices.size()))) {
+              policy, options.communication, coordinator, first_global_id(coordinator, static_cast<int>(devices.size())),
+              raw_pointers(replica_devices)) {
     const int local = static_cast<int>(devices.size());
     const int first_id = first_global_id(coordinator, local);
     const int global = coordinator != nullptr ? coordinator->num_workers() * local : local;

@@ -7,6 +7,13 @@
 // orders against every blocking stream of the device; so a tensor moved or printed from the main
 // thread after run, or inside merge_fn, sees the replicas' finished work.
 //
+// Async collectives. A replica's async lane issues their work on the replica's communication
+// stream, a second blocking stream: an event recorded on the replica's stream as the call is
+// issued starts it, and an event recorded after it is what the replica's stream waits for when the
+// result is used (or the lane is drained). Memory the lane allocates is on the communication stream;
+// when such a block is freed by another thread (a result the replica has read), the communication
+// stream first waits for the replica's stream, so that the block is not reused under its reads.
+//
 // Memory. Allocations are stream-ordered (cudaMallocAsync) from the device's default pool, whose
 // release threshold is raised so that freed blocks stay in the pool: a training loop does not call
 // the driver's allocator per step. A block is freed on the stream it was allocated on; the storage
@@ -127,14 +134,25 @@ struct Stream {
   static constexpr std::size_t kMaxKeptBlock = std::size_t{32} << 20;
   static constexpr std::size_t kMaxKeptBytes = std::size_t{64} << 20;
 
-  Stream(int physical_gpu, cudaStream_t s) : physical(physical_gpu), stream(s) {}
+  Stream(int physical_gpu, cudaStream_t s, std::shared_ptr<Stream> replica = nullptr)
+      : physical(physical_gpu), stream(s), follows(std::move(replica)) {
+    if (follows) cudaEventCreateWithFlags(&follow_event, cudaEventDisableTiming);
+  }
   ~Stream() {
     int previous = -1;
     cudaGetDevice(&previous);
     cudaSetDevice(physical);
     release_kept();
     cudaStreamDestroy(stream);  // pending work still completes
+    if (follow_event != nullptr) cudaEventDestroy(follow_event);
     if (previous >= 0) cudaSetDevice(previous);
+  }
+
+  // A communication stream: its later work waits for the replica stream's work issued so far.
+  // Runs in storage release, so it cannot throw.
+  void wait_for_replica() {
+    MutexLock lock(mu);
+    if (cudaEventRecord(follow_event, follows->stream) == cudaSuccess) cudaStreamWaitEvent(stream, follow_event, 0);
   }
 
   // A kept block of exactly `nbytes`, or null.
@@ -169,6 +187,8 @@ struct Stream {
 
   const int physical;
   const cudaStream_t stream;
+  const std::shared_ptr<Stream> follows;  // a communication stream's replica stream, else null
+  cudaEvent_t follow_event = nullptr;
   Mutex mu;
   absl::flat_hash_map<std::size_t, absl::InlinedVector<void*, 2>> kept ABSL_GUARDED_BY(mu);
   std::size_t kept_bytes ABSL_GUARDED_BY(mu) = 0;
@@ -176,6 +196,28 @@ struct Stream {
 
 class CudaReplicaDevice;
 thread_local CudaReplicaDevice* bound_replica = nullptr;
+// On an async lane's thread, the communication stream it issues on.
+thread_local const Stream* lane_stream = nullptr;
+
+// The events of one async collective: its inputs ready on the replica stream, its work done on
+// the communication stream.
+class CudaAsyncCallOrder final : public AsyncCallOrder {
+ public:
+  explicit CudaAsyncCallOrder(const Device& gpu) {
+    DISTRIBUTE_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "creating an event on ",
+                          gpu.short_name());
+    if (cudaError_t error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming); error != cudaSuccess) {
+      cudaEventDestroy(ready);
+      throw_cuda_error(error, absl::StrCat("creating an event on ", gpu.short_name()));
+    }
+  }
+  ~CudaAsyncCallOrder() override {
+    cudaEventDestroy(ready);
+    cudaEventDestroy(done);
+  }
+  cudaEvent_t ready = nullptr;
+  cudaEvent_t done = nullptr;
+};
 
 class CudaReplicaDevice final : public ReplicaDevice {
  public:
@@ -184,19 +226,59 @@ class CudaReplicaDevice final : public ReplicaDevice {
     cudaStream_t s = nullptr;
     DISTRIBUTE_CUDA_CHECK(cudaStreamCreate(&s), "creating the stream of the replica on ", gpu.short_name());
     stream_ = std::make_shared<Stream>(physical, s);
-    DISTRIBUTE_CUDA_CHECK(cudaEventCreateWithFlags(&events_[0], cudaEventDisableTiming), "creating an event on ",
+    cudaStream_t c = nullptr;
+    DISTRIBUTE_CUDA_CHECK(cudaStreamCreate(&c), "creating the communication stream of the replica on ",
                           gpu.short_name());
-    DISTRIBUTE_CUDA_CHECK(cudaEventCreateWithFlags(&events_[1], cudaEventDisableTiming), "creating an event on ",
-                          gpu.short_name());
+    communication_ = std::make_shared<Stream>(physical, c, stream_);
+    for (cudaEvent_t* event : {&events_[0], &events_[1], &joined_}) {
+      DISTRIBUTE_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "creating an event on ",
+                            gpu.short_name());
+    }
   }
   ~CudaReplicaDevice() override {
     if (bound_replica == this) bound_replica = nullptr;
     cudaEventDestroy(events_[0]);
     cudaEventDestroy(events_[1]);
+    cudaEventDestroy(joined_);
   }
 
-  CUstream_st* stream() const override { return stream_->stream; }
-  const std::shared_ptr<Stream>& shared_stream() const { return stream_; }
+  // The stream this thread issues on: the communication stream on the replica's async lane.
+  const std::shared_ptr<Stream>& shared_stream() const {
+    return lane_stream == communication_.get() ? communication_ : stream_;
+  }
+  CUstream_st* stream() const override { return shared_stream()->stream; }
+
+  void bind_lane_thread() override {
+    DISTRIBUTE_CUDA_CHECK(cudaSetDevice(memory_space()), "binding the async lane of ", device().short_name(),
+                          " to physical GPU ", memory_space());
+    bound_replica = this;
+    lane_stream = communication_.get();
+  }
+
+  std::shared_ptr<AsyncCallOrder> issue_async_call() override {
+    auto order = std::make_shared<CudaAsyncCallOrder>(device());
+    DISTRIBUTE_CUDA_CHECK(cudaEventRecord(order->ready, stream_->stream), "recording an event on ",
+                          device().short_name());
+    return order;
+  }
+  void begin_async_call(AsyncCallOrder& order) override {
+    DISTRIBUTE_CUDA_CHECK(cudaStreamWaitEvent(communication_->stream, static_cast<CudaAsyncCallOrder&>(order).ready, 0),
+                          "ordering the communication stream of ", device().short_name());
+  }
+  void end_async_call(AsyncCallOrder& order) override {
+    DISTRIBUTE_CUDA_CHECK(cudaEventRecord(static_cast<CudaAsyncCallOrder&>(order).done, communication_->stream),
+                          "recording an event on ", device().short_name());
+  }
+  void use_async_result(AsyncCallOrder& order) override {
+    DISTRIBUTE_CUDA_CHECK(cudaStreamWaitEvent(stream_->stream, static_cast<CudaAsyncCallOrder&>(order).done, 0),
+                          "ordering the stream of ", device().short_name(), " after its async collective");
+  }
+  void join_async_calls() override {
+    DISTRIBUTE_CUDA_CHECK(cudaEventRecord(joined_, communication_->stream), "recording an event on ",
+                          device().short_name());
+    DISTRIBUTE_CUDA_CHECK(cudaStreamWaitEvent(stream_->stream, joined_, 0), "ordering the stream of ",
+                          device().short_name(), " after its async collectives");
+  }
 
   void bind_thread() override {
     DISTRIBUTE_CUDA_CHECK(cudaGetDevice(&previous_device_), "querying the current GPU");
@@ -216,7 +298,7 @@ class CudaReplicaDevice final : public ReplicaDevice {
     bool was_cancelled = false;
     const bool ended = poll_until(
         [&] {
-          const cudaError_t state = cudaStreamQuery(stream_->stream);
+          const cudaError_t state = cudaStreamQuery(stream());
           if (state == cudaSuccess) return true;
           if (state != cudaErrorNotReady) {
             throw_cuda_error(state, absl::StrCat("the work of the replica on ", device().short_name(), " failed"));
@@ -231,7 +313,7 @@ class CudaReplicaDevice final : public ReplicaDevice {
 
   void copy(void* dst, const void* src, std::size_t nbytes) override {
     if (nbytes == 0 || dst == src) return;
-    DISTRIBUTE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream_->stream), "copying ", nbytes,
+    DISTRIBUTE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream()), "copying ", nbytes,
                           " bytes on the stream of ", device().short_name());
   }
 
@@ -239,32 +321,34 @@ class CudaReplicaDevice final : public ReplicaDevice {
                  std::size_t rows) override {
     if (row_bytes == 0 || rows == 0) return;
     DISTRIBUTE_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDefault,
-                                            stream_->stream),
+                                            stream()),
                           "copying ", rows, " rows of ", row_bytes, " bytes on the stream of ", device().short_name());
   }
 
   void reduce(DType dtype, ReduceOp op, std::span<const void* const> inputs, void* out, std::int64_t count,
               std::int64_t mean_denominator) override {
     DISTRIBUTE_CUDA_CHECK(launch_reduce(static_cast<KernelDType>(dtype), op == ReduceOp::kMean, inputs.data(),
-                                        inputs.size(), out, count, mean_denominator, stream_->stream),
+                                        inputs.size(), out, count, mean_denominator, stream()),
                           "reducing ", inputs.size(), " buffers of ", count, " ", dtype_name(dtype), " on ",
                           device().short_name());
   }
 
   void mark(Mark mark) override {
-    DISTRIBUTE_CUDA_CHECK(cudaEventRecord(events_[static_cast<int>(mark)], stream_->stream), "recording an event on ",
+    DISTRIBUTE_CUDA_CHECK(cudaEventRecord(events_[static_cast<int>(mark)], stream()), "recording an event on ",
                           device().short_name());
   }
 
   void wait_for(Mark mark, ReplicaDevice& other) override {
     auto& peer = static_cast<CudaReplicaDevice&>(other);
-    DISTRIBUTE_CUDA_CHECK(cudaStreamWaitEvent(stream_->stream, peer.events_[static_cast<int>(mark)], 0),
+    DISTRIBUTE_CUDA_CHECK(cudaStreamWaitEvent(stream(), peer.events_[static_cast<int>(mark)], 0),
                           "ordering the stream of ", device().short_name(), " after ", other.device().short_name());
   }
 
  private:
   std::shared_ptr<Stream> stream_;
+  std::shared_ptr<Stream> communication_;
   cudaEvent_t events_[2] = {nullptr, nullptr};
+  cudaEvent_t joined_ = nullptr;  // join_async_calls's, used on the replica's thread only
   int previous_device_ = 0;                     // the thread's device before bind_thread
   CudaReplicaDevice* previous_replica_ = nullptr;  // likewise, its bound replica
 };
@@ -316,6 +400,13 @@ StorageRef allocate(const Device& gpu, std::size_t nbytes) {
       DISTRIBUTE_CUDA_CHECK(error, "allocating ", nbytes, " bytes on ", gpu.short_name());
     }
     return make_storage(data, nbytes, gpu, [stream, s, physical, &in_use](void* p, std::size_t n) {
+      if (stream && stream->follows && lane_stream != stream.get()) {
+        int previous = -1;
+        cudaGetDevice(&previous);
+        if (previous != physical) cudaSetDevice(physical);
+        stream->wait_for_replica();
+        if (previous >= 0 && previous != physical) cudaSetDevice(previous);
+      }
       if (!stream || !stream->keep(p, n)) free_on(physical, p, s);
       in_use.fetch_sub(n, std::memory_order_relaxed);
     });

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -13,6 +14,9 @@
 #include "distribute/replica/internal/collective_call.h"
 
 namespace distribute::detail {
+
+class AsyncCallOrder;
+class ReplicaDevice;
 
 class AsyncCollective {
  public:
@@ -22,11 +26,20 @@ class AsyncCollective {
 
   // What run() does: the collective, storing its result where the handle reads it.
   void set_work(absl::AnyInvocable<void()> work) { work_ = std::move(work); }
-  // On the lane: runs the work once, records how it ended and drops it. Never throws.
+  // Orders the work on `device` (a GPU's communication stream; ReplicaDevice::issue_async_call).
+  // Its buffers are then kept until forget_device_order(), after which the replica's stream has
+  // waited for the work.
+  void set_device_order(ReplicaDevice* device, std::shared_ptr<AsyncCallOrder> order);
+  // On the replica's thread once its stream has waited for every job of its lane: drops the
+  // order and the work's buffers.
+  void forget_device_order();
+  // On the lane: runs the work once and records how it ended, then drops it (unless ordered on a
+  // device). Never throws.
   void run() noexcept;
 
   bool ready() const { return done_.load(std::memory_order_acquire); }
-  // Blocks until run() has finished; rethrows the collective's error.
+  // Blocks until run() has finished; rethrows the collective's error. Ordered on a device, the
+  // replica's later work then waits for the collective's.
   void wait();
   // The error of a collective that finished without anyone waiting for it, or null.
   std::exception_ptr unobserved_error() const {
@@ -35,6 +48,8 @@ class AsyncCollective {
 
  private:
   absl::AnyInvocable<void()> work_;
+  ReplicaDevice* device_ = nullptr;
+  std::shared_ptr<AsyncCallOrder> order_;
   std::exception_ptr error_;  // written before done_ is set
   std::atomic<std::uint32_t> done_{0};
   std::atomic<bool> observed_{false};
