@@ -14,7 +14,8 @@ gpu_training_program=examples/fashion_mnist/train_fashion_mnist
 gpu_training_test_program=examples/fashion_mnist/fashion_mnist_test
 gpu_multi_worker_program=tests/multi_worker_test
 gpu_bench_program=bench/gpu_collectives_bench
+gpu_overlap_program=bench/gpu_overlap_bench
 
 gpu_all_programs=("${gpu_per_test_programs[@]}" "${gpu_whole_programs[@]}" "${gpu_example_programs[@]}"
                   "$gpu_training_program" "$gpu_training_test_program" "$gpu_multi_worker_program"
-                  "$gpu_bench_program")
+                  "$gpu_bench_program" "$gpu_overlap_program")

@@ -3,8 +3,9 @@
 # programs (each test in its own process, as ctest runs them, since a logical-GPU split is fixed
 # per process), the examples, the multi-worker tests on GPUs (two workers under mpirun, one NCCL
 # communicator across them), and gpu_collectives_bench (the library against raw NCCL from 8 B to
-# 1 GiB, then the one-device path over 2 and 4 logical GPUs). Prints a test summary and the
-# benchmark tables; exits non-zero when a test or an example fails.
+# 1 GiB, then the one-device path over 2 and 4 logical GPUs), and gpu_overlap_bench (async
+# collectives overlapping compute, in one process and over two workers with compression). Prints a
+# test summary and the benchmark tables; exits non-zero when a test or an example fails.
 #
 #   bench/gpu_run.sh [BUILD_DIR [SECTION...]]
 #       BUILD_DIR defaults to build/default, configured with CUDA and NCCL found (the README's
@@ -108,6 +109,10 @@ else
   echo "skipped: Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)"
 fi
 
+# Under mpirun with fewer GPUs than workers: each worker presents itself to NCCL as its own host
+# (NCCL refuses two ranks on one GPU of one host), and they talk through NCCL's socket transport.
+one_host_each='[ "$0" -lt 2 ] && export NCCL_HOSTID=gpu_run_worker_$OMPI_COMM_WORLD_RANK NCCL_SOCKET_IFNAME=lo; exec "$@"'
+
 if want multiworker; then
   # Every test of multi_worker_test with GPU replicas: 1 and 2 workers of one GPU each. Where the
   # machine has one GPU, the two workers share it (the test presents each to NCCL as its own host).
@@ -137,7 +142,6 @@ if want multiworker; then
     if [ $have_gpu = 1 ] && [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
       echo "=== the training example on 2 workers x 1 GPU (mpirun), then on 1 process x 2 replicas"
       gpus=$(nvidia-smi -L | wc -l)
-      one_host_each='[ "$0" -lt 2 ] && export NCCL_HOSTID=gpu_run_worker_$OMPI_COMM_WORLD_RANK NCCL_SOCKET_IFNAME=lo; exec "$@"'
       timeout 300 mpirun --oversubscribe --bind-to none -np 2 bash -c "$one_host_each" "$gpus" "$train" \
         --multi_worker --device=gpu --replicas=1 --epochs=1 --checkpoint=/tmp/gpu_run_fashion_mnist_mw.safetensors ||
         failures+=("train_fashion_mnist --multi_worker --device=gpu on 2 workers")
@@ -158,6 +162,14 @@ if want bench; then
     echo "=== gpu_collectives_bench --logical $logical"
     timeout 120 "$bench" --logical "$logical" --max-bytes 256M --factor 4 || failures+=("gpu_collectives_bench --logical $logical")
   done
+  echo "=== gpu_overlap_bench: async collectives overlapping compute"
+  overlap="$build/$gpu_overlap_program"
+  timeout 120 "$overlap" || failures+=("gpu_overlap_bench")
+  if [ $have_gpu = 1 ] && command -v mpirun >/dev/null; then
+    echo "=== gpu_overlap_bench --multi_worker: 2 workers (mpirun), with compression"
+    timeout 300 mpirun --oversubscribe --bind-to none -np 2 bash -c "$one_host_each" "$(nvidia-smi -L | wc -l)" \
+      "$overlap" --multi_worker --mib=16 --compute_iters=100 || failures+=("gpu_overlap_bench --multi_worker")
+  fi
 fi
 
 [ ${#failures[@]} -eq 0 ]
