@@ -37,7 +37,7 @@
 
 ABSL_FLAG(bool, multi_worker, false, "one NCCL rank per worker, under mpirun (MultiWorkerMirroredStrategy)");
 ABSL_FLAG(int, mib, 64, "the gradient's size in MiB (float32)");
-ABSL_FLAG(int, compute_iters, 200, "multiply-adds per element of the compute kernel's 64 MiB buffer");
+ABSL_FLAG(int, compute_iters, 4000, "multiply-adds per element of the compute kernel's 64 MiB buffer");
 ABSL_FLAG(int, steps, 20, "steps per timed run");
 ABSL_FLAG(int, repeats, 5, "timed runs (the median is reported)");
 

@@ -36,6 +36,7 @@ done
 
 echo "=== machine"
 have_gpu=1
+python3 -c "import nvidia.nccl, os; print('NCCL wheel:', sorted(os.listdir(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))))" 2>/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || {
   have_gpu=0
   echo "no GPU visible (nvidia-smi failed): the GPU tests skip, the GPU runs do not start"
@@ -168,7 +169,7 @@ if want bench; then
   if [ $have_gpu = 1 ] && command -v mpirun >/dev/null; then
     echo "=== gpu_overlap_bench --multi_worker: 2 workers (mpirun), with compression"
     timeout 300 mpirun --oversubscribe --bind-to none -np 2 bash -c "$one_host_each" "$(nvidia-smi -L | wc -l)" \
-      "$overlap" --multi_worker --mib=16 --compute_iters=100 || failures+=("gpu_overlap_bench --multi_worker")
+      "$overlap" --multi_worker --mib=16 --compute_iters=10000 || failures+=("gpu_overlap_bench --multi_worker")
   fi
 fi
 
