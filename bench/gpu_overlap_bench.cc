@@ -64,7 +64,7 @@ void step(Mode mode, Buffers& b, int compute_iters, Compression compression, cud
   ReplicaContext& ctx = *get_replica_context();
   const auto stream = static_cast<cudaStream_t>(cuda::current_stream());
   const CommunicationOptions options{.compression = compression};
-  const auto compute = [&] { check(testing::gpu::compute(b.work.data<float>(), kComputeCount, compute_iters, stream), "compute"); };
+  const auto compute = [&] { check(testing::gpu::compute(static_cast<float*>(b.work.raw_data()), kComputeCount, compute_iters, stream), "compute"); };
   if (events != nullptr) check(cudaEventRecord(events[0], stream), "event");
   switch (mode) {
     case Mode::kCompute:

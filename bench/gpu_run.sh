@@ -9,8 +9,9 @@
 #
 #   bench/gpu_run.sh [BUILD_DIR [SECTION...]]
 #       BUILD_DIR defaults to build/default, configured with CUDA and NCCL found (the README's
-#       default build does that). SECTIONs: tests, examples, training, multiworker, bench; all
-#       by default.
+#       default build does that). SECTIONs: tests, examples, training, multiworker, bench (all
+#       by default), and profile (gpu_collectives_bench --profile from 1 to 64 MiB: where the
+#       library's time beside raw NCCL goes).
 #
 # Libraries: BUILD_DIR/lib goes first on LD_LIBRARY_PATH when it exists (for a build made on
 # another machine), and where no libnccl or libcublas is installed, PyTorch's NVIDIA wheels serve.
@@ -171,6 +172,11 @@ if want bench; then
     timeout 300 mpirun --oversubscribe --bind-to none -np 2 bash -c "$one_host_each" "$(nvidia-smi -L | wc -l)" \
       "$overlap" --multi_worker --mib=16 --compute_iters=10000 || failures+=("gpu_overlap_bench --multi_worker")
   fi
+fi
+
+if want profile; then
+  echo "=== gpu_collectives_bench --profile"
+  timeout 120 "$build/$gpu_bench_program" --profile --min-bytes 1M --max-bytes 64M || failures+=("gpu_collectives_bench --profile")
 fi
 
 [ ${#failures[@]} -eq 0 ]

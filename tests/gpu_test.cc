@@ -343,16 +343,16 @@ void expect_async_collectives_overlap(MirroredStrategy& strategy) {
     EXPECT_EQ(cudaEventCreateWithFlags(&cleared, cudaEventDisableTiming), cudaSuccess);
     EXPECT_EQ(cudaEventRecord(cleared, stream), cudaSuccess);
     Tensor x = Tensor::empty(DType::kFloat32, Shape{kCount}, ctx.device());
-    EXPECT_EQ(testing::gpu::fill_late(x.data<float>(), kCount, static_cast<float>(r + 1), 50'000'000, stream), cudaSuccess);
+    EXPECT_EQ(testing::gpu::fill_late(static_cast<float*>(x.raw_data()), kCount, static_cast<float>(r + 1), 50'000'000, stream), cudaSuccess);
     CollectiveHandle<Tensor> sum = ctx.all_reduce_async(ReduceOp::kSum, x);
     CollectiveHandle<Tensor> gathered = ctx.all_gather_async(x, 0);
-    EXPECT_EQ(testing::gpu::wait_for_flag(seen.data<int>(), 5'000'000'000, stream), cudaSuccess);
+    EXPECT_EQ(testing::gpu::wait_for_flag(static_cast<const int*>(seen.raw_data()), 5'000'000'000, stream), cudaSuccess);
     const Tensor& total = sum.wait();
     cudaStream_t side = nullptr;
     EXPECT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
     EXPECT_EQ(cudaStreamWaitEvent(side, cleared, 0), cudaSuccess);
-    EXPECT_EQ(testing::gpu::watch_for(total.data<float>() + kCount - 1, static_cast<float>(n * (n + 1) / 2),
-                                      seen.data<int>(), 3'000'000'000, side),
+    EXPECT_EQ(testing::gpu::watch_for(static_cast<const float*>(total.raw_data()) + kCount - 1, static_cast<float>(n * (n + 1) / 2),
+                                      static_cast<int*>(seen.raw_data()), 3'000'000'000, side),
               cudaSuccess);
     EXPECT_EQ(cudaStreamSynchronize(side), cudaSuccess);
     cudaStreamDestroy(side);

@@ -307,8 +307,8 @@ std::filesystem::path chief_scratch(MultiWorkerMirroredStrategy& s, const std::s
   const Tensor sum = s.run([&] {
     ReplicaContext& ctx = *get_replica_context();
     const bool chief = ctx.replica_id_in_sync_group() == 0;
-    return ctx.all_reduce(ReduceOp::kSum, chief ? Tensor::from_vector<std::int32_t>(chars, Shape{kLongest}, Device::cpu())
-                                                : Tensor::zeros(DType::kInt32, Shape{kLongest}, Device::cpu()));
+    return ctx.all_reduce(ReduceOp::kSum, chief ? Tensor::from_vector<std::int32_t>(chars, Shape{kLongest}, ctx.device())
+                                                : Tensor::zeros(DType::kInt32, Shape{kLongest}, ctx.device()));
   })[0];
   std::string path;
   for (std::int32_t c : sum.to_vector<std::int32_t>()) {
