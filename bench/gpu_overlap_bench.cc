@@ -69,9 +69,11 @@ void step(Mode mode, Buffers& b, int compute_iters, Compression compression, cud
   switch (mode) {
     case Mode::kCompute:
       compute();
+      if (events != nullptr) check(cudaEventRecord(events[1], stream), "event");
       break;
     case Mode::kAllReduce:
       b.gradient = ctx.all_reduce(ReduceOp::kSum, b.gradient, options);
+      if (events != nullptr) check(cudaEventRecord(events[1], stream), "event");
       break;
     case Mode::kBlocking:
       b.gradient = ctx.all_reduce(ReduceOp::kSum, b.gradient, options);
