@@ -9,8 +9,8 @@
 #
 #   bench/gpu_run.sh [BUILD_DIR [SECTION...]]
 #       BUILD_DIR defaults to build/default, configured with CUDA and NCCL found (the README's
-#       default build does that). SECTIONs: tests, examples, training, multiworker, bench (all
-#       by default), and profile (gpu_collectives_bench --profile from 1 to 64 MiB: where the
+#       default build does that). SECTIONs: tests, examples, training, multiworker, bench,
+#       overlap (all by default), and profile (gpu_collectives_bench --profile from 1 to 64 MiB: where the
 #       library's time beside raw NCCL goes).
 #
 # Libraries: BUILD_DIR/lib goes first on LD_LIBRARY_PATH when it exists (for a build made on
@@ -19,7 +19,7 @@
 set -uo pipefail
 build=${1:-build/default}
 sections=" ${*:2} "
-[ "$sections" = "  " ] && sections=" tests examples training multiworker bench "
+[ "$sections" = "  " ] && sections=" tests examples training multiworker bench overlap "
 want() { [[ $sections == *" $1 "* ]]; }
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_programs.sh"
 
@@ -164,6 +164,9 @@ if want bench; then
     echo "=== gpu_collectives_bench --logical $logical"
     timeout 120 "$bench" --logical "$logical" --max-bytes 256M --factor 4 || failures+=("gpu_collectives_bench --logical $logical")
   done
+fi
+
+if want overlap; then
   echo "=== gpu_overlap_bench: async collectives overlapping compute"
   overlap="$build/$gpu_overlap_program"
   timeout 120 "$overlap" || failures+=("gpu_overlap_bench")
