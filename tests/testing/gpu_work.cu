@@ -63,7 +63,10 @@ cudaError_t fill_late(float* data, std::int64_t count, float value, std::int64_t
 }
 
 cudaError_t compute(float* data, std::int64_t count, int iterations, cudaStream_t stream) {
-  if (count > 0) multiply_add<<<blocks_for(count), 256, 0, stream>>>(data, count, iterations);
+  // One element per thread: short blocks, which leave multiprocessors to other streams' kernels
+  // as they end, as a layer's many kernels do.
+  const auto blocks = static_cast<unsigned>((count + 255) / 256);
+  if (count > 0) multiply_add<<<blocks, 256, 0, stream>>>(data, count, iterations);
   return cudaGetLastError();
 }
 
