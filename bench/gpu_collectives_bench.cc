@@ -30,6 +30,8 @@
 //   lone   the same without a group (how the library issues a lone call)
 //   nb     lone on a non-blocking communicator, polling ncclCommGetAsyncError after each call
 //          (the library's communicators are non-blocking so that a stalled call can be aborted)
+//   synced nb on a stream ordered against the legacy default stream, as a replica's stream is (the
+//          library's configuration of NCCL exactly)
 //   fresh  nccl with each receive buffer a new cudaMallocAsync block, freed after the call
 //   lib    the library (as in the table)
 //   run    one strategy.run with no collective, divided by K (the library's share of dispatch)
@@ -500,10 +502,11 @@ std::int64_t bench_replicas(int n, bool logical, const Options& options) {
 
 enum class Kind { kAllReduce, kAllGather };
 
-// One rank of our own on physical GPU 0, blocking or not, with its own non-blocking stream.
+// One rank of our own on physical GPU 0, blocking or not, with its own stream: non-blocking, or
+// like a replica's, ordered against the legacy default stream (`synced`).
 class RawRank {
  public:
-  explicit RawRank(bool blocking) {
+  explicit RawRank(bool blocking, bool synced = false) {
     BENCH_CUDA_CHECK(cudaSetDevice(0));
     ncclUniqueId id;
     BENCH_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -512,7 +515,7 @@ class RawRank {
     ncclResult_t started = ncclCommInitRankConfig(&comm_, 1, id, 0, &config);
     if (started != ncclInProgress) BENCH_NCCL_CHECK(started);
     settle();
-    BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, synced ? cudaStreamDefault : cudaStreamNonBlocking));
   }
   ~RawRank() {
     BENCH_NCCL_CHECK(ncclCommDestroy(comm_));
@@ -569,7 +572,7 @@ double device_seconds_per_op(cudaStream_t stream, int ops, Enqueue&& enqueue) {
 }
 
 void profile_size(Kind kind, std::size_t bytes, MirroredStrategy& strategy, RawRank& blocking, RawRank& nonblocking,
-                  const Options& options) {
+                  RawRank& like_a_replica, const Options& options) {
   const std::size_t count = std::max<std::size_t>(bytes / sizeof(float), 1);
   const int ops = gpu_ops_per_unit(bytes, options);
   const std::vector<int> gpu0 = {0};
@@ -588,6 +591,7 @@ void profile_size(Kind kind, std::size_t bytes, MirroredStrategy& strategy, RawR
   const double nccl = raw(blocking, true);
   const double lone = raw(blocking, false);
   const double nb = raw(nonblocking, false);
+  const double synced = raw(like_a_replica, false);
   const double fresh = time_unit(
                            [&] {
                              for (int k = 0; k < ops; ++k) {
@@ -637,9 +641,9 @@ void profile_size(Kind kind, std::size_t bytes, MirroredStrategy& strategy, RawR
   const double gpu_nccl = device_seconds_per_op(blocking.stream(), ops, [&] {
     blocking.call(kind, send[0], recv[0], count, true);
   });
-  std::printf("  %10zu %5d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %6zu %8.2f\n", bytes, ops,
-              nccl * 1e6, lone * 1e6, nb * 1e6, fresh * 1e6, lib * 1e6, run * 1e6, alloc * 1e6, gpu_lib * 1e6,
-              gpu_nccl * 1e6, addresses.size(), lib / nccl);
+  std::printf("  %10zu %5d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %6zu %8.2f\n", bytes, ops,
+              nccl * 1e6, lone * 1e6, nb * 1e6, synced * 1e6, fresh * 1e6, lib * 1e6, run * 1e6, alloc * 1e6,
+              gpu_lib * 1e6, gpu_nccl * 1e6, addresses.size(), lib / nccl);
   std::fflush(stdout);
 }
 
@@ -647,13 +651,16 @@ int run_profile(const Options& options) {
   MirroredStrategy strategy({"GPU:0"}, MirroredStrategyOptions{});
   RawRank blocking(true);
   RawRank nonblocking(false);
+  RawRank like_a_replica(false, true);
   for (const Kind kind : {Kind::kAllReduce, Kind::kAllGather}) {
     std::printf("#\n# --profile: %s, 1 replica (%s, %s); us per collective\n",
                 kind == Kind::kAllReduce ? "all_reduce" : "all_gather", strategy.name().c_str(),
                 std::string(strategy.cross_device_ops()).c_str());
-    std::printf("# %10s %5s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s %8s\n", "size (B)", "K", "nccl", "lone", "nb",
-                "fresh", "lib", "run/K", "alloc", "gpu lib", "gpu nccl", "addrs", "lib/nccl");
-    for (const std::size_t size : sweep_sizes(options)) profile_size(kind, size, strategy, blocking, nonblocking, options);
+    std::printf("# %10s %5s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s %8s\n", "size (B)", "K", "nccl", "lone", "nb",
+                "synced", "fresh", "lib", "run/K", "alloc", "gpu lib", "gpu nccl", "addrs", "lib/nccl");
+    for (const std::size_t size : sweep_sizes(options)) {
+      profile_size(kind, size, strategy, blocking, nonblocking, like_a_replica, options);
+    }
   }
   return 0;
 }
