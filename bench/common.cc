@@ -388,4 +388,13 @@ std::string format_bytes(std::size_t bytes) {
   return text;
 }
 
+int main_reporting_errors(const char* program, int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+}
+
 }  // namespace distribute::bench

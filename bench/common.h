@@ -164,4 +164,8 @@ double core_round_trip_seconds(int samples = 200, int trips = 2000);
 // "4 B", "64 KiB", "256 MiB".
 std::string format_bytes(std::size_t bytes);
 
+// A benchmark's main: returns run(argc, argv), or prints an exception as "<program>: <what>" (the
+// library's errors say what it was doing and CUDA's or NCCL's reason) and returns 1.
+int main_reporting_errors(const char* program, int (*run)(int, char**), int argc, char** argv);
+
 }  // namespace distribute::bench

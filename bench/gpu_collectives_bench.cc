@@ -797,11 +797,5 @@ int run_main(int argc, char** argv) {
 }  // namespace distribute::bench
 
 int main(int argc, char** argv) {
-  try {
-    return distribute::bench::run_main(argc, argv);
-  } catch (const std::exception& e) {
-    // The library's errors (distribute::Error) say what it was doing and CUDA's or NCCL's reason.
-    std::fprintf(stderr, "gpu_collectives_bench: %s\n", e.what());
-    return 1;
-  }
+  return distribute::bench::main_reporting_errors(distribute::bench::kProgram, distribute::bench::run_main, argc, argv);
 }

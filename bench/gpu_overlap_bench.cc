@@ -190,10 +190,5 @@ int run_main(int argc, char** argv) {
 }  // namespace distribute::bench
 
 int main(int argc, char** argv) {
-  try {
-    return distribute::bench::run_main(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_overlap_bench: %s\n", e.what());
-    return 1;
-  }
+  return distribute::bench::main_reporting_errors("gpu_overlap_bench", distribute::bench::run_main, argc, argv);
 }

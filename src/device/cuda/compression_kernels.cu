@@ -4,16 +4,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "device/cuda/grid.h"
+
 namespace distribute::detail::gpu {
 namespace {
-
-constexpr std::int64_t kThreads = 256;
-constexpr std::int64_t kMaxBlocks = 4096;
-
-unsigned blocks_for(std::int64_t count) {
-  const std::int64_t blocks = (count + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
-}
 
 // The same rounding as collective::narrow: to nearest even, with infs and NaNs kept.
 template <WireFormat F>
@@ -65,8 +59,7 @@ ShardIndex shard_index(std::int64_t count, int n) {
 template <WireFormat F>
 __global__ void narrow_into_slots(const float* in, std::int64_t count, ShardIndex index, int self, std::int64_t slot,
                                   std::uint16_t* slots, int* overflow) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(i, count) {
     std::int64_t shard = 0;
     std::int64_t k = 0;
     index.locate(i, shard, k);
@@ -78,8 +71,7 @@ template <WireFormat F>
 __global__ void sum_slots(const std::uint16_t* received, int n, int self, std::int64_t slot, const float* own,
                           std::int64_t length, std::uint16_t* out16, float* out32, std::int64_t divide_by,
                           int* overflow) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < length; k += stride) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(k, length) {
     float sum = 0;
     for (int p = 0; p < n; ++p) sum += p == self ? own[k] : widen<F>(received[p * slot + k]);
     const std::uint16_t rounded = narrow_checked<F>(sum, overflow);
@@ -95,8 +87,7 @@ __global__ void sum_slots(const std::uint16_t* received, int n, int self, std::i
 template <WireFormat F>
 __global__ void widen_from_slots(const std::uint16_t* slots, std::int64_t count, ShardIndex index, std::int64_t slot,
                                  float* out, std::int64_t divide_by) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(i, count) {
     std::int64_t shard = 0;
     std::int64_t k = 0;
     index.locate(i, shard, k);

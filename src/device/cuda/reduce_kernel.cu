@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "device/cuda/grid.h"
+
 namespace distribute::detail::gpu {
 namespace {
 
@@ -28,8 +30,7 @@ template <> __device__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __f
 template <class T>
 __global__ void reduce_kernel(InputList inputs, int n, T* out, std::int64_t count, std::int64_t divide_by) {
   using Acc = typename Accumulator<T>::type;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < count; k += stride) {
+  DISTRIBUTE_FOR_EACH_ELEMENT(k, count) {
     Acc acc = widen(static_cast<const T*>(inputs.data[0])[k]);
     for (int i = 1; i < n; ++i) acc += widen(static_cast<const T*>(inputs.data[i])[k]);
     if (divide_by != 1) acc /= static_cast<Acc>(divide_by);
@@ -40,10 +41,7 @@ __global__ void reduce_kernel(InputList inputs, int n, T* out, std::int64_t coun
 template <class T>
 cudaError_t launch_typed(bool mean, const void* const* inputs, std::size_t n, T* out, std::int64_t count,
                          std::int64_t mean_denominator, cudaStream_t stream) {
-  constexpr std::int64_t kThreads = 256;
-  constexpr std::int64_t kMaxBlocks = 4096;
-  std::int64_t blocks = (count + kThreads - 1) / kThreads;
-  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  const unsigned blocks = blocks_for(count);
   std::size_t next = 0;
   while (next < n) {
     InputList list{};
@@ -51,8 +49,7 @@ cudaError_t launch_typed(bool mean, const void* const* inputs, std::size_t n, T*
     if (next != 0) list.data[k++] = out;  // the running result of the earlier passes
     while (k < kMaxInputs && next < n) list.data[k++] = inputs[next++];
     const std::int64_t divide_by = next == n && mean ? mean_denominator : 1;
-    reduce_kernel<T><<<static_cast<unsigned>(blocks), static_cast<unsigned>(kThreads), 0, stream>>>(list, k, out, count,
-                                                                                                  divide_by);
+    reduce_kernel<T><<<blocks, static_cast<unsigned>(kThreads), 0, stream>>>(list, k, out, count, divide_by);
     if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
   }
   return cudaSuccess;

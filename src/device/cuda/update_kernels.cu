@@ -4,21 +4,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "device/cuda/grid.h"
+
 namespace distribute::detail::gpu {
 namespace {
-
-constexpr std::int64_t kThreads = 256;
-constexpr std::int64_t kMaxBlocks = 4096;
-
-unsigned blocks_for(std::int64_t count) {
-  const std::int64_t blocks = (count + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
-}
-
-// Grid-stride loop over [0, count).
-#define DISTRIBUTE_FOR_EACH_ELEMENT(k, count)                                                         \
-  for (std::int64_t k = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < (count); \
-       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
 template <class T>
 __global__ void subtract_kernel(T* dst, const T* src, std::int64_t count) {
@@ -82,7 +71,6 @@ __global__ void adam_kernel(T* w, const T* g, T* m, T* v, std::int64_t count, co
 
 __global__ void increment_kernel(std::int64_t* counter) { *counter += 1; }
 
-#undef DISTRIBUTE_FOR_EACH_ELEMENT
 
 template <class T>
 cudaError_t launch_subtract_typed(void* dst, const void* src, std::int64_t count, cudaStream_t stream) {
