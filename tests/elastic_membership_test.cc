@@ -1,7 +1,8 @@
 // ElasticMembership (gloo/membership.h), the elastic job's generations agreed through the
 // rendezvous store, with workers as threads over a file store of the test's own: every worker gets
-// the same member list whoever closes the generation, and a generation whose first worker died
-// before closing it is closed by the others.
+// the same member list whoever closes the generation, a generation whose first worker died
+// before closing it is closed by the others, and a survivor that gives up later than the others
+// is waited for when they had seen it alive.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -29,6 +30,7 @@ ElasticMembershipOptions options_of(int rank, int workers) {
   options.initial_rank = rank;
   options.initial_workers = workers;
   options.settle_time = 200ms;
+  options.survivor_wait = 1500ms;
   options.timeout = 10s;
   return options;
 }
@@ -99,9 +101,10 @@ TEST(ElasticMembership, AGenerationWhoseFirstWorkerDiedBeforeClosingItIsClosedBy
   ASSERT_EQ(first[0].num_workers(), 3);
 
   // Worker 0 comes to generation 1 first, claiming its slot 0 as a worker does (token, host,
-  // previous generation, previous id, initial rank), and dies before closing it.
+  // previous generation, previous id, initial rank, the workers it missed), and dies before
+  // closing it.
   const ElasticMember& dead = first[0].members[0];
-  const std::string claim = dead.token + "\n" + dead.host + "\n0\n0\n-1";
+  const std::string claim = dead.token + "\n" + dead.host + "\n0\n0\n-1\n";
   ASSERT_TRUE(store_claim(*job.store, "job/elastic/g1/slot-0", {claim.begin(), claim.end()}));
 
   // Every worker of generation 0 has come to generation 1: workers 1 and 2 close it at once, with
@@ -129,6 +132,46 @@ TEST(ElasticMembership, AGenerationWhoseFirstWorkerDiedBeforeClosingItIsClosedBy
     EXPECT_EQ(third[w].members[1].token, first[0].members[2].token);
     EXPECT_EQ(third[w].members[1].previous_id, 2);
   }
+}
+
+// Worker 2 dies. Workers 1 and 3 give up waiting for it and say so; worker 0, whose wait began
+// later (a busy machine), gives up 0.8 s after them, past the settle time: they had seen it
+// alive, so generation 1 waits for it, and has the three.
+TEST(ElasticMembership, ASurvivorThatGivesUpLaterIsWaitedForWhenTheOthersHadSeenIt) {
+  Job job(4);
+  const std::vector<ElasticGeneration>& first = job.first;
+  std::vector<ElasticGeneration> second(4);
+  on_threads({0, 1, 3}, [&](int w) {
+    if (w == 0) std::this_thread::sleep_for(800ms);
+    second[w] = job.workers[w]->next(first[w], {2});
+  });
+  for (int w : {0, 1, 3}) {
+    EXPECT_EQ(second[w].number, 1);
+    ASSERT_EQ(second[w].num_workers(), 3) << "worker " << w;
+    EXPECT_EQ(second[w].worker_id, w == 3 ? 2 : w);
+  }
+}
+
+// The survivors missed workers 0 and 2: neither is waited for past the settle time. And where they
+// saw worker 0 but it never comes (it died after), the wait ends at survivor_wait.
+TEST(ElasticMembership, WorkersTheSurvivorsMissedOrThatNeverComeAreNotWaitedFor) {
+  {
+    Job job(4);
+    std::vector<ElasticGeneration> second(4);
+    const auto start = std::chrono::steady_clock::now();
+    on_threads({1, 3}, [&](int w) { second[w] = job.workers[w]->next(job.first[w], {0, 2}); });
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1200ms);
+    EXPECT_EQ(second[1].num_workers(), 2);
+  }
+  Job job(4);
+  std::vector<ElasticGeneration> second(4);
+  const auto start = std::chrono::steady_clock::now();
+  on_threads({1, 3}, [&](int w) { second[w] = job.workers[w]->next(job.first[w], {2}); });
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, 1500ms);
+  EXPECT_LT(waited, 4s);
+  EXPECT_EQ(second[1].num_workers(), 2);
+  EXPECT_EQ(second[3].worker_id, 1);
 }
 
 TEST(ElasticMembership, ANewcomerToAJobWhoseWorkersAreGoneGivesUpAtItsTimeoutSayingWhy) {

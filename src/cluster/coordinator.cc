@@ -75,8 +75,17 @@ void Coordinator::time_out(const Ballot& mine, const std::vector<int>& missing) 
                                      group_.workers_text(missing), " did not arrive while ", this_worker(),
                                      " waits in ", what, "; a worker is stuck, slow or skipped the collective");
   group_.make_unusable(message);
+  {
+    detail::MutexLock lock(missing_mu_);
+    missing_at_timeout_ = missing;
+  }
   transport().send_gave_up(what);
   throw DeadlineExceededError(message);
+}
+
+std::vector<int> Coordinator::missing_at_timeout() const {
+  detail::MutexLock lock(missing_mu_);
+  return missing_at_timeout_;
 }
 
 std::vector<std::string> Coordinator::exchange_descriptions(const Ballot& mine, detail::Deadline deadline) {

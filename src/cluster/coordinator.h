@@ -27,6 +27,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "base/mutex.h"
 #include "base/role.h"
 #include "base/wait.h"
 #include "cluster/ballot.h"
@@ -53,6 +54,10 @@ class Coordinator {
   // "worker 1 (replicas 2, 3)", "workers 0, 2 on host0, host1 (replicas 0, 1, 4, 5)".
   std::string workers_text(const std::vector<int>& workers) const { return group_.workers_text(workers); }
   bool usable() const { return group_.usable(); }
+  // The workers (ids among this one's) that had not come when this worker last gave up waiting in
+  // an agreement; empty when it has not. The others had come, so were alive then: an elastic job's
+  // survivors tell the next generation whom to wait for (gloo/membership.h).
+  std::vector<int> missing_at_timeout() const;
   // UnavailableError, citing the first failure, once the workers are unusable.
   void check_usable() const { group_.check_usable(); }
   // The data steps across the workers, for the hierarchical communicator.
@@ -171,6 +176,8 @@ class Coordinator {
   // Written by whichever thread takes a step, read by the loop between runs.
   std::atomic<bool> stop_requested_{false};
   std::atomic<const StopRequest*> local_stop_{nullptr};
+  mutable detail::Mutex missing_mu_;
+  std::vector<int> missing_at_timeout_ ABSL_GUARDED_BY(missing_mu_);
 };
 
 }  // namespace distribute::cluster

@@ -185,7 +185,8 @@ struct ElasticGlooJob {
 };
 
 std::shared_ptr<ElasticGlooJob> start_elastic_over_gloo(const ClusterResolver& resolver, const GlooOptions& options,
-                                                        const ElasticOptions& elastic) {
+                                                        const ElasticOptions& elastic,
+                                                        std::chrono::duration<double> collective_timeout) {
   GlooJob job = describe_job(resolver, options);
   DISTRIBUTE_CHECK(job.store != nullptr, InvalidArgumentError, kPrefix,
                    "an elastic job's workers meet at a rendezvous store, and none is given: ", kNoStoreRemedy);
@@ -195,14 +196,16 @@ std::shared_ptr<ElasticGlooJob> start_elastic_over_gloo(const ClusterResolver& r
   membership.initial_workers = job.transport.workers;
   membership.max_workers = elastic.max_workers;
   membership.settle_time = elastic.settle_time;
+  membership.survivor_wait = std::chrono::ceil<std::chrono::milliseconds>(collective_timeout);
   membership.timeout = options.rendezvous_timeout;
   return std::make_shared<ElasticGlooJob>(std::move(job), std::move(membership));
 }
 
 ElasticGeneration join_elastic_job(ElasticGlooJob& job) { return job.membership.join(); }
 
-ElasticGeneration next_generation(ElasticGlooJob& job, const ElasticGeneration& current) {
-  return job.membership.next(current);
+ElasticGeneration next_generation(ElasticGlooJob& job, const ElasticGeneration& current,
+                                  const std::vector<int>& missed) {
+  return job.membership.next(current, missed);
 }
 
 bool newcomer_waiting(ElasticGlooJob& job, const ElasticGeneration& current) {

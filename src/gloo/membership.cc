@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -34,6 +35,9 @@ struct Claim {
   int previous_generation = -1;
   int previous_id = -1;
   int initial_rank = -1;
+  // The workers of the previous generation this one gave up waiting for; empty when it did not
+  // say (it left for another reason).
+  std::vector<int> missed;
 };
 
 std::vector<char> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
@@ -45,13 +49,16 @@ int to_int(const std::string& text) {
 }
 
 std::string encode(const Claim& c) {
-  return absl::StrCat(c.token, "\n", c.host, "\n", c.previous_generation, "\n", c.previous_id, "\n", c.initial_rank);
+  return absl::StrCat(c.token, "\n", c.host, "\n", c.previous_generation, "\n", c.previous_id, "\n", c.initial_rank,
+                      "\n", absl::StrJoin(c.missed, ","));
 }
 
 Claim decode_claim(const std::vector<char>& bytes) {
   const std::vector<std::string> f = absl::StrSplit(std::string(bytes.begin(), bytes.end()), '\n');
-  DISTRIBUTE_CHECK(f.size() == 5, InternalError, "elastic membership: a malformed claim in the rendezvous store");
-  return {f[0], f[1], to_int(f[2]), to_int(f[3]), to_int(f[4])};
+  DISTRIBUTE_CHECK(f.size() == 6, InternalError, "elastic membership: a malformed claim in the rendezvous store");
+  Claim claim{f[0], f[1], to_int(f[2]), to_int(f[3]), to_int(f[4]), {}};
+  for (absl::string_view id : absl::StrSplit(f[5], ',', absl::SkipEmpty())) claim.missed.push_back(to_int(std::string(id)));
+  return claim;
 }
 
 // "members": the generation its survivors come from, then a line per worker, "token<TAB>host<TAB>
@@ -116,13 +123,13 @@ ElasticGeneration ElasticMembership::join() {
   return with_store("join the job", [&] {
     int latest = -1;
     while (store_holds(*store_, key(latest + 1, "members"))) ++latest;
-    return enter(latest + 1, -1);
+    return enter(latest + 1, -1, {});
   });
 }
 
-ElasticGeneration ElasticMembership::next(const ElasticGeneration& current) {
+ElasticGeneration ElasticMembership::next(const ElasticGeneration& current, const std::vector<int>& missed) {
   return with_store(absl::StrCat("form generation ", current.number + 1),
-                    [&] { return enter(current.number + 1, current.worker_id); });
+                    [&] { return enter(current.number + 1, current.worker_id, missed); });
 }
 
 bool ElasticMembership::newcomer_waiting(const ElasticGeneration& current) {
@@ -135,13 +142,13 @@ bool ElasticMembership::newcomer_waiting(const ElasticGeneration& current) {
   });
 }
 
-ElasticGeneration ElasticMembership::enter(int number, int previous_id) {
+ElasticGeneration ElasticMembership::enter(int number, int previous_id, const std::vector<int>& missed) {
   const Deadline deadline = Clock::now() + options_.timeout;
   const int previous_generation = number - 1;
   for (;; ++number) {
     if (store_holds(*store_, key(number, "members"))) continue;  // closed before this worker came
     const Claim mine{token_, host_, previous_id >= 0 ? previous_generation : -1, previous_id,
-                     number == 0 ? options_.initial_rank : -1};
+                     number == 0 ? options_.initial_rank : -1, previous_id >= 0 ? missed : std::vector<int>{}};
     int slot = 0;
     while (!store_claim(*store_, key(number, absl::StrCat("slot-", slot)), bytes_of(encode(mine)))) ++slot;
     close(number, deadline);
@@ -174,22 +181,48 @@ void ElasticMembership::close(int number, Deadline deadline) {
   }
   std::vector<Claim> claims;
   Clock::time_point last_arrival = Clock::now();
+  std::optional<Clock::time_point> first_seen;
   for (;;) {
     if (store_holds(*store_, members_key)) return;  // another worker closed it
     while (std::optional<std::vector<char>> bytes =
                store_read(*store_, key(number, absl::StrCat("slot-", claims.size())))) {
       claims.push_back(decode_claim(*bytes));
       last_arrival = Clock::now();
+      if (!first_seen) first_seen = last_arrival;
     }
     const auto from_previous = [&](const Claim& c) { return base >= 0 && c.previous_generation == base; };
     const auto survivors = std::count_if(claims.begin(), claims.end(), from_previous);
     const bool quiet = Clock::now() - last_arrival >= options_.settle_time;
+    // Workers of the previous generation that every survivor's account has alive and that have not
+    // come yet: worth waiting for, within survivor_wait. (Only where base is the generation just
+    // before, whose ids the accounts use, and every survivor gave one.)
+    const auto awaited_alive = [&] {
+      if (base != number - 1 || survivors == 0 || !first_seen ||
+          Clock::now() - *first_seen >= options_.survivor_wait) {
+        return false;
+      }
+      std::vector<bool> gone(previous.size(), false);
+      for (const Claim& c : claims) {
+        if (!from_previous(c)) continue;
+        if (c.missed.empty()) return false;
+        for (int id : c.missed) {
+          if (id >= 0 && static_cast<std::size_t>(id) < gone.size()) gone[static_cast<std::size_t>(id)] = true;
+        }
+      }
+      for (std::size_t id = 0; id < previous.size(); ++id) {
+        const bool came = std::any_of(claims.begin(), claims.end(), [&](const Claim& c) {
+          return from_previous(c) && c.previous_id == static_cast<int>(id);
+        });
+        if (!gone[id] && !came) return true;
+      }
+      return false;
+    };
     bool complete = false;
     if (number == 0) {
       complete = static_cast<int>(claims.size()) >= options_.initial_workers;
     } else if (!previous.empty() && survivors == static_cast<std::ptrdiff_t>(previous.size())) {
       complete = true;
-    } else if (survivors > 0 && quiet) {
+    } else if (survivors > 0 && quiet && !awaited_alive()) {
       complete = true;  // the others of the generation before are taken for gone
     } else if (base < 0 && quiet) {
       complete = true;  // no generation was formed before: whoever came

@@ -4,9 +4,11 @@
 // found from the resolver and the options. Declared here, defined in src/mpi/ and src/gloo/.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cluster/worker_transport.h"
 #include "distribute/config.h"
@@ -46,11 +48,15 @@ WorkerConnection connect_over_gloo(const ClusterResolver& resolver, const GlooOp
 // An elastic job over Gloo: its store and membership (gloo/membership.h), and how each
 // generation's workers connect.
 struct ElasticGlooJob;
+// `collective_timeout` bounds how long a generation waits for a worker its survivors saw alive.
 std::shared_ptr<ElasticGlooJob> start_elastic_over_gloo(const ClusterResolver& resolver, const GlooOptions& options,
-                                                        const ElasticOptions& elastic);
-// This process's first generation; the one after `current`.
+                                                        const ElasticOptions& elastic,
+                                                        std::chrono::duration<double> collective_timeout);
+// This process's first generation; the one after `current`, which this worker left having given
+// up waiting for the workers `missed` (ids in `current`; empty when it left for another reason).
 ElasticGeneration join_elastic_job(ElasticGlooJob& job);
-ElasticGeneration next_generation(ElasticGlooJob& job, const ElasticGeneration& current);
+ElasticGeneration next_generation(ElasticGlooJob& job, const ElasticGeneration& current,
+                                  const std::vector<int>& missed);
 // Whether a worker waits to join the generation after `current`, and the job has room for it.
 bool newcomer_waiting(ElasticGlooJob& job, const ElasticGeneration& current);
 // The transport of `generation`'s workers (a data phase that stalls fails it).

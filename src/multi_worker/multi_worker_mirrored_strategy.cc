@@ -388,7 +388,7 @@ void MultiWorkerMirroredStrategy::start_elastic(const MultiWorkerMirroredStrateg
   elastic.devices = std::move(devices);
   elastic.communication = options.communication;
 #if DISTRIBUTE_HAS_GLOO
-  elastic.job = detail::start_elastic_over_gloo(*resolver_, options.gloo, options.elastic);
+  elastic.job = detail::start_elastic_over_gloo(*resolver_, options.gloo, options.elastic, options.communication.timeout);
   elastic.generation = detail::join_elastic_job(*elastic.job);
 #endif
   set_extended(elastic.make_engine(*this));
@@ -400,11 +400,12 @@ void MultiWorkerMirroredStrategy::start_elastic(const MultiWorkerMirroredStrateg
 void MultiWorkerMirroredStrategy::change_membership(const std::string& reason) {
   Elastic& elastic = *elastic_;
   const detail::ElasticGeneration before = elastic.generation;
+  const std::vector<int> missed = extended().coordinator()->missing_at_timeout();
   // Gone first: a worker still waiting on this one in the old generation hears at once.
   release_extended();
   try {
 #if DISTRIBUTE_HAS_GLOO
-    elastic.generation = detail::next_generation(*elastic.job, before);
+    elastic.generation = detail::next_generation(*elastic.job, before, missed);
 #endif
     replace_extended(elastic.make_engine(*this));
   } catch (...) {
