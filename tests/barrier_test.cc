@@ -330,6 +330,35 @@ TEST_P(RendezvousTest, AbortFromTheCompletionReachesEveryRank) {
   EXPECT_EQ(completions, 2);
 }
 
+// An abort while the last rank runs complete() (a replica that raised while its async lane was in
+// the phase) must not release the waiters before complete() returns: it may read their calls'
+// buffers, which they free as they unwind. They then throw the abort's error, as does the last.
+TEST_P(RendezvousTest, AbortDuringCompletionReleasesWaitersOnlyOnceItReturns) {
+  Watchdog watchdog(10s, "abort during complete");
+  Rendezvous r(n(), detail::WaitPolicy{});
+  std::atomic<bool> completion_returned{false};
+  std::thread aborter;
+  std::vector<unsigned char> left_after_completion(static_cast<std::size_t>(n()), 0);
+  const auto errors = run_ranks(all_ranks(n()), [&](int rank) {
+    try {
+      r.arrive_and_wait(rank, detail::kNoDeadline, [&] {
+        aborter = std::thread([&] { r.abort(std::make_exception_ptr(StopError("replica 0 raised"))); });
+        while (!r.aborted()) std::this_thread::yield();
+        std::this_thread::sleep_for(50ms);  // the waiters, woken by the abort, must still be here
+        completion_returned = true;
+      });
+    } catch (...) {
+      left_after_completion[static_cast<std::size_t>(rank)] = completion_returned.load() ? 1 : 0;
+      throw;
+    }
+  });
+  aborter.join();
+  for (int rank = 0; rank < n(); ++rank) {
+    expect_error<StopError>(errors[static_cast<std::size_t>(rank)], {"replica 0 raised"});
+    EXPECT_TRUE(left_after_completion[static_cast<std::size_t>(rank)]) << "rank " << rank;
+  }
+}
+
 // The last rank never comes: each waiter's deadline passes, it withdraws and reports who is missing.
 TEST_P(RendezvousTest, DeadlineWithARankAbsentTimesOut) {
   Watchdog watchdog(10s, "timeout");

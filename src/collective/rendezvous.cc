@@ -47,8 +47,10 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
   }
   meanwhile();
   auto stop = [this] { return aborted_.load(std::memory_order_seq_cst); };
-  while (!released_.wait_while_equal(released, deadline, policy_, stop)) {
-    // Deadline: withdraw the arrival unless the phase is already completing.
+  if (!released_.wait_while_equal(released, deadline, policy_, stop) || aborted()) {
+    // The deadline or an abort: withdraw the arrival, so that the phase cannot complete without
+    // this rank, unless it is completing already. Then `complete` may be reading what this rank
+    // holds (a call's buffers) until it returns, so the rank waits for it, deadline or abort.
     std::uint64_t s = state_.load(std::memory_order_acquire);
     while ((s >> 32) == (before >> 32) && (s & kArrivalMask) < static_cast<std::uint64_t>(size_)) {
       if (state_.compare_exchange_weak(s, s - 1, std::memory_order_acq_rel)) {
@@ -57,9 +59,17 @@ Rendezvous::Outcome Rendezvous::arrive_and_wait(int rank, detail::Deadline deadl
         return Outcome::kTimedOut;
       }
     }
-    deadline = detail::kNoDeadline;  // completing or completed: wait for the release
+    wait_for_completion(before >> 32);
   }
   return released_outcome(before >> 32);
+}
+
+void Rendezvous::wait_for_completion(std::uint64_t generation) {
+  for (std::uint32_t seen = released_.value.load(std::memory_order_seq_cst);
+       (state_.load(std::memory_order_acquire) >> 32) == generation;
+       seen = released_.value.load(std::memory_order_acquire)) {
+    released_.wait_while_equal(seen, detail::kNoDeadline, policy_, [] { return false; });
+  }
 }
 
 Rendezvous::Outcome Rendezvous::released_outcome(std::uint64_t generation) const {
@@ -91,11 +101,7 @@ void Rendezvous::arrive_and_wait_uninterruptible() {
     return;
   }
   // Only this phase's completion releases: an abort (which also bumps `released_`) does not.
-  for (std::uint32_t seen = released;
-       (state_.load(std::memory_order_acquire) >> 32) == (before >> 32);
-       seen = released_.value.load(std::memory_order_acquire)) {
-    released_.wait_while_equal(seen, detail::kNoDeadline, policy_, [] { return false; });
-  }
+  wait_for_completion(before >> 32);
 }
 
 void Rendezvous::abort(std::exception_ptr error) {

@@ -33,7 +33,8 @@ class Rendezvous {
   // (which must not throw) before anyone is released. Returns kCompleted when the phase completed;
   // kTimedOut when the deadline passed first, in which case this rank's arrival was withdrawn, so
   // the phase cannot complete without it. Throws the abort error if the rendezvous is or becomes
-  // aborted before the phase completes. A deadline does not interrupt a `complete` that has begun.
+  // aborted before the phase completes. Neither a deadline nor an abort interrupts a `complete`
+  // that has begun: its waiters stay until it returns, since it may read what they hold.
   // `meanwhile` (which must not throw either) runs once as soon as this rank's arrival counts:
   // while it waits for the others, or right after the release when it arrives last, so that work
   // of its own that needs nothing from them fills the wait instead of following it.
@@ -63,6 +64,8 @@ class Rendezvous {
 
  private:
   [[noreturn]] void throw_abort_error() const;
+  // Waits, ignoring aborts and deadlines, until phase `generation` has completed.
+  void wait_for_completion(std::uint64_t generation);
   // The outcome for a participant of phase `generation` once released: kCompleted if that phase
   // completed and was not aborted while completing; throws the abort error otherwise.
   Outcome released_outcome(std::uint64_t generation) const;
