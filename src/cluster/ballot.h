@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,16 @@ class Ballot {
   std::uint16_t kind = 0;
   std::int64_t sequence = 0;
   std::uint64_t signature = 0;
+  // A call queued behind this one (an async collective issued and not yet begun): its kind and
+  // the digest of its signature. With kCall, a ballot may offer the calls queued behind its own,
+  // in order: the workers then also agree on the first ones that every worker offers alike, and
+  // take those steps without voting again.
+  struct Ahead {
+    std::uint64_t signature = 0;
+    std::uint16_t kind = 0;
+    bool operator==(const Ahead&) const = default;
+  };
+  std::span<const Ahead> ahead;
   // How long the vote waits for the other workers.
   std::chrono::duration<double> timeout{0};
   // kFailed: the error, and the global id of the replica that raised it (-1: none in particular).

@@ -102,24 +102,44 @@ std::vector<std::string> Coordinator::exchange_descriptions(const Ballot& mine, 
   return all;
 }
 
-void Coordinator::agree(const Ballot& mine) {
+int Coordinator::agree(const Ballot& mine) {
   stepper_.assume_held();
+  int agreed = 0;
   try {
-    agree_or_throw(mine);
+    agreed = agree_or_throw(mine);
   } catch (...) {
     if (!runs_.empty()) runs_.back() = true;
     throw;
   }
   if (mine.status == Status::kReturned && !runs_.empty()) runs_.back() = true;
+  return agreed;
 }
 
-void Coordinator::agree_or_throw(const Ballot& mine) {
+int Coordinator::agreed_ahead(std::span<const Header> headers, const Header& mine) {
+  std::uint64_t agreed = mine.ahead_count;
+  for (const Header& h : headers) agreed = std::min(agreed, h.ahead_count);
+  for (std::uint64_t j = 0; j < agreed; ++j) {
+    const Header::Entry& e = mine.ahead[j];
+    for (const Header& h : headers) {
+      if (h.ahead[j].signature != e.signature || h.ahead[j].kind != e.kind) return static_cast<int>(j);
+    }
+  }
+  return static_cast<int>(agreed);
+}
+
+int Coordinator::agree_or_throw(const Ballot& mine) {
   group_.check_usable();
   const detail::Deadline deadline = detail::deadline_after(mine.timeout);
-  const Header header{static_cast<std::uint32_t>(mine.status), mine.kind,
-                      stop_raised_here() ? kStopRequested : std::uint16_t{0},
-                      mine.status == Status::kCall ? mine.sequence : 0,
-                      mine.status == Status::kCall ? mine.signature : 0};
+  Header header{static_cast<std::uint32_t>(mine.status), mine.kind,
+                stop_raised_here() ? kStopRequested : std::uint16_t{0},
+                mine.status == Status::kCall ? mine.sequence : 0,
+                mine.status == Status::kCall ? mine.signature : 0};
+  if (mine.status == Status::kCall) {
+    header.ahead_count = std::min(mine.ahead.size(), kMaxAhead);
+    for (std::size_t j = 0; j < header.ahead_count; ++j) {
+      header.ahead[j] = Header::Entry{mine.ahead[j].signature, mine.ahead[j].kind};
+    }
+  }
   const int n = group_.num_workers();
   std::vector<Header> headers(static_cast<std::size_t>(n));
   if (std::vector<int> missing = transport().exchange(std::as_bytes(std::span(&header, 1)),
@@ -137,7 +157,7 @@ void Coordinator::agree_or_throw(const Ballot& mine) {
   }
   if (std::all_of(headers.begin(), headers.end(), [&](const Header& h) { return h.same_call(header); }) &&
       mine.status != Status::kFailed) {
-    return;
+    return agreed_ahead(headers, header);
   }
   throw_if_a_worker_left(headers, what);
   // Every worker sees the same headers, so every worker takes this path and builds the same error.

@@ -3,9 +3,11 @@
 // reach the other workers (processes) of a multi-worker job. It offers the few operations they
 // need:
 //   - the vote before every step across the workers (agree): the thread that takes the step sends
-//     a small header (status, kind, sequence, the digest of the call, a stop-request flag) to
-//     every other worker; only when the headers differ do the workers exchange their ballots'
-//     descriptions, from which every worker builds the same error (ballot.h);
+//     a small header (status, kind, sequence, the digest of the call, a stop-request flag, and the
+//     digests of the calls queued behind it) to every other worker; only when the headers differ
+//     do the workers exchange their ballots' descriptions, from which every worker builds the same
+//     error (ballot.h). Queued calls that every worker offers alike are agreed on in the same
+//     vote, and take no vote of their own;
 //   - values from the chief (worker 0) to every worker, as bytes or as how its part ended;
 //   - reports from every worker to every worker (a distributed iterator's step, the timeline's
 //     clocks), on a channel of their own;
@@ -95,7 +97,11 @@ class Coordinator {
   // the others that it gave up, and a worker that arrives later gets DeadlineExceededError naming
   // the workers that gave up (never a data phase with workers that left it). After either,
   // UnavailableError at once.
-  void agree(const Ballot& mine);
+  // Returns how many of mine.ahead (at most kMaxAhead are offered) every worker offered alike, the
+  // same number on every worker: the steps of those calls are agreed too, and every worker is
+  // committed to take them.
+  int agree(const Ballot& mine);
+  static constexpr std::size_t kMaxAhead = 8;
   // Whether every worker knows that the innermost current run ended: an agree() in it threw (on
   // every worker alike, also one of a cross-replica step in its merge_fn) or found every worker
   // returned. A run that failed on this worker alone before that must still tell the others (a
@@ -143,18 +149,27 @@ class Coordinator {
     std::uint16_t flags;  // kStopRequested
     std::int64_t sequence;
     std::uint64_t signature;
+    // The calls queued behind this one that the ballot offers (Ballot::ahead), every field
+    // written, so that no byte sent is left unset.
+    std::uint64_t ahead_count = 0;
+    struct Entry {
+      std::uint64_t signature = 0;
+      std::uint64_t kind = 0;
+    } ahead[kMaxAhead] = {};
     bool same_call(const Header& other) const {
       return status == other.status && kind == other.kind && sequence == other.sequence &&
              signature == other.signature;
     }
   };
+  // How many of the calls offered ahead every header offers alike, in order.
+  static int agreed_ahead(std::span<const Header> headers, const Header& mine);
   static constexpr std::uint16_t kStopRequested = 1;
 
   WorkerTransport& transport() { return group_.transport(); }
   // `missing`, the workers whose reports had not come, after the group is made unusable for them.
   std::vector<int> reports_exchanged(std::vector<int> missing);
   std::string this_worker() const { return group_.workers_text({group_.worker_id()}); }
-  void agree_or_throw(const Ballot& mine);
+  int agree_or_throw(const Ballot& mine);
   // Every worker's description of its call (its rendered signature, or its failure), exchanged
   // when the headers differ.
   std::vector<std::string> exchange_descriptions(const Ballot& mine, detail::Deadline deadline);

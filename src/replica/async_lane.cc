@@ -78,6 +78,12 @@ void AsyncLane::drain() {
   while (pending_.load(std::memory_order_acquire) != 0) changed_.wait(mu_);
 }
 
+void AsyncLane::queued(std::size_t max, std::vector<std::shared_ptr<AsyncCollective>>& out) {
+  out.clear();
+  MutexLock lock(mu_);
+  for (std::size_t j = 0; j < queue_.size() && j < max; ++j) out.push_back(queue_[j]);
+}
+
 std::exception_ptr AsyncLane::take_unobserved_error() {
   MutexLock lock(mu_);
   std::exception_ptr error;

@@ -33,6 +33,8 @@ class AsyncLane {
   void push(std::shared_ptr<AsyncCollective> job);
   // Returns once every job pushed so far has run.
   void drain();
+  // The first `max` jobs (or fewer) pushed and not yet begun, oldest first, into `out`.
+  void queued(std::size_t max, std::vector<std::shared_ptr<AsyncCollective>>& out);
   // Whether jobs are pushed and not yet run (an acquire load: the replica's check before each
   // blocking collective).
   bool busy() const { return pending_.load(std::memory_order_acquire) != 0; }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/cycle_clock.h"
@@ -60,6 +61,14 @@ void ReplicaGroup::prepare_run() {
     first_error_rank_ = -1;
     failed_.store(false, std::memory_order_release);
   }
+  if (agreement_ != nullptr) {
+    // Every phase of the last run completed or was abandoned with it: sequences begin again.
+    MutexLock lock(mu_);
+    agreed_through_ = 0;
+    completed_through_ = 0;
+    voting_ahead_ = false;
+    held_release_ = nullptr;
+  }
   phase_.assume_held();
   if (merge_result_) merge_result_.reset();
   communicator_->begin_run();
@@ -77,16 +86,42 @@ void ReplicaGroup::complete_phase() {
     calls_[r] = slots_[r].call;
     ops_[r] = &calls_[r]->op;
   }
+  const std::int64_t sequence = calls_[0]->op.sequence;
+  run_phase();
+  if (agreement_ == nullptr) return;
+  // A replica's release held back for the steps agreed ahead goes once the last of them is taken.
+  std::exception_ptr release;
+  {
+    MutexLock lock(mu_);
+    completed_through_ = sequence;
+    if (held_release_ && completed_through_ >= agreed_through_) release = std::exchange(held_release_, nullptr);
+  }
+  if (release) release_now(std::move(release));
+}
+
+bool ReplicaGroup::agreed_already(std::int64_t sequence) const {
+  MutexLock lock(mu_);
+  return sequence <= agreed_through_;
+}
+
+void ReplicaGroup::run_phase() {
   std::exception_ptr mismatch = compare_calls(calls_, first_id_);
   // A multi-worker step on the timeline's cross-worker track: the workers' vote on the call, then
   // the backend's cross-process phase (the local combination and the data step across workers).
+  // A call the workers agreed on in an earlier vote (queued behind that vote's call) takes no vote:
+  // its replicas' calls were compared then.
   std::optional<timeline::Span> across;
   if (agreement_ != nullptr) {
     const CollectiveCall& first = *calls_[0];
     across.emplace(timeline::kCrossWorkerTrack, collective::kind_name(first.op.kind),
                    [&] { return timeline_args(first, first.op.sequence); });
-    timeline::Span vote(timeline::kCrossWorkerTrack, "vote");
-    if (!agree_across_workers(mismatch)) return;
+    if (!agreed_already(first.op.sequence)) {
+      timeline::Span vote(timeline::kCrossWorkerTrack, "vote");
+      if (!agree_across_workers(mismatch)) return;
+    } else if (mismatch) {
+      record_failure(mismatch, mismatch);
+      return;
+    }
   } else if (mismatch) {
     record_failure(mismatch, mismatch);
     return;
@@ -135,14 +170,79 @@ bool ReplicaGroup::agree_across_workers(std::exception_ptr local_mismatch) {
   const Status status = local_mismatch                               ? Status::kFailed
                         : first.op.kind == CollectiveKind::kReturn ? Status::kReturned
                                                                    : Status::kCall;
+  CallBallot ballot(status, first, local_mismatch);
+  ahead_.clear();
+  const bool lanes = std::all_of(slots_.begin(), slots_.end(), [](const Slot& slot) { return slot.lane != nullptr; });
+  if (status == Status::kCall && lanes) {
+    // From here until the vote's outcome is known, a replica that fails holds its release back:
+    // the lanes stay in this phase, so the jobs read below do not begin, and the calls offered
+    // may become steps every worker is committed to. After a failure already recorded, nothing
+    // is offered.
+    bool offer = false;
+    {
+      MutexLock lock(mu_);
+      offer = !first_error_;
+      voting_ahead_ = offer;
+    }
+    if (offer) collect_ahead();
+  }
+  ballot.ahead = ahead_;
+  int agreed = 0;
+  std::exception_ptr error;
   try {
-    agreement_->agree(CallBallot(status, first, local_mismatch));
-    return true;
+    agreed = agreement_->agree(ballot);
   } catch (...) {
-    std::exception_ptr error = std::current_exception();
+    error = std::current_exception();
+  }
+  votes_.store(votes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  {
+    MutexLock lock(mu_);
+    voting_ahead_ = false;
+    if (!error) agreed_through_ = first.op.sequence + agreed;
+  }
+  if (error) {
     record_failure(error, error);
     return false;
   }
+  return true;
+}
+
+void ReplicaGroup::collect_ahead() {
+  queued_.resize(slots_.size());
+  std::size_t common = cluster::Coordinator::kMaxAhead;
+  for (std::size_t r = 0; r < slots_.size() && common > 0; ++r) {
+    slots_[r].lane->queued(common, queued_[r]);
+    common = std::min(common, queued_[r].size());
+  }
+  // Every replica is in this phase, so none of these jobs has begun: their calls are as issued.
+  for (std::size_t j = 0; j < common; ++j) {
+    cluster::Ballot::Ahead call_ahead;
+    bool alike = true;
+    for (std::size_t r = 0; r < slots_.size() && alike; ++r) {
+      const CollectiveCall* queued = queued_[r][j]->call();
+      if (queued == nullptr) {
+        alike = false;
+        break;
+      }
+      // Only a call that publish() will take is offered: one it throws for never reaches its step.
+      CollectiveCall settled = *queued;
+      try {
+        settle_options(settled);
+      } catch (...) {
+        alike = false;
+        break;
+      }
+      const cluster::Ballot::Ahead mine{signature_digest(settled), static_cast<std::uint16_t>(settled.op.kind)};
+      if (r == 0) {
+        call_ahead = mine;
+      } else if (!(mine == call_ahead)) {
+        alike = false;  // the replicas' calls differ: compared, and named, when it runs
+      }
+    }
+    if (!alike) break;
+    ahead_.push_back(call_ahead);
+  }
+  for (auto& jobs : queued_) jobs.clear();
 }
 
 void ReplicaGroup::finish_run() {
@@ -168,6 +268,14 @@ void ReplicaGroup::finish_run() {
 void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
   Slot& slot = slots_[static_cast<std::size_t>(rank)];
   call.op.sequence = ++slot.sequence;
+  settle_options(call);
+  call.signature = signature_digest(call);
+  slot.call = &call;
+  small = small_ && small_->post(rank, call);
+  if (!small) communicator_->stage(rank, call.op);
+}
+
+void ReplicaGroup::settle_options(CollectiveCall& call) const {
   const bool reduces = call.op.kind == CollectiveKind::kAllReduce || call.op.kind == CollectiveKind::kReduceScatter;
   if (call.op.options.compression != Compression::kNone && !reduces) [[unlikely]] {
     throw InvalidArgumentError(absl::StrCat(call_name(call), ": CommunicationOptions::compression is ",
@@ -183,10 +291,6 @@ void ReplicaGroup::publish(int rank, CollectiveCall& call, bool& small) {
         " but this strategy's collectives go through ", std::string(communicator_->name()),
         "; pass kAuto, or choose the backend when building the strategy"));
   }
-  call.signature = signature_digest(call);
-  slot.call = &call;
-  small = small_ && small_->post(rank, call);
-  if (!small) communicator_->stage(rank, call.op);
 }
 
 bool ReplicaGroup::synchronise(int rank, CollectiveCall& call) {
@@ -265,6 +369,7 @@ void ReplicaGroup::reset_stats() {
   }
   cross_process_total_ticks_.store(0, std::memory_order_relaxed);
   cross_process_total_bytes_.store(0, std::memory_order_relaxed);
+  votes_.store(0, std::memory_order_relaxed);
 }
 
 void ReplicaGroup::time_out(int rank, const CollectiveCall& call, std::vector<int> behind) {
@@ -422,16 +527,31 @@ void ReplicaGroup::fail(int rank, std::exception_ptr error) {
       first_error_rank_ = rank;
     }
   }
-  record_failure(error, std::make_exception_ptr(AbortedError(absl::StrCat(
-                            "replica ", first_id_ + rank, " raised: ", describe_exception(error),
-                            "; the other replicas were released from their collectives"))));
+  record_failure(error,
+                 std::make_exception_ptr(AbortedError(absl::StrCat(
+                     "replica ", first_id_ + rank, " raised: ", describe_exception(error),
+                     "; the other replicas were released from their collectives"))),
+                 /*spare_agreed=*/true);
 }
 
-void ReplicaGroup::record_failure(std::exception_ptr root, std::exception_ptr release) {
+void ReplicaGroup::record_failure(std::exception_ptr root, std::exception_ptr release, bool spare_agreed) {
   {
     MutexLock lock(mu_);
     if (!first_error_) first_error_ = root;
+    // The other workers take the steps agreed ahead whatever happens here; so do this worker's
+    // replicas, whose lanes hold those calls (every replica issued them before the vote), and the
+    // release waits for the last of them (complete_phase). A failure of the steps themselves, or a
+    // timeout, releases at once: the workers see it too.
+    if (spare_agreed && (voting_ahead_ || agreed_through_ > completed_through_)) {
+      if (!held_release_) held_release_ = std::move(release);
+      return;
+    }
+    if (held_release_) release = std::exchange(held_release_, nullptr);  // the earlier failure's
   }
+  release_now(std::move(release));
+}
+
+void ReplicaGroup::release_now(std::exception_ptr release) {
   failed_.store(true, std::memory_order_release);
   rendezvous_.abort(std::move(release));
   if (small_) small_->wake_all();

@@ -11,6 +11,9 @@
 // In a multi-worker strategy the group's Communicator is the hierarchical one, which moves the data
 // across the workers, and the group calls the workers' cluster::Coordinator as it completes each phase:
 // the workers agree on the call before any data moves, and a run's end or failure is agreed too.
+// A vote also offers the async calls queued on the replicas' lanes behind its call: those the
+// workers agree on take their steps without a vote, and a replica's failure releases the others
+// only once those steps, to which every worker is committed, are taken.
 #pragma once
 
 #include <atomic>
@@ -96,6 +99,8 @@ class ReplicaGroup {
   double cross_process_seconds() const;
   // The bytes they carried across the workers, as on the wire.
   std::int64_t cross_process_bytes() const { return cross_process_total_bytes_.load(std::memory_order_relaxed); }
+  // The workers' votes this group took before its steps across the workers.
+  std::int64_t cross_process_votes() const { return votes_.load(std::memory_order_relaxed); }
   void reset_stats();
 
  private:
@@ -124,8 +129,24 @@ class ReplicaGroup {
   // Replica `rank`'s args of `call`, before publish() numbers it.
   timeline::Args replica_args(int rank, const CollectiveCall& call) const;
   [[noreturn]] void time_out(int rank, const CollectiveCall& call, std::vector<int> behind);
-  void record_failure(std::exception_ptr root, std::exception_ptr release);
+  // Records the run's failure and releases every replica with `release`. With `spare_agreed`
+  // (a replica's own failure), the release waits while steps the workers agreed on ahead are still
+  // to take: every worker is committed to them, and this one takes them (its replicas' lanes run
+  // them) before the release comes.
+  void record_failure(std::exception_ptr root, std::exception_ptr release, bool spare_agreed = false);
+  void release_now(std::exception_ptr release);
+  // Checks and settles `call`'s options as publish() does (merged with the defaults); throws what
+  // publish() would.
+  void settle_options(CollectiveCall& call) const;
   void complete_phase() ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
+  // complete_phase's work, but for the bookkeeping of the steps agreed ahead.
+  void run_phase() ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
+  // The calls queued on every replica's lane behind the current phase, alike on every replica and
+  // fit to be agreed ahead, into ahead_. Every replica has a lane, and none may be released from
+  // this phase meanwhile.
+  void collect_ahead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
+  // Whether the workers agreed on the step of call `sequence` in an earlier vote.
+  bool agreed_already(std::int64_t sequence) const;
   // complete_phase's agreement with the other workers; records the failure and returns false when
   // the workers' calls differ or one of them failed.
   bool agree_across_workers(std::exception_ptr local_mismatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(phase_);
@@ -168,6 +189,11 @@ class ReplicaGroup {
   std::int64_t cross_process_ticks_ ABSL_GUARDED_BY(phase_) = 0;
   std::atomic<std::int64_t> cross_process_total_ticks_{0};
   std::atomic<std::int64_t> cross_process_total_bytes_{0};
+  std::atomic<std::int64_t> votes_{0};
+  // The calls queued behind the current phase that its vote offers the workers, and the lanes'
+  // jobs they were read from (per replica).
+  std::vector<cluster::Ballot::Ahead> ahead_ ABSL_GUARDED_BY(phase_);
+  std::vector<std::vector<std::shared_ptr<AsyncCollective>>> queued_ ABSL_GUARDED_BY(phase_);
   // What finish_run reports to the workers: the end of a run that failed here.
   CollectiveCall failure_report_;
   cluster::Coordinator* const agreement_;
@@ -176,6 +202,13 @@ class ReplicaGroup {
   mutable Mutex mu_;
   std::exception_ptr first_error_ ABSL_GUARDED_BY(mu_);
   int first_error_rank_ ABSL_GUARDED_BY(mu_) = -1;  // the replica that raised it, if one did
+  // The steps agreed ahead (multi-worker): the last call sequence the workers agreed on, the last
+  // whose phase completed, whether a vote that may agree on more is under way, and a replica's
+  // release held back until the agreed steps are taken (record_failure).
+  std::int64_t agreed_through_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t completed_through_ ABSL_GUARDED_BY(mu_) = 0;
+  bool voting_ahead_ ABSL_GUARDED_BY(mu_) = false;
+  std::exception_ptr held_release_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> failed_{false};
 };
 

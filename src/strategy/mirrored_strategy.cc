@@ -247,6 +247,7 @@ class MirroredExtended final : public StrategyExtended {
     for (int r = 0; r < level0_->group.size(); ++r) stats.replicas.push_back(level0_->group.stats(r));
     stats.cross_worker_seconds = level0_->group.cross_process_seconds();
     stats.cross_worker_bytes = level0_->group.cross_process_bytes();
+    stats.cross_worker_votes = level0_->group.cross_process_votes();
     return stats;
   }
   void reset_collective_stats() override {

@@ -32,6 +32,11 @@ struct CollectiveStats {
   // ring sends about 2 (workers - 1) / workers times that each way.) 0 for a strategy of one
   // process, and where NCCL spans the workers.
   std::int64_t cross_worker_bytes = 0;
+  // The workers' votes before those steps (each is a round of small messages between the workers,
+  // in which they agree on the call). One per collective and one per run's end, except that async
+  // collectives already queued behind a voted call, alike on every replica and worker, are agreed
+  // on in that call's vote and take none of their own (docs/overlap.md). 0 for one process.
+  std::int64_t cross_worker_votes = 0;
   // This worker's replicas, in replica order.
   std::vector<ReplicaCollectiveStats> replicas;
 

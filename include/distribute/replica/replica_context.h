@@ -350,6 +350,7 @@ CollectiveHandle<V> ReplicaContext::issue(const char* method, collective::Collec
     args->call().purpose = &state->purpose.emplace(issued_for->action, state->purpose_keys);
   }
   prepare(*args);
+  state->job.set_call(&args->call());
   state->job.set_work([this, run, s = state.get(), args = std::move(args)] {
     (this->*run)(*args);
     s->result.emplace(args->rebuild(s->value));

@@ -26,6 +26,12 @@ class AsyncCollective {
 
   // What run() does: the collective, storing its result where the handle reads it.
   void set_work(absl::AnyInvocable<void()> work) { work_ = std::move(work); }
+  // The call that run() makes, which the work owns: while the job waits on its lane, the group
+  // reads it to agree with the other workers on the step ahead of its turn. Unset (null), the job
+  // is agreed on only when it runs.
+  void set_call(const CollectiveCall* call) { call_ = call; }
+  // Valid until run() begins.
+  const CollectiveCall* call() const { return call_; }
   // Orders the work on `device` (a GPU's communication stream; ReplicaDevice::issue_async_call).
   // Its buffers are then kept until forget_device_order(), after which the replica's stream has
   // waited for the work.
@@ -50,6 +56,7 @@ class AsyncCollective {
   absl::AnyInvocable<void()> work_;
   ReplicaDevice* device_ = nullptr;
   std::shared_ptr<AsyncCallOrder> order_;
+  const CollectiveCall* call_ = nullptr;
   std::exception_ptr error_;  // written before done_ is set
   std::atomic<std::uint32_t> done_{0};
   std::atomic<bool> observed_{false};
