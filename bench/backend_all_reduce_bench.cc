@@ -6,7 +6,8 @@
 //   tests/multihost/hosts.sh --hosts 2 --rate 10 --gloo -- build/default/bench/backend_all_reduce_bench
 // float32 sum over --replicas local replicas per worker; each repeat's time is the slowest
 // worker's. nccl-tests columns beside worker 0's same-run 2-thread memcpy bandwidth; busbw counts
-// every replica of every worker. Flags: --help.
+// every replica of every worker; a last line gives each size's cross-worker votes per all_reduce.
+// --async issues each repeat's all_reduces without waiting and waits for them at its end. Flags: --help.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +28,9 @@ ABSL_FLAG(int, factor, 4, "size multiplier between rows, >= 2");
 ABSL_FLAG(int, iters, 5, "timed repeats per size, >= 1");
 ABSL_FLAG(int, warmup, 2, "untimed repeats before the timed ones, >= 0");
 ABSL_FLAG(int, ops, 0, "operations per timed repeat; 0: 16 MiB / size, 1..1000");
+ABSL_FLAG(bool, async, false,
+          "issue each repeat's operations with all_reduce_async and wait for them at the end: the calls queued "
+          "behind a voted one are agreed on in its vote");
 
 namespace distribute::bench {
 namespace {
@@ -59,6 +63,7 @@ int run(const Options& options) {
     for (std::size_t s = 0; s < sizes.size(); ++s) memcpy_bw[s] = baseline.bandwidth(sizes[s], options);
   }
   std::vector<Row> rows;
+  std::vector<double> votes_per_op;
   for (std::size_t s = 0; s < sizes.size(); ++s) {
     const auto count = static_cast<std::int64_t>(std::max<std::size_t>(sizes[s] / sizeof(float), 1));
     const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(float);
@@ -68,18 +73,32 @@ int run(const Options& options) {
           std::vector<float>(static_cast<std::size_t>(count), static_cast<float>(ctx.replica_id_in_sync_group())),
           Shape{count});
     });
+    const bool async = absl::GetFlag(FLAGS_async);
     const auto unit = [&] {
       strategy.run(
           [&](const Tensor& in) {
-            for (int k = 0; k < ops; ++k) get_replica_context()->all_reduce(ReduceOp::kSum, in);
+            ReplicaContext& ctx = *get_replica_context();
+            if (!async) {
+              for (int k = 0; k < ops; ++k) ctx.all_reduce(ReduceOp::kSum, in);
+              return;
+            }
+            std::vector<CollectiveHandle<Tensor>> handles;
+            for (int k = 0; k < ops; ++k) handles.push_back(ctx.all_reduce_async(ReduceOp::kSum, in));
+            for (CollectiveHandle<Tensor>& h : handles) h.wait();
           },
           inputs);
     };
     std::vector<double> times;
+    std::int64_t votes = 0;
     for (int i = 0; i < options.warmup + options.iters; ++i) {
+      const std::int64_t votes_before = strategy.extended().collective_stats().cross_worker_votes;
       const double seconds = slowest(strategy, unit) / ops;
       if (i >= options.warmup) times.push_back(seconds);
+      // The timed unit's votes: the line-up's all_reduce and the all_gather after it take 2, their
+      // runs' ends 2 more.
+      votes += strategy.extended().collective_stats().cross_worker_votes - votes_before - 4;
     }
+    votes_per_op.push_back(static_cast<double>(votes) / (options.warmup + options.iters) / ops);
     // Every replica's sum of the ids 0..n-1, counted across the workers.
     const PerReplica<Tensor> sums =
         strategy.run([](const Tensor& in) { return get_replica_context()->all_reduce(ReduceOp::kSum, in); }, inputs);
@@ -97,6 +116,9 @@ int run(const Options& options) {
     print_table_header(strategy.name() + " all_reduce, " + std::to_string(strategy.extended().num_workers()) +
                        " workers x " + std::to_string(options.replicas[0]) + " replicas");
     for (const Row& row : rows) print_row(row);
+    std::printf("# the workers' votes per all_reduce (a run's end counted):");
+    for (double v : votes_per_op) std::printf(" %.2f", v);
+    std::printf("\n");
   }
   return 0;
 }
