@@ -18,10 +18,11 @@ namespace {
 using ::testing::HasSubstr;
 using testing::MultiWorker;
 
-// 16 MiB: its step across the workers lasts long enough for the calls issued after it to be
-// queued on every replica's lane, on every worker, before the next vote.
+// 4 MiB: its step across the workers lasts long enough for the calls issued after it to be
+// queued on every replica's lane, on every worker, before the next vote (milliseconds, where
+// issuing takes microseconds), and is light enough for the tests that ctest runs beside it.
 Tensor long_call_value() {
-  constexpr std::int64_t kCount = std::int64_t{1} << 22;
+  constexpr std::int64_t kCount = std::int64_t{1} << 20;
   return Tensor::from_vector<float>(std::vector<float>(static_cast<std::size_t>(kCount), 1.0f), Shape{kCount});
 }
 
