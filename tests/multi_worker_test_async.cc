@@ -1,6 +1,7 @@
 // Async collectives across workers (multi_worker_test.cc): the calls queued behind a voted call are
-// agreed on in its vote, and a replica that fails once such calls are agreed still lets every
-// worker take them, then fails every worker promptly with its error.
+// agreed on in its vote, one that differs between workers is named by a vote of its own, and a
+// replica that fails once such calls are agreed still lets every worker take them, then fails
+// every worker promptly with its error.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -52,6 +53,33 @@ TEST_F(MultiWorker, AsyncCallsQueuedBehindAVotedCallAreAgreedOnInItsVote) {
   const std::int64_t votes = s.extended().collective_stats().cross_worker_votes;
   EXPECT_GE(votes, 2);
   EXPECT_LE(votes, 3);
+}
+
+// Worker 1's third call passes float32[3], the others' float32[2]. The calls queued alike before
+// it may be agreed on ahead; it is not, and its own vote names the workers, on every worker.
+TEST_F(MultiWorker, AQueuedCallThatDiffersOnOneWorkerIsNamedByItsOwnVote) {
+  if (workers() < 2) GTEST_SKIP() << "needs two workers";
+  const int w = worker();
+  const auto n_all = static_cast<float>(n());
+  try {
+    s.run([w, n_all] {
+      ReplicaContext& ctx = *get_replica_context();
+      CollectiveHandle<Tensor> first = ctx.all_reduce_async(ReduceOp::kSum, long_call_value());
+      CollectiveHandle<Tensor> second = ctx.all_reduce_async(ReduceOp::kSum, scalar(1.0f));
+      CollectiveHandle<Tensor> third =
+          ctx.all_reduce_async(ReduceOp::kSum, Tensor::zeros(DType::kFloat32, Shape{w == 1 ? 3 : 2}));
+      CollectiveHandle<Tensor> fourth = ctx.all_reduce_async(ReduceOp::kSum, scalar(2.0f));
+      EXPECT_EQ(first.wait().to_vector<float>().back(), n_all);
+      EXPECT_EQ(second.wait().to_vector<float>()[0], n_all);
+      third.wait();
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("all_reduce #3: " + workers_text(1, 1)));
+    EXPECT_THAT(e.what(), HasSubstr(") passed float32[3], worker"));
+    EXPECT_THAT(e.what(), HasSubstr(") passed float32[2]"));
+  }
+  expect_still_usable();
 }
 
 TEST_F(MultiWorker, AReplicaRaisingAfterItsQueuedCallsWereAgreedFailsEveryWorkerPromptly) {
