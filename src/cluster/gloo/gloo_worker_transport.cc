@@ -239,11 +239,12 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
 
 }  // namespace
 
-// A farewell's bytes and its sends, which nobody waits for until the transport goes.
+// A farewell's bytes and its sends, which nobody waits for until the transport goes: a buffer
+// for each peer, since a send that fails (to a peer that left first) fails every later wait on
+// its buffer, and must not keep the others from being waited for.
 struct GlooWorkerTransport::PendingSend {
   std::vector<std::byte> bytes;
-  std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
-  int sends = 0;
+  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> buffers;
 };
 
 GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooTransportOptions options)
@@ -335,16 +336,17 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
 GlooWorkerTransport::~GlooWorkerTransport() {
   // Gloo sends a message once its peer asks for it: a peer waiting in an exchange has, and takes a
   // farewell at once; one that is leaving too never will, and is not waited for long.
-  // Every buffer is waited for, even after a failure (then at once: Gloo has failed every pair's
-  // sends), so that whatever Gloo's event thread did to a buffer is over before it is freed.
+  // Every buffer is waited for, so that whatever Gloo's event thread did to a buffer is over
+  // before it is freed, and a peer that left first fails only its own: a wait that passes the
+  // deadline fails every pair, and the waits left then end at once.
   const detail::Deadline deadline = detail::Clock::now() + std::chrono::milliseconds(200);
   std::lock_guard lock(pending_mutex_);
   for (const auto& pending : pending_) {
-    for (int s = 0; s < pending->sends; ++s) {
+    for (const auto& buffer : pending->buffers) {
       try {
-        pending->buffer->waitSend(remaining(deadline));
+        buffer->waitSend(remaining(deadline));
       } catch (const std::exception&) {
-        break;  // this buffer's sends failed together
+        // This peer is gone, or the deadline passed.
       }
     }
   }
@@ -395,11 +397,12 @@ void GlooWorkerTransport::send_farewell(std::span<const std::byte> mine) {
   auto pending = std::make_unique<PendingSend>();
   pending->bytes.assign(mine.begin(), mine.end());
   if (pending->bytes.empty()) return;
-  pending->buffer = context_->createUnboundBuffer(pending->bytes.data(), pending->bytes.size());
+  const std::uint64_t slot = pending->bytes.size() <= headers_.posted->capacity() ? headers_.posted_slot : kHeaderSlot;
   for (int w = 0; w < options_.workers; ++w) {
     if (w == options_.rank) continue;
-    pending->buffer->send(w, pending->bytes.size() <= headers_.posted->capacity() ? headers_.posted_slot : kHeaderSlot);
-    ++pending->sends;
+    auto buffer = context_->createUnboundBuffer(pending->bytes.data(), pending->bytes.size());
+    buffer->send(w, slot);
+    pending->buffers.push_back(std::move(buffer));
   }
   std::lock_guard lock(pending_mutex_);
   pending_.push_back(std::move(pending));
