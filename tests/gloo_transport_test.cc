@@ -244,7 +244,7 @@ TEST(GlooTransport, ADataPhaseWhosePeerStopsAnsweringFailsAtItsDeadline) {
     } catch (const DeadlineExceededError& e) {
       const std::string message = e.what();
       EXPECT_EQ(message.rfind("worker 0: the data phase of all_reduce #7 failed between the workers (worker 1 on " +
-                                  transport.hosts()[1] + " did not answer; Gloo: ",
+                                  transport.hosts()[1] + " did not answer; the step's deadline passed first)",
                               0),
                 0u)
           << message;

@@ -4,20 +4,32 @@
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/buffer.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <poll.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "base/host_name.h"
+#include "base/wait.h"
 #include "cluster/ring_all_reduce.h"
 #include "device/kernels.h"
 #include "distribute/check.h"
@@ -34,16 +46,12 @@ constexpr std::uint64_t kInputSlot = slot_of(1);
 constexpr std::uint64_t kRingSlot = slot_of(2);
 constexpr std::uint64_t kGatherSlot = slot_of(3);
 constexpr std::uint64_t kBroadcastSlot = slot_of(4);
-constexpr std::uint64_t kDirectSlot = slot_of(5);
-constexpr std::uint64_t kHeaderPostedSlot = slot_of(6);
-constexpr std::uint64_t kInputPostedSlot = slot_of(7);
-// Exchanges of up to this size (a vote's header, a count) take the receives posted ahead.
-constexpr std::size_t kPostedExchangeBytes = 256;
+// Exchanges of up to this size (a vote's header, a count, most descriptions) take a polled mesh.
+constexpr std::size_t kPolledExchangeBytes = std::size_t{4} << 10;
 // The largest message of a ring step.
 constexpr std::size_t kRingPiece = std::size_t{1} << 20;
-// Up to this size an all_reduce takes one round of messages, each worker's whole buffer to every
-// other, instead of the ring's 2 (workers - 1): over Gloo each message costs a wake-up of each
-// side's threads, tens of microseconds, where a small sum is latency alone.
+// Up to this size an all_reduce takes one round of messages on a polled mesh, each worker's whole
+// buffer to every other, instead of the ring's 2 (workers - 1): a small sum is latency alone.
 constexpr std::size_t kDirectBytes = std::size_t{16} << 10;
 
 // What is left of `deadline`, as Gloo's waits take it (never its "unset", -1).
@@ -62,75 +70,253 @@ void ignore_sigpipe() {
   if (current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
 }
 
+// Whether two socket addresses name the same IP address and port.
+bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+    return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0;
+  }
+  return false;
+}
+
+// This process's TCP socket from `local` to `remote`: a connected Gloo pair's. Gloo keeps a
+// pair's socket to itself (and Debian's Gloo lacks a header that its TCP pair's declaration
+// includes), but a connected pair reports its socket's local address, and its peer's pair the
+// other end's.
+int socket_between(const sockaddr_storage& local, const sockaddr_storage& remote, int peer) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    int fd = -1;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &fd)) continue;
+    sockaddr_storage address{};
+    socklen_t length = sizeof address;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 || !same_endpoint(address, local)) {
+      continue;
+    }
+    length = sizeof address;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0 && same_endpoint(address, remote)) {
+      return fd;
+    }
+  }
+  throw std::runtime_error(absl::StrCat("the socket of Gloo's pair with worker ", peer, " was not found"));
+}
+
+// The local address of a connected Gloo TCP pair's socket.
+const sockaddr_storage& local_address(const ::gloo::transport::Pair& pair) {
+  return dynamic_cast<const ::gloo::transport::tcp::Address&>(pair.address()).getSockaddr();
+}
+
 }  // namespace
 
-// Each peer's next message on one slot, received into a buffer of this transport's: posted one
-// exchange ahead, so that the peer's send finds it and goes at once. A receive posted only when
-// its exchange begins first sends the peer a notice, and the peer sends nothing until it comes:
-// a round trip more, with a wake-up of both sides' threads, for every message.
-class PostedReceives {
+// A full mesh of Gloo pairs (a context of its own) that the waiting thread reads itself
+// (Pair::setSync): a message then costs one wake-up, of that thread, where Gloo's event thread
+// costs a hand-over between two threads on each side, several times the latency on a busy or
+// virtual machine (bench/gloo_pair_bench). Gloo bounds a synchronous read only by the fixed
+// timeout its pair was connected with, so each wait here first polls the pair's socket against
+// its own step's deadline, and lets Gloo read only once bytes (or the peer's end) have come.
+// One thread at a time uses a mesh (its channel's lock): two readers of one socket could take
+// each other's messages. The meshes are made in one order on every worker, each made synchronous
+// as soon as it is connected; a worker sends a step's message on any of them only once it has
+// connected the last, which its peers join only after they made the others synchronous, so that
+// only a mesh's first messages (its sockets' addresses) may still reach a pair that Gloo's event
+// thread reads, and Gloo's synchronous wait counts those.
+class PolledMesh {
  public:
-  PostedReceives(::gloo::Context& context, std::uint64_t slot, std::size_t capacity)
-      : context_(context), slot_(slot), capacity_(capacity) {
-    for (int w = 0; w < context.size; ++w) {
-      if (w == context.rank) continue;
-      peers_.push_back(Peer{w, std::vector<std::byte>(capacity), nullptr, {}});
-      post(peers_.back());
+  PolledMesh(::gloo::rendezvous::Store& store, std::shared_ptr<::gloo::transport::Device> device, int rank,
+             int workers, std::chrono::milliseconds timeout, std::size_t capacity)
+      : context_(std::make_shared<::gloo::rendezvous::Context>(rank, workers)),
+        capacity_(capacity),
+        wake_(::eventfd(0, EFD_CLOEXEC)) {
+    if (wake_ < 0) throw std::runtime_error(absl::StrCat("eventfd: ", std::strerror(errno)));
+    context_->setTimeout(timeout);
+    context_->connectFullMesh(store, device);
+    for (int w = 0; w < workers; ++w) {
+      if (w == rank) continue;
+      ::gloo::transport::Pair& pair = *context_->getPair(w);
+      Peer peer{w, -1, std::vector<std::byte>(capacity), std::vector<std::byte>(capacity), {}, {}, false};
+      peer.receive = pair.createRecvBuffer(0, peer.in.data(), capacity);
+      peer.send = pair.createSendBuffer(0, peer.out.data(), capacity);
+      pair.setSync(true, false);
+      peers_.push_back(std::move(peer));
     }
-  }
-
-  // Gloo cannot withdraw a posted receive, and its event thread completes or fails one (when a
-  // peer goes) while it likes: a buffer freed with its receive pending may be written after.
-  // Failing the connections ends every such receive first (a wait that times out fails every
-  // pair of the context, and Gloo then forgets the pairs' receives). Called as the transport
-  // goes, once its last messages have been written.
-  ~PostedReceives() {
+    // Each pair's first message is its socket's local address: the other end's peer address,
+    // by which that end finds the socket to poll. These reads wait, as Gloo's do, up to `timeout`.
     for (Peer& p : peers_) {
-      if (!p.buffer) continue;
-      try {
-        p.buffer->waitRecv(std::chrono::milliseconds(0));
-      } catch (const std::exception&) {
-        // The connections are failed, as intended.
-      }
+      const sockaddr_storage& mine = local_address(*context_->getPair(p.rank));
+      std::memcpy(p.out.data(), &mine, sizeof mine);
+      p.send->send(0, sizeof mine);
+      p.send->waitSend();
+    }
+    for (Peer& p : peers_) {
+      p.receive->waitRecv();
+      sockaddr_storage theirs{};
+      std::memcpy(&theirs, p.in.data(), sizeof theirs);
+      p.socket = socket_between(local_address(*context_->getPair(p.rank)), theirs, p.rank);
     }
   }
 
-  std::uint64_t slot() const { return slot_; }
+  ~PolledMesh() { ::close(wake_); }
+
   std::size_t capacity() const { return capacity_; }
 
-  // Waits until `deadline` for `peer`'s next message, of `size` bytes (every worker's exchange
-  // is of one size), copies it to `out`, then posts the receive of the one after. Throws what
-  // Gloo throws.
-  void take(int peer, std::byte* out, std::size_t size, detail::Deadline deadline) {
-    Peer& p = peers_[static_cast<std::size_t>(peer < context_.rank ? peer : peer - 1)];
-    if (!p.buffer) throw std::runtime_error(p.post_error);
-    p.buffer->waitRecv(remaining(deadline));
-    std::memcpy(out, p.bytes.data(), std::min(size, capacity_));
-    post(p);
+  // Writes `bytes` (at most capacity()) to `peer` as its next message, on this thread. Throws
+  // what Gloo throws (the peer is gone).
+  void send(int peer, std::span<const std::byte> bytes) {
+    Peer& p = at(peer);
+    std::lock_guard lock(io_);
+    check_open(p);
+    std::copy(bytes.begin(), bytes.end(), p.out.begin());
+    gloo_call(p, [&] {
+      p.send->send(0, bytes.size());
+      p.send->waitSend();
+    });
+  }
+
+  // Waits until `deadline` for `peer`'s next message, of out.size() bytes (every worker's message
+  // of a step is of one size), and copies it to `out`. False when the deadline passed first;
+  // throws what Gloo throws (the peer is gone), or when the mesh was abandoned meanwhile.
+  bool receive(int peer, std::span<std::byte> out, detail::Deadline deadline) {
+    Peer& p = at(peer);
+    {
+      std::lock_guard lock(io_);
+      check_open(p);
+      ++polling_;
+    }
+    bool ready = false;
+    try {
+      ready = readable(p.socket, deadline);
+    } catch (...) {
+      polled();
+      throw;
+    }
+    polled();
+    if (!ready) return false;
+    std::lock_guard lock(io_);
+    check_open(p);
+    gloo_call(p, [&] { p.receive->waitRecv(); });
+    std::copy_n(p.in.begin(), std::min(out.size(), capacity_), out.begin());
+    return true;
+  }
+
+  // Ends every connection of the mesh at once, after a step's deadline passed: a wait of this
+  // worker's on it ends, and its peers find the connections reset, so that no peer that comes
+  // late takes a message this worker sent before it gave up for one of the step.
+  void abandon() {
+    std::unique_lock lock(io_);
+    if (abandoned_) return;
+    abandoned_ = true;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto written = ::write(wake_, &one, sizeof one);
+    idle_.wait(lock, [&] { return polling_ == 0; });
+    for (Peer& p : peers_) {
+      context_->getPair(p.rank)->close();  // resets the connection, and closes the socket
+      p.failed = true;
+    }
+  }
+
+  // Ends the mesh in order: each peer gets the end of this worker's messages (after any farewell),
+  // and what it sent is read until it ends its own, or until `deadline`: a socket closed with
+  // bytes unread resets the connection, and the peer would lose what it has not read yet.
+  void close(detail::Deadline deadline) {
+    std::lock_guard lock(io_);
+    std::vector<std::byte> discard(4096);
+    for (Peer& p : peers_) {
+      if (p.failed) continue;
+      ::shutdown(p.socket, SHUT_WR);
+      while (readable(p.socket, deadline) && ::recv(p.socket, discard.data(), discard.size(), 0) > 0) {
+      }
+    }
   }
 
  private:
   struct Peer {
     int rank;
-    std::vector<std::byte> bytes;
-    std::unique_ptr<::gloo::transport::UnboundBuffer> buffer;
-    std::string post_error;  // why no receive is posted, when none is
+    int socket;
+    std::vector<std::byte> in;
+    std::vector<std::byte> out;
+    std::unique_ptr<::gloo::transport::Buffer> receive;
+    std::unique_ptr<::gloo::transport::Buffer> send;
+    // Gloo failed the pair, or the mesh was abandoned: the socket is closed, and its number may
+    // now be another file's.
+    bool failed;
   };
-  void post(Peer& peer) {
-    peer.buffer.reset();
+
+  Peer& at(int peer) { return peers_[static_cast<std::size_t>(peer < context_->rank ? peer : peer - 1)]; }
+
+  // Under io_.
+  void check_open(const Peer& p) const {
+    if (abandoned_) throw std::runtime_error("the connections were reset after a step's deadline passed");
+    if (p.failed) throw std::runtime_error(absl::StrCat("the connection to worker ", p.rank, " failed before"));
+  }
+
+  void polled() {
+    std::lock_guard lock(io_);
+    if (--polling_ == 0) idle_.notify_all();
+  }
+
+  template <typename Call>
+  void gloo_call(Peer& p, Call call) {
     try {
-      auto buffer = context_.createUnboundBuffer(peer.bytes.data(), capacity_);
-      buffer->recv(peer.rank, slot_);
-      peer.buffer = std::move(buffer);
-    } catch (const std::exception& e) {
-      peer.post_error = e.what();
+      call();
+    } catch (...) {
+      p.failed = true;
+      throw;
     }
   }
 
-  ::gloo::Context& context_;
-  const std::uint64_t slot_;
+  // Whether `socket` has bytes to read (or its end, or an error, which Gloo's read then reports)
+  // before `deadline`, or the mesh is being abandoned. It polls, yielding the core between polls,
+  // for as long as the MPI backend's waits do (detail::PollPacer), so that a message that comes
+  // within that costs no wake-up; a longer wait sleeps in poll().
+  bool readable(int socket, detail::Deadline deadline) const {
+    pollfd wanted[2] = {{socket, POLLIN, 0}, {wake_, POLLIN, 0}};
+    const detail::Deadline yield_until = std::min(deadline, detail::Clock::now() + detail::PollPacer::kYieldFor);
+    do {
+      const int ready = ::poll(wanted, 2, 0);
+      if (ready > 0) return true;
+      if (ready < 0 && errno != EINTR) throw std::runtime_error(absl::StrCat("poll: ", std::strerror(errno)));
+      detail::yield_core();
+    } while (detail::Clock::now() < yield_until);
+    for (;;) {
+      const auto wait = deadline == detail::kNoDeadline ? -1 : static_cast<int>(std::min<std::int64_t>(
+                                                                   remaining(deadline).count(), 1 << 30));
+      const int ready = ::poll(wanted, 2, wait);
+      if (ready > 0) return true;
+      if (ready == 0 && detail::Clock::now() >= deadline) return false;
+      if (ready < 0 && errno != EINTR) throw std::runtime_error(absl::StrCat("poll: ", std::strerror(errno)));
+    }
+  }
+
+  std::shared_ptr<::gloo::rendezvous::Context> context_;
   const std::size_t capacity_;
+  const int wake_;  // readable once the mesh is abandoned
+  std::mutex io_;   // held in Gloo's reads and writes and in abandon(), never while polling
+  std::condition_variable idle_;
+  int polling_ = 0;  // threads in readable(), under io_
+  bool abandoned_ = false;
   std::vector<Peer> peers_;  // every worker's but this one's, in worker order
+};
+
+// The outcome of a step's transfers: the peers whose bytes had not come, those that had not taken
+// this worker's, and what failed first (Gloo's words, or the deadline's passing).
+struct TransferResult {
+  std::vector<int> missing;
+  std::vector<int> unsent;
+  std::string error;
+  // A wait ran out of time (then Gloo has failed every pair of its context).
+  bool timed_out = false;
+  bool failed() const { return !error.empty(); }
+  void add_missing(int peer, std::string what, bool deadline_passed) {
+    if (!failed()) error = std::move(what);
+    timed_out = timed_out || deadline_passed;
+    if (std::find(missing.begin(), missing.end(), peer) == missing.end()) missing.push_back(peer);
+  }
 };
 
 namespace {
@@ -142,17 +328,8 @@ struct Transfer {
   std::size_t size;
 };
 
-// The outcome of a step's transfers: the peers whose bytes had not come, those that had not taken
-// this worker's, and Gloo's first error.
-struct TransferResult {
-  std::vector<int> missing;
-  std::vector<int> unsent;
-  std::string error;
-  bool failed() const { return !error.empty(); }
-};
-
 // What failed in a data phase, for its report: the peers that did not answer, on their hosts, and
-// Gloo's words.
+// what failed first.
 std::string describe_failure(const TransferResult& result, const std::vector<std::string>& hosts) {
   std::string text;
   const auto name = [&](const std::vector<int>& workers, const char* what) {
@@ -163,28 +340,26 @@ std::string describe_failure(const TransferResult& result, const std::vector<std
   };
   name(result.missing, " did not answer; ");
   name(result.unsent, " did not take this worker's bytes; ");
-  return absl::StrCat(text, "Gloo: ", result.error);
+  return text + result.error;
 }
+
+std::string gloo_error(const std::exception& e) { return absl::StrCat("Gloo: ", e.what()); }
 
 // Posts every send and receive of a step on `slot`, then waits for each until `deadline`. A peer
 // that is gone fails only its own transfers, and the others' go on, so that every peer that did
 // not answer, and only those, is named; a wait that times out fails the whole context (Gloo's
-// rule), after which the waits left end at once unless their transfer is already done. With
-// `posted`, the sends go to its slot and the receives are its own, posted ahead.
+// rule), after which the waits left end at once unless their transfer is already done.
 TransferResult transfer(::gloo::Context& context, std::span<const Transfer> sends, std::span<const Transfer> receives,
-                        std::uint64_t slot, detail::Deadline deadline, PostedReceives* posted = nullptr) {
+                        std::uint64_t slot, detail::Deadline deadline) {
   TransferResult result;
   // A peer already gone fails its own transfers at once; the others still go.
   const auto failed = [&](int peer, const std::exception& e) {
-    if (!result.failed()) result.error = e.what();
-    if (std::find(result.missing.begin(), result.missing.end(), peer) == result.missing.end()) {
-      result.missing.push_back(peer);
-    }
+    result.add_missing(peer, gloo_error(e), detail::Clock::now() >= deadline);
   };
   std::vector<std::pair<int, std::unique_ptr<::gloo::transport::UnboundBuffer>>> posted_receives;
   std::vector<std::pair<int, std::unique_ptr<::gloo::transport::UnboundBuffer>>> posted_sends;
   for (const Transfer& r : receives) {
-    if (r.size == 0 || posted != nullptr) continue;
+    if (r.size == 0) continue;
     try {
       auto buffer = context.createUnboundBuffer(r.bytes, r.size);
       buffer->recv(r.peer, slot);
@@ -197,7 +372,7 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
     if (s.size == 0) continue;
     try {
       auto buffer = context.createUnboundBuffer(s.bytes, s.size);
-      buffer->send(s.peer, posted != nullptr ? posted->slot() : slot);
+      buffer->send(s.peer, slot);
       posted_sends.emplace_back(s.peer, std::move(buffer));
     } catch (const std::exception& e) {
       failed(s.peer, e);
@@ -210,16 +385,6 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
       failed(peer, e);
     }
   }
-  if (posted != nullptr) {
-    for (const Transfer& r : receives) {
-      if (r.size == 0) continue;
-      try {
-        posted->take(r.peer, r.bytes, r.size, deadline);
-      } catch (const std::exception& e) {
-        failed(r.peer, e);
-      }
-    }
-  }
   std::sort(result.missing.begin(), result.missing.end());
   // A peer whose bytes came but that did not take this worker's fails the step without being
   // missing from it.
@@ -227,7 +392,8 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
     try {
       buffer->waitSend(remaining(deadline));
     } catch (const std::exception& e) {
-      if (!result.failed()) result.error = e.what();
+      if (!result.failed()) result.error = gloo_error(e);
+      result.timed_out = result.timed_out || detail::Clock::now() >= deadline;
       if (!std::binary_search(result.missing.begin(), result.missing.end(), peer) &&
           std::find(result.unsent.begin(), result.unsent.end(), peer) == result.unsent.end()) {
         result.unsent.push_back(peer);
@@ -237,20 +403,44 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
   return result;
 }
 
+// The same on a polled mesh, whose messages hold at most its capacity: every send is written
+// first, then each peer's message is waited for until `deadline`, and once a wait has run out,
+// only what has already come is taken.
+TransferResult transfer(PolledMesh& mesh, std::span<const Transfer> sends, std::span<const Transfer> receives,
+                        detail::Deadline deadline) {
+  TransferResult result;
+  for (const Transfer& s : sends) {
+    if (s.size == 0) continue;
+    try {
+      mesh.send(s.peer, std::span<const std::byte>(s.bytes, s.size));
+    } catch (const std::exception& e) {
+      result.add_missing(s.peer, gloo_error(e), false);
+    }
+  }
+  for (const Transfer& r : receives) {
+    if (r.size == 0 || std::find(result.missing.begin(), result.missing.end(), r.peer) != result.missing.end()) {
+      continue;
+    }
+    try {
+      if (!mesh.receive(r.peer, std::span<std::byte>(r.bytes, r.size),
+                        result.timed_out ? detail::Clock::now() : deadline)) {
+        result.add_missing(r.peer, "the step's deadline passed first", true);
+      }
+    } catch (const std::exception& e) {
+      result.add_missing(r.peer, gloo_error(e), false);
+    }
+  }
+  std::sort(result.missing.begin(), result.missing.end());
+  return result;
+}
+
 }  // namespace
 
 // A farewell's bytes and its sends, which nobody waits for until the transport goes: a buffer
 // for each peer, since a send that fails (to a peer that left first) fails every later wait on
 // its buffer, and must not keep the others from being waited for.
-struct GlooWorkerTransport::PendingSend {
-  std::vector<std::byte> bytes;
-  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> buffers;
-};
-
 GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooTransportOptions options)
-    : options_(std::move(options)),
-      headers_{kHeaderSlot, kHeaderPostedSlot, nullptr, {}},
-      input_{kInputSlot, kInputPostedSlot, nullptr, {}} {
+    : options_(std::move(options)), headers_{kHeaderSlot, nullptr, {}}, input_{kInputSlot, nullptr, {}} {
   const int workers = options_.workers;
   const int rank = options_.rank;
   DISTRIBUTE_CHECK(workers >= 1 && rank >= 0 && rank < workers, InvalidArgumentError,
@@ -312,10 +502,16 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
     // the last worker came.
     context_->setTimeout(options_.connect_timeout);
     context_->connectFullMesh(group, device);
-    for (ExchangeChannel* channel : {&headers_, &input_}) {
-      channel->posted = std::make_unique<PostedReceives>(*context_, channel->posted_slot, kPostedExchangeBytes);
-    }
-    direct_ = std::make_unique<PostedReceives>(*context_, kDirectSlot, kDirectBytes);
+    // The meshes that small messages take, each a context of its own (PolledMesh), in this order
+    // on every worker.
+    ::gloo::rendezvous::PrefixStore headers_store("polled/headers", group);
+    headers_.polled = std::make_unique<PolledMesh>(headers_store, device, rank, workers, options_.connect_timeout,
+                                                   kPolledExchangeBytes);
+    ::gloo::rendezvous::PrefixStore input_store("polled/input", group);
+    input_.polled = std::make_unique<PolledMesh>(input_store, device, rank, workers, options_.connect_timeout,
+                                                 kPolledExchangeBytes);
+    ::gloo::rendezvous::PrefixStore direct_store("polled/direct", group);
+    direct_ = std::make_unique<PolledMesh>(direct_store, device, rank, workers, options_.connect_timeout, kDirectBytes);
   } catch (const std::exception& e) {
     throw UnavailableError(absl::StrCat("GlooWorkerTransport: worker ", rank, " could not connect to the other ",
                                         workers - 1, " workers: ", e.what()));
@@ -334,21 +530,23 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
 }
 
 GlooWorkerTransport::~GlooWorkerTransport() {
-  // Gloo sends a message once its peer asks for it: a peer waiting in an exchange has, and takes a
-  // farewell at once; one that is leaving too never will, and is not waited for long.
-  // Every buffer is waited for, so that whatever Gloo's event thread did to a buffer is over
-  // before it is freed, and a peer that left first fails only its own: a wait that passes the
-  // deadline fails every pair, and the waits left then end at once.
+  // Each peer's connections end in order (after this worker's farewell, if it sent one), waited
+  // for a short while: a peer that leaves too ends its own at once, and one still waiting in an
+  // exchange has taken the farewell.
   const detail::Deadline deadline = detail::Clock::now() + std::chrono::milliseconds(200);
-  std::lock_guard lock(pending_mutex_);
-  for (const auto& pending : pending_) {
-    for (const auto& buffer : pending->buffers) {
-      try {
-        buffer->waitSend(remaining(deadline));
-      } catch (const std::exception&) {
-        // This peer is gone, or the deadline passed.
-      }
-    }
+  for (PolledMesh* mesh : {headers_.polled.get(), input_.polled.get(), direct_.get()}) {
+    if (mesh != nullptr) mesh->close(deadline);
+  }
+}
+
+void GlooWorkerTransport::fail_connections() {
+  for (PolledMesh* mesh : {headers_.polled.get(), input_.polled.get(), direct_.get()}) mesh->abandon();
+  // Gloo fails every pair of its context when a wait on it times out; one that cannot be met
+  // (nothing is posted) does so at once.
+  try {
+    context_->createUnboundBuffer(nullptr, 0)->waitRecv(std::chrono::milliseconds(0));
+  } catch (const std::exception&) {
+    // The failure intended.
   }
 }
 
@@ -372,11 +570,15 @@ std::vector<int> GlooWorkerTransport::exchange_on(ExchangeChannel& channel, std:
     sends.push_back({w, all.data() + me * size, size});
     receives.push_back({w, all.data() + static_cast<std::size_t>(w) * size, size});
   }
-  PostedReceives* posted = size <= channel.posted->capacity() ? channel.posted.get() : nullptr;
-  TransferResult result = transfer(*context_, sends, receives, channel.slot, deadline, posted);
+  TransferResult result = size <= channel.polled->capacity()
+                              ? transfer(*channel.polled, sends, receives, deadline)
+                              : transfer(*context_, sends, receives, channel.slot, deadline);
   if (result.failed()) {
-    std::lock_guard broken(broken_mutex_);
-    if (!broken_by_) broken_by_ = absl::StrCat("an exchange of the workers' agreement (", result.error, ")");
+    {
+      std::lock_guard broken(broken_mutex_);
+      if (!broken_by_) broken_by_ = absl::StrCat("an exchange of the workers' agreement (", result.error, ")");
+    }
+    if (result.timed_out) fail_connections();
   }
   return result.missing;
 }
@@ -394,18 +596,18 @@ std::vector<int> GlooWorkerTransport::exchange_input(std::span<const std::byte> 
 void GlooWorkerTransport::send_farewell(std::span<const std::byte> mine) {
   check_usable();
   std::lock_guard order(headers_.mutex);
-  auto pending = std::make_unique<PendingSend>();
-  pending->bytes.assign(mine.begin(), mine.end());
-  if (pending->bytes.empty()) return;
-  const std::uint64_t slot = pending->bytes.size() <= headers_.posted->capacity() ? headers_.posted_slot : kHeaderSlot;
+  DISTRIBUTE_CHECK(mine.size() <= headers_.polled->capacity(), InvalidArgumentError,
+                   "GlooWorkerTransport::send_farewell: ", mine.size(), " bytes; a farewell holds at most ",
+                   headers_.polled->capacity());
+  if (mine.empty()) return;
   for (int w = 0; w < options_.workers; ++w) {
     if (w == options_.rank) continue;
-    auto buffer = context_->createUnboundBuffer(pending->bytes.data(), pending->bytes.size());
-    buffer->send(w, slot);
-    pending->buffers.push_back(std::move(buffer));
+    try {
+      headers_.polled->send(w, mine);
+    } catch (const std::exception&) {
+      // This peer is gone already.
+    }
   }
-  std::lock_guard lock(pending_mutex_);
-  pending_.push_back(std::move(pending));
 }
 
 // A worker gives up when a deadline passes, which over Gloo has already failed every connection:
@@ -414,13 +616,14 @@ void GlooWorkerTransport::send_gave_up(const StepName&) {}
 
 std::vector<std::pair<int, std::string>> GlooWorkerTransport::take_gave_up() { return {}; }
 
-void GlooWorkerTransport::data_phase_failed(const StepName& what, const std::string& failure) {
+void GlooWorkerTransport::data_phase_failed(const StepName& what, const TransferResult& failure) {
   {
     std::lock_guard lock(broken_mutex_);
     if (!broken_by_) broken_by_ = what.str();
   }
+  if (failure.timed_out) fail_connections();
   const std::string report = absl::StrCat("worker ", options_.rank, ": the data phase of ", what.str(),
-                                          " failed between the workers (", failure, ")");
+                                          " failed between the workers (", describe_failure(failure, hosts_), ")");
   if (options_.on_stall == OnStall::kFailStrategy) {
     throw DeadlineExceededError(absl::StrCat(report, "; the strategy is unusable and the job goes on "
                                                      "(StalledCollectiveAction::kFailStrategy)"));
@@ -451,14 +654,11 @@ class GlooWorkerTransport::RingLinks final : public cluster::RingLinks {
     for (std::size_t at = 0; at < from_previous.size(); at += kRingPiece) {
       receives.push_back({previous, from_previous.data() + at, std::min(kRingPiece, from_previous.size() - at)});
     }
-    TransferResult result = transfer(*transport_.context_, sends, receives, kRingSlot, deadline_);
-    if (result.failed()) {
-      failure = describe_failure(result, transport_.hosts_);
-      throw std::runtime_error(failure);
-    }
+    failure = transfer(*transport_.context_, sends, receives, kRingSlot, deadline_);
+    if (failure.failed()) throw std::runtime_error(failure.error);
   }
-  // The step that failed, described; empty while none has.
-  std::string failure;
+  // The step's transfers, failed or not.
+  TransferResult failure;
 
  private:
   GlooWorkerTransport& transport_;
@@ -483,7 +683,7 @@ int GlooWorkerTransport::all_reduce(DType dtype, void* data, std::int64_t count,
     ring_all_reduce(links, dtype, static_cast<std::byte*>(data), count, ring_scratch_);
     return -1;
   } catch (const std::runtime_error& e) {
-    if (links.failure.empty()) throw;
+    if (!links.failure.failed()) throw;
     data_phase_failed(what, links.failure);
   }
 }
@@ -503,8 +703,8 @@ void GlooWorkerTransport::all_reduce_direct(DType dtype, std::byte* data, std::i
     sends.push_back({w, all + me * bytes, bytes});
     receives.push_back({w, all + static_cast<std::size_t>(w) * bytes, bytes});
   }
-  TransferResult result = transfer(*context_, sends, receives, kDirectSlot, deadline, direct_.get());
-  if (result.failed()) data_phase_failed(what, describe_failure(result, hosts_));
+  TransferResult result = transfer(*direct_, sends, receives, deadline);
+  if (result.failed()) data_phase_failed(what, result);
   // Every worker adds the same buffers in worker order: the same bits everywhere.
   std::vector<const void*> inputs;
   for (std::size_t w = 0; w < workers; ++w) inputs.push_back(all + w * bytes);
@@ -529,7 +729,7 @@ void GlooWorkerTransport::all_gather(const void* mine, std::span<const std::size
     receives.push_back({w, bytes + offsets[u], sizes[u]});
   }
   TransferResult result = transfer(*context_, sends, receives, kGatherSlot, deadline);
-  if (result.failed()) data_phase_failed(what, describe_failure(result, hosts_));
+  if (result.failed()) data_phase_failed(what, result);
 }
 
 void GlooWorkerTransport::broadcast(void* data, std::size_t bytes, int root, detail::Deadline deadline,
@@ -546,7 +746,7 @@ void GlooWorkerTransport::broadcast(void* data, std::size_t bytes, int root, det
     receives.push_back({root, static_cast<std::byte*>(data), bytes});
   }
   TransferResult result = transfer(*context_, sends, receives, kBroadcastSlot, deadline);
-  if (result.failed()) data_phase_failed(what, describe_failure(result, hosts_));
+  if (result.failed()) data_phase_failed(what, result);
 }
 
 }  // namespace distribute::cluster::gloo_backend

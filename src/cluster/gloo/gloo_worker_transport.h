@@ -1,15 +1,18 @@
 // distribute::cluster::gloo_backend: the workers' transport over Gloo's TCP pairs, the second
 // backend of cluster/worker_transport.h beside MPI, for jobs that no mpirun launched. The workers
 // meet through a rendezvous store (Gloo's Redis or file store, under a prefix of the job's), each
-// giving its rank and the number of workers; Gloo then connects every pair of them. The control
-// channel's exchanges are point-to-point messages on slots of their own; the data channel's
-// all_reduce goes around the same ring as over MPI (cluster/ring_all_reduce.h, so the two backends
-// give the same bits, compression included), its all_gather and broadcast are Gloo's.
+// giving its rank and the number of workers; Gloo then connects every pair of them, once for the
+// large messages and once for each kind of small one. Small messages (the control channel's
+// exchanges, a small all_reduce's data) go on pairs that the waiting thread reads itself, polled
+// against each step's deadline; large ones (the ring all_reduce of cluster/ring_all_reduce.h,
+// which gives the same bits as over MPI, compression included, and all_gather and broadcast)
+// through Gloo's event thread.
 //
 // Gloo treats a wait that passes its timeout as a broken connection: it fails every pair of the
-// context. So does this transport: after a deadline passes in any call, every later call throws
-// UnavailableError naming the step that broke it, and the workers that were waited for are named
-// by the call that timed out.
+// context. So does this transport, on all its pairs: after a deadline passes in any call, every
+// later call throws UnavailableError naming the step that broke it, the workers that were waited
+// for are named by the call that timed out, and a worker that comes late finds the connections
+// reset instead of the messages sent before the others gave up.
 #pragma once
 
 #include <gloo/rendezvous/context.h>
@@ -46,8 +49,10 @@ struct GlooTransportOptions {
   OnStall on_stall = OnStall::kFailStrategy;
 };
 
-// Receives posted one message ahead on a slot (gloo_worker_transport.cc).
-class PostedReceives;
+// A mesh of pairs for small messages, and the outcome of a step's transfers
+// (gloo_worker_transport.cc).
+class PolledMesh;
+struct TransferResult;
 
 class GlooWorkerTransport final : public WorkerTransport {
  public:
@@ -75,12 +80,11 @@ class GlooWorkerTransport final : public WorkerTransport {
 
  private:
   class RingLinks;
-  // A channel of exchanges: its slots, its receives posted ahead (made once connected), and the
-  // lock that keeps its exchanges in order.
+  // A channel of exchanges: the slot of its large ones, the mesh of the others (made once
+  // connected), and the lock that keeps its exchanges in order.
   struct ExchangeChannel {
     std::uint64_t slot;
-    std::uint64_t posted_slot;
-    std::unique_ptr<PostedReceives> posted;
+    std::unique_ptr<PolledMesh> polled;
     std::mutex mutex;
   };
   std::vector<int> exchange_on(ExchangeChannel& channel, std::span<const std::byte> mine, std::span<std::byte> all,
@@ -90,9 +94,13 @@ class GlooWorkerTransport final : public WorkerTransport {
                          const StepName& what);
   // Throws UnavailableError once a step has broken the context.
   void check_usable() const;
-  // A data phase that Gloo failed (`failure`: a timeout or a lost peer, described): marks the
-  // transport broken, then ends the job or throws DeadlineExceededError, as options_.on_stall says.
-  [[noreturn]] void data_phase_failed(const StepName& what, const std::string& failure);
+  // A data phase that failed (a timeout or a lost peer): marks the transport broken (and after a
+  // timeout, fails every connection), then ends the job or throws DeadlineExceededError, as
+  // options_.on_stall says.
+  [[noreturn]] void data_phase_failed(const StepName& what, const TransferResult& failure);
+  // Ends every connection at once, as Gloo does when a wait times out: the peers waiting for this
+  // worker then find it gone.
+  void fail_connections();
 
   GlooTransportOptions options_;
   std::shared_ptr<::gloo::rendezvous::Context> context_;
@@ -101,12 +109,8 @@ class GlooWorkerTransport final : public WorkerTransport {
   ExchangeChannel headers_;
   ExchangeChannel input_;
   std::mutex data_mutex_;  // one data phase at a time
-  std::unique_ptr<PostedReceives> direct_;  // the small all_reduce's, under data_mutex_
+  std::unique_ptr<PolledMesh> direct_;  // the small all_reduce's, under data_mutex_
   std::vector<std::byte> ring_scratch_;
-  // Sends that nobody waits for (farewells), kept with their bytes until the transport goes.
-  struct PendingSend;
-  std::mutex pending_mutex_;
-  std::vector<std::unique_ptr<PendingSend>> pending_;
   mutable std::mutex broken_mutex_;
   std::optional<std::string> broken_by_;
 };
