@@ -1,16 +1,15 @@
 // What one small message costs over Gloo's TCP pairs, in the two ways Gloo offers to wait for
 // it, between two processes of this machine (the program forks the second; they meet through a
 // file store and connect over 127.0.0.1, or the address given):
-//   - event thread: unbound buffers, each receive posted one message ahead, as the Gloo backend's
-//     exchanges take them (cluster/gloo/gloo_worker_transport.cc). Gloo's event thread reads the
-//     socket and wakes the waiting thread.
+//   - event thread: unbound buffers, each receive posted one message ahead. Gloo's event thread
+//     reads the socket and wakes the waiting thread. The Gloo backend's large messages go so.
 //   - synchronous pair: the waiting thread reads the socket itself (Pair::setSync), with bound
-//     buffers registered once.
+//     buffers registered once. The Gloo backend's small messages go so, each read polled against
+//     its step's deadline first (PolledMesh in cluster/gloo/gloo_worker_transport.cc).
 // Each line is the median round trip (a message each way) over --rounds rounds of --iters, in
 // microseconds. mpi_all_reduce_bench beside it gives Open MPI's figure for the same machine.
-// The gap between the two ways is what Gloo's hand-over between its threads costs here: the
-// backend cannot take the synchronous way, whose reads wait as long as the pair's fixed timeout
-// instead of each step's own deadline (docs/multi_worker.md, "Gloo against MPI").
+// The gap between the two ways is what Gloo's hand-over between its threads costs here
+// (docs/multi_worker.md, "Gloo against MPI").
 //
 //   ./build/default/bench/gloo_pair_bench --bytes=4,256,16K
 #include <gloo/rendezvous/context.h>
