@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cerrno>
 #include <csignal>
@@ -43,16 +44,17 @@ namespace {
 constexpr std::uint64_t slot_of(std::uint64_t kind) { return (std::uint64_t{0x40} + kind) << 56; }
 constexpr std::uint64_t kHeaderSlot = slot_of(0);
 constexpr std::uint64_t kInputSlot = slot_of(1);
-constexpr std::uint64_t kRingSlot = slot_of(2);
 constexpr std::uint64_t kGatherSlot = slot_of(3);
 constexpr std::uint64_t kBroadcastSlot = slot_of(4);
 // Exchanges of up to this size (a vote's header, a count, most descriptions) take a polled mesh.
 constexpr std::size_t kPolledExchangeBytes = std::size_t{4} << 10;
 // The largest message of a ring step.
-constexpr std::size_t kRingPiece = std::size_t{1} << 20;
+constexpr std::size_t kRingPiece = std::size_t{4} << 20;
 // Up to this size an all_reduce takes one round of messages on a polled mesh, each worker's whole
 // buffer to every other, instead of the ring's 2 (workers - 1): a small sum is latency alone.
 constexpr std::size_t kDirectBytes = std::size_t{16} << 10;
+// How long a farewell's write, and a transport's end, wait for the peers.
+constexpr std::chrono::milliseconds kFarewellWait{200};
 
 // What is left of `deadline`, as Gloo's waits take it (never its "unset", -1).
 std::chrono::milliseconds remaining(detail::Deadline deadline) {
@@ -131,7 +133,7 @@ class PolledMesh {
   PolledMesh(::gloo::rendezvous::Store& store, std::shared_ptr<::gloo::transport::Device> device, int rank,
              int workers, std::chrono::milliseconds timeout, std::size_t capacity)
       : context_(std::make_shared<::gloo::rendezvous::Context>(rank, workers)),
-        capacity_(capacity),
+        capacity_(std::max(capacity, sizeof(sockaddr_storage))),
         wake_(::eventfd(0, EFD_CLOEXEC)) {
     if (wake_ < 0) throw std::runtime_error(absl::StrCat("eventfd: ", std::strerror(errno)));
     context_->setTimeout(timeout);
@@ -139,25 +141,25 @@ class PolledMesh {
     for (int w = 0; w < workers; ++w) {
       if (w == rank) continue;
       ::gloo::transport::Pair& pair = *context_->getPair(w);
-      Peer peer{w, -1, std::vector<std::byte>(capacity), std::vector<std::byte>(capacity), {}, {}, false};
-      peer.receive = pair.createRecvBuffer(0, peer.in.data(), capacity);
-      peer.send = pair.createSendBuffer(0, peer.out.data(), capacity);
+      auto peer = std::make_unique<Peer>(w, capacity_);
+      peer->receive = pair.createRecvBuffer(kSmallSlot, peer->in.data(), capacity_);
+      peer->send = pair.createSendBuffer(kSmallSlot, peer->out.data(), capacity_);
       pair.setSync(true, false);
       peers_.push_back(std::move(peer));
     }
     // Each pair's first message is its socket's local address: the other end's peer address,
     // by which that end finds the socket to poll. These reads wait, as Gloo's do, up to `timeout`.
-    for (Peer& p : peers_) {
-      const sockaddr_storage& mine = local_address(*context_->getPair(p.rank));
-      std::memcpy(p.out.data(), &mine, sizeof mine);
-      p.send->send(0, sizeof mine);
-      p.send->waitSend();
+    for (auto& p : peers_) {
+      const sockaddr_storage& mine = local_address(pair(*p));
+      std::memcpy(p->out.data(), &mine, sizeof mine);
+      p->send->send(0, sizeof mine);
+      p->send->waitSend();
     }
-    for (Peer& p : peers_) {
-      p.receive->waitRecv();
+    for (auto& p : peers_) {
+      p->receive->waitRecv();
       sockaddr_storage theirs{};
-      std::memcpy(&theirs, p.in.data(), sizeof theirs);
-      p.socket = socket_between(local_address(*context_->getPair(p.rank)), theirs, p.rank);
+      std::memcpy(&theirs, p->in.data(), sizeof theirs);
+      p->socket = socket_between(local_address(pair(*p)), theirs, p->rank);
     }
   }
 
@@ -165,58 +167,82 @@ class PolledMesh {
 
   std::size_t capacity() const { return capacity_; }
 
-  // Writes `bytes` (at most capacity()) to `peer` as its next message, on this thread. Throws
-  // what Gloo throws (the peer is gone).
-  void send(int peer, std::span<const std::byte> bytes) {
+  // Writes `bytes` (at most capacity()) to `peer` as its next message, on this thread, by
+  // `deadline`. Throws what Gloo throws (the peer is gone, or the deadline passed).
+  void send(int peer, std::span<const std::byte> bytes, detail::Deadline deadline) {
     Peer& p = at(peer);
-    std::lock_guard lock(io_);
+    std::lock_guard lock(p.io);
     check_open(p);
     std::copy(bytes.begin(), bytes.end(), p.out.begin());
-    gloo_call(p, [&] {
+    gloo_call(p, SO_SNDTIMEO, deadline, [&] {
       p.send->send(0, bytes.size());
       p.send->waitSend();
     });
   }
 
+  // The same for a large message, written from where it lies; its receiver takes it by `slot`
+  // (receive_large).
+  void send_large(int peer, int slot, const std::byte* bytes, std::size_t size, detail::Deadline deadline) {
+    Peer& p = at(peer);
+    std::lock_guard lock(p.io);
+    check_open(p);
+    gloo_call(p, SO_SNDTIMEO, deadline, [&] {
+      auto buffer = pair(p).createSendBuffer(slot, const_cast<std::byte*>(bytes), size);
+      buffer->send(0, size);
+      buffer->waitSend();
+    });
+  }
+
   // Waits until `deadline` for `peer`'s next message, of out.size() bytes (every worker's message
-  // of a step is of one size), and copies it to `out`. False when the deadline passed first;
-  // throws what Gloo throws (the peer is gone), or when the mesh was abandoned meanwhile.
+  // of a step is of one size), and copies it to `out`. False when the deadline passed before any
+  // of it came; throws what Gloo throws (the peer is gone, or the deadline passed while the rest
+  // of the message was on its way), or when the mesh was abandoned meanwhile.
   bool receive(int peer, std::span<std::byte> out, detail::Deadline deadline) {
     Peer& p = at(peer);
-    {
-      std::lock_guard lock(io_);
-      check_open(p);
-      ++polling_;
-    }
-    bool ready = false;
-    try {
-      ready = readable(p.socket, deadline);
-    } catch (...) {
-      polled();
-      throw;
-    }
-    polled();
-    if (!ready) return false;
-    std::lock_guard lock(io_);
+    if (!wait_readable(p, deadline)) return false;
+    std::lock_guard lock(p.io);
     check_open(p);
-    gloo_call(p, [&] { p.receive->waitRecv(); });
+    gloo_call(p, SO_RCVTIMEO, deadline, [&] { p.receive->waitRecv(); });
     std::copy_n(p.in.begin(), std::min(out.size(), capacity_), out.begin());
     return true;
+  }
+
+  // The same for a large message sent by send_large on `slot`, read straight to `out`.
+  bool receive_large(int peer, int slot, std::byte* out, std::size_t size, detail::Deadline deadline) {
+    Peer& p = at(peer);
+    std::unique_ptr<::gloo::transport::Buffer> buffer;
+    {
+      std::lock_guard lock(p.io);
+      check_open(p);
+      buffer = pair(p).createRecvBuffer(slot, out, size);
+    }
+    const bool ready = wait_readable(p, deadline);
+    std::lock_guard lock(p.io);
+    if (ready) {
+      check_open(p);
+      gloo_call(p, SO_RCVTIMEO, deadline, [&] { buffer->waitRecv(); });
+    }
+    buffer.reset();
+    return ready;
   }
 
   // Ends every connection of the mesh at once, after a step's deadline passed: a wait of this
   // worker's on it ends, and its peers find the connections reset, so that no peer that comes
   // late takes a message this worker sent before it gave up for one of the step.
   void abandon() {
-    std::unique_lock lock(io_);
-    if (abandoned_) return;
-    abandoned_ = true;
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto written = ::write(wake_, &one, sizeof one);
-    idle_.wait(lock, [&] { return polling_ == 0; });
-    for (Peer& p : peers_) {
-      context_->getPair(p.rank)->close();  // resets the connection, and closes the socket
-      p.failed = true;
+    {
+      std::unique_lock lock(state_);
+      if (abandoned_) return;
+      abandoned_ = true;
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const auto written = ::write(wake_, &one, sizeof one);
+      idle_.wait(lock, [&] { return polling_ == 0; });
+    }
+    for (auto& p : peers_) {
+      std::lock_guard lock(p->io);
+      if (p->failed) continue;
+      pair(*p).close();  // resets the connection, and closes the socket
+      p->failed = true;
     }
   }
 
@@ -224,48 +250,82 @@ class PolledMesh {
   // and what it sent is read until it ends its own, or until `deadline`: a socket closed with
   // bytes unread resets the connection, and the peer would lose what it has not read yet.
   void close(detail::Deadline deadline) {
-    std::lock_guard lock(io_);
     std::vector<std::byte> discard(4096);
-    for (Peer& p : peers_) {
-      if (p.failed) continue;
-      ::shutdown(p.socket, SHUT_WR);
-      while (readable(p.socket, deadline) && ::recv(p.socket, discard.data(), discard.size(), 0) > 0) {
+    for (auto& p : peers_) {
+      std::lock_guard lock(p->io);
+      if (p->failed) continue;
+      ::shutdown(p->socket, SHUT_WR);
+      while (readable(p->socket, deadline) && ::recv(p->socket, discard.data(), discard.size(), 0) > 0) {
       }
     }
   }
 
  private:
+  // The slot of messages up to capacity(), in buffers of the mesh's; large ones take others.
+  static constexpr int kSmallSlot = 0;
+
   struct Peer {
-    int rank;
-    int socket;
+    Peer(int rank, std::size_t capacity) : rank(rank), in(capacity), out(capacity) {}
+    const int rank;
+    int socket = -1;
     std::vector<std::byte> in;
     std::vector<std::byte> out;
     std::unique_ptr<::gloo::transport::Buffer> receive;
     std::unique_ptr<::gloo::transport::Buffer> send;
+    std::mutex io;  // held in Gloo's reads and writes on this pair, never while polling
     // Gloo failed the pair, or the mesh was abandoned: the socket is closed, and its number may
-    // now be another file's.
-    bool failed;
+    // now be another file's. Under io.
+    bool failed = false;
   };
 
-  Peer& at(int peer) { return peers_[static_cast<std::size_t>(peer < context_->rank ? peer : peer - 1)]; }
+  Peer& at(int peer) { return *peers_[static_cast<std::size_t>(peer < context_->rank ? peer : peer - 1)]; }
+  ::gloo::transport::Pair& pair(const Peer& p) { return *context_->getPair(p.rank); }
 
-  // Under io_.
+  // Under p.io.
   void check_open(const Peer& p) const {
     if (abandoned_) throw std::runtime_error("the connections were reset after a step's deadline passed");
     if (p.failed) throw std::runtime_error(absl::StrCat("the connection to worker ", p.rank, " failed before"));
   }
 
-  void polled() {
-    std::lock_guard lock(io_);
-    if (--polling_ == 0) idle_.notify_all();
-  }
-
+  // A read or write of Gloo's on p's socket, under p.io, ended by `deadline` (the socket's
+  // `option`, SO_RCVTIMEO or SO_SNDTIMEO, tells Gloo's blocking call when to give up).
   template <typename Call>
-  void gloo_call(Peer& p, Call call) {
+  void gloo_call(Peer& p, int option, detail::Deadline deadline, Call call) {
+    timeval limit{};  // zero: none
+    if (deadline != detail::kNoDeadline) {
+      const auto left = std::max<detail::Clock::duration>(deadline - detail::Clock::now(), std::chrono::microseconds(1));
+      const auto micros = std::chrono::ceil<std::chrono::microseconds>(left).count();
+      limit.tv_sec = static_cast<time_t>(micros / 1000000);
+      limit.tv_usec = static_cast<suseconds_t>(micros % 1000000);
+    }
     try {
+      if (::setsockopt(p.socket, SOL_SOCKET, option, &limit, sizeof limit) != 0) {
+        throw std::runtime_error(absl::StrCat("setsockopt: ", std::strerror(errno)));
+      }
       call();
     } catch (...) {
       p.failed = true;
+      throw;
+    }
+  }
+
+  // Polls p's socket (readable()) unless the mesh is abandoned, counted in polling_ meanwhile.
+  bool wait_readable(Peer& p, detail::Deadline deadline) {
+    {
+      std::lock_guard lock(state_);
+      if (abandoned_) throw std::runtime_error("the connections were reset after a step's deadline passed");
+      ++polling_;
+    }
+    const auto done = [&] {
+      std::lock_guard lock(state_);
+      if (--polling_ == 0) idle_.notify_all();
+    };
+    try {
+      const bool ready = readable(p.socket, deadline);
+      done();
+      return ready;
+    } catch (...) {
+      done();
       throw;
     }
   }
@@ -296,11 +356,11 @@ class PolledMesh {
   std::shared_ptr<::gloo::rendezvous::Context> context_;
   const std::size_t capacity_;
   const int wake_;  // readable once the mesh is abandoned
-  std::mutex io_;   // held in Gloo's reads and writes and in abandon(), never while polling
+  std::mutex state_;
   std::condition_variable idle_;
-  int polling_ = 0;  // threads in readable(), under io_
-  bool abandoned_ = false;
-  std::vector<Peer> peers_;  // every worker's but this one's, in worker order
+  int polling_ = 0;  // threads in readable(), under state_
+  std::atomic<bool> abandoned_{false};
+  std::vector<std::unique_ptr<Peer>> peers_;  // every worker's but this one's, in worker order
 };
 
 // The outcome of a step's transfers: the peers whose bytes had not come, those that had not taken
@@ -409,12 +469,15 @@ TransferResult transfer(::gloo::Context& context, std::span<const Transfer> send
 TransferResult transfer(PolledMesh& mesh, std::span<const Transfer> sends, std::span<const Transfer> receives,
                         detail::Deadline deadline) {
   TransferResult result;
+  const auto failed = [&](int peer, const std::exception& e) {
+    result.add_missing(peer, gloo_error(e), detail::Clock::now() >= deadline);
+  };
   for (const Transfer& s : sends) {
     if (s.size == 0) continue;
     try {
-      mesh.send(s.peer, std::span<const std::byte>(s.bytes, s.size));
+      mesh.send(s.peer, std::span<const std::byte>(s.bytes, s.size), deadline);
     } catch (const std::exception& e) {
-      result.add_missing(s.peer, gloo_error(e), false);
+      failed(s.peer, e);
     }
   }
   for (const Transfer& r : receives) {
@@ -427,7 +490,7 @@ TransferResult transfer(PolledMesh& mesh, std::span<const Transfer> sends, std::
         result.add_missing(r.peer, "the step's deadline passed first", true);
       }
     } catch (const std::exception& e) {
-      result.add_missing(r.peer, gloo_error(e), false);
+      failed(r.peer, e);
     }
   }
   std::sort(result.missing.begin(), result.missing.end());
@@ -512,6 +575,13 @@ GlooWorkerTransport::GlooWorkerTransport(::gloo::rendezvous::Store& store, GlooT
                                                  kPolledExchangeBytes);
     ::gloo::rendezvous::PrefixStore direct_store("polled/direct", group);
     direct_ = std::make_unique<PolledMesh>(direct_store, device, rank, workers, options_.connect_timeout, kDirectBytes);
+    // The ring's: each of its connections carries bytes one way, so that a worker's write to its
+    // next and read from its previous never wait for each other (a synchronous pair reads and
+    // writes under one lock), even between two workers.
+    ::gloo::rendezvous::PrefixStore up_store("polled/ring_up", group);
+    ring_up_ = std::make_unique<PolledMesh>(up_store, device, rank, workers, options_.connect_timeout, 0);
+    ::gloo::rendezvous::PrefixStore down_store("polled/ring_down", group);
+    ring_down_ = std::make_unique<PolledMesh>(down_store, device, rank, workers, options_.connect_timeout, 0);
   } catch (const std::exception& e) {
     throw UnavailableError(absl::StrCat("GlooWorkerTransport: worker ", rank, " could not connect to the other ",
                                         workers - 1, " workers: ", e.what()));
@@ -533,14 +603,14 @@ GlooWorkerTransport::~GlooWorkerTransport() {
   // Each peer's connections end in order (after this worker's farewell, if it sent one), waited
   // for a short while: a peer that leaves too ends its own at once, and one still waiting in an
   // exchange has taken the farewell.
-  const detail::Deadline deadline = detail::Clock::now() + std::chrono::milliseconds(200);
-  for (PolledMesh* mesh : {headers_.polled.get(), input_.polled.get(), direct_.get()}) {
+  const detail::Deadline deadline = detail::Clock::now() + kFarewellWait;
+  for (PolledMesh* mesh : polled_meshes()) {
     if (mesh != nullptr) mesh->close(deadline);
   }
 }
 
 void GlooWorkerTransport::fail_connections() {
-  for (PolledMesh* mesh : {headers_.polled.get(), input_.polled.get(), direct_.get()}) mesh->abandon();
+  for (PolledMesh* mesh : polled_meshes()) mesh->abandon();
   // Gloo fails every pair of its context when a wait on it times out; one that cannot be met
   // (nothing is posted) does so at once.
   try {
@@ -603,7 +673,7 @@ void GlooWorkerTransport::send_farewell(std::span<const std::byte> mine) {
   for (int w = 0; w < options_.workers; ++w) {
     if (w == options_.rank) continue;
     try {
-      headers_.polled->send(w, mine);
+      headers_.polled->send(w, mine, detail::Clock::now() + kFarewellWait);
     } catch (const std::exception&) {
       // This peer is gone already.
     }
@@ -643,18 +713,42 @@ class GlooWorkerTransport::RingLinks final : public cluster::RingLinks {
   void send_next_receive_previous(std::span<const std::byte> to_next, std::span<std::byte> from_previous) override {
     const int next = (rank() + 1) % size();
     const int previous = (rank() + size() - 1) % size();
-    // In pieces, all posted at once, so that both directions of a pair's connection stay busy:
-    // one message each way may cross one direction's bytes before the other's.
-    std::vector<Transfer> sends;
-    std::vector<Transfer> receives;
-    auto* out = const_cast<std::byte*>(to_next.data());
-    for (std::size_t at = 0; at < to_next.size(); at += kRingPiece) {
-      sends.push_back({next, out + at, std::min(kRingPiece, to_next.size() - at)});
+    PolledMesh& out = next > rank() ? *transport_.ring_up_ : *transport_.ring_down_;
+    PolledMesh& in = previous < rank() ? *transport_.ring_up_ : *transport_.ring_down_;
+    // This thread reads while another writes, each a piece at a time, every piece straight from
+    // or to the caller's buffer; a piece's slot tells the reader which of its buffers it fills.
+    std::string send_error;
+    bool send_timed_out = false;
+    std::thread sender([&] {
+      try {
+        for (std::size_t at = 0, piece = 1; at < to_next.size(); at += kRingPiece, ++piece) {
+          out.send_large(next, static_cast<int>(piece), to_next.data() + at, std::min(kRingPiece, to_next.size() - at),
+                         deadline_);
+        }
+      } catch (const std::exception& e) {
+        send_error = gloo_error(e);
+        send_timed_out = detail::Clock::now() >= deadline_;
+      }
+    });
+    failure = TransferResult{};
+    for (std::size_t at = 0, piece = 1; at < from_previous.size(); at += kRingPiece, ++piece) {
+      try {
+        if (!in.receive_large(previous, static_cast<int>(piece), from_previous.data() + at,
+                              std::min(kRingPiece, from_previous.size() - at), deadline_)) {
+          failure.add_missing(previous, "the step's deadline passed first", true);
+          break;
+        }
+      } catch (const std::exception& e) {
+        failure.add_missing(previous, gloo_error(e), detail::Clock::now() >= deadline_);
+        break;
+      }
     }
-    for (std::size_t at = 0; at < from_previous.size(); at += kRingPiece) {
-      receives.push_back({previous, from_previous.data() + at, std::min(kRingPiece, from_previous.size() - at)});
+    sender.join();
+    if (!send_error.empty()) {
+      if (!failure.failed()) failure.error = send_error;
+      failure.timed_out = failure.timed_out || send_timed_out;
+      if (next != previous || failure.missing.empty()) failure.unsent.push_back(next);
     }
-    failure = transfer(*transport_.context_, sends, receives, kRingSlot, deadline_);
     if (failure.failed()) throw std::runtime_error(failure.error);
   }
   // The step's transfers, failed or not.

@@ -3,10 +3,10 @@
 // meet through a rendezvous store (Gloo's Redis or file store, under a prefix of the job's), each
 // giving its rank and the number of workers; Gloo then connects every pair of them, once for the
 // large messages and once for each kind of small one. Small messages (the control channel's
-// exchanges, a small all_reduce's data) go on pairs that the waiting thread reads itself, polled
-// against each step's deadline; large ones (the ring all_reduce of cluster/ring_all_reduce.h,
-// which gives the same bits as over MPI, compression included, and all_gather and broadcast)
-// through Gloo's event thread.
+// exchanges, a small all_reduce's data) and the ring all_reduce's (cluster/ring_all_reduce.h,
+// which gives the same bits as over MPI, compression included) go on pairs that the calling
+// threads read and write themselves, each read polled against its step's deadline; all_gather and
+// broadcast go through Gloo's event thread.
 //
 // Gloo treats a wait that passes its timeout as a broken connection: it fails every pair of the
 // context. So does this transport, on all its pairs: after a deadline passes in any call, every
@@ -110,6 +110,11 @@ class GlooWorkerTransport final : public WorkerTransport {
   ExchangeChannel input_;
   std::mutex data_mutex_;  // one data phase at a time
   std::unique_ptr<PolledMesh> direct_;  // the small all_reduce's, under data_mutex_
+  std::unique_ptr<PolledMesh> ring_up_;    // the ring's bytes to higher ranks, under data_mutex_
+  std::unique_ptr<PolledMesh> ring_down_;  // and to lower ranks
+  std::vector<PolledMesh*> polled_meshes() const {
+    return {headers_.polled.get(), input_.polled.get(), direct_.get(), ring_up_.get(), ring_down_.get()};
+  }
   std::vector<std::byte> ring_scratch_;
   mutable std::mutex broken_mutex_;
   std::optional<std::string> broken_by_;
