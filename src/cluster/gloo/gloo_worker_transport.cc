@@ -8,6 +8,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
@@ -24,6 +25,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -159,11 +161,19 @@ class PolledMesh {
       p->receive->waitRecv();
       sockaddr_storage theirs{};
       std::memcpy(&theirs, p->in.data(), sizeof theirs);
-      p->socket = socket_between(local_address(pair(*p)), theirs, p->rank);
+      // A descriptor of this mesh's own: Gloo closes its one when the pair fails, and the number
+      // could then be another file's.
+      p->socket = ::fcntl(socket_between(local_address(pair(*p)), theirs, p->rank), F_DUPFD_CLOEXEC, 0);
+      if (p->socket < 0) throw std::runtime_error(absl::StrCat("fcntl: ", std::strerror(errno)));
     }
   }
 
-  ~PolledMesh() { ::close(wake_); }
+  ~PolledMesh() {
+    for (auto& p : peers_) {
+      if (p->socket >= 0) ::close(p->socket);
+    }
+    ::close(wake_);
+  }
 
   std::size_t capacity() const { return capacity_; }
 
@@ -230,20 +240,30 @@ class PolledMesh {
   // worker's on it ends, and its peers find the connections reset, so that no peer that comes
   // late takes a message this worker sent before it gave up for one of the step.
   void abandon() {
-    {
-      std::unique_lock lock(state_);
-      if (abandoned_) return;
-      abandoned_ = true;
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const auto written = ::write(wake_, &one, sizeof one);
-      idle_.wait(lock, [&] { return polling_ == 0; });
-    }
+    std::unique_lock lock(state_);
+    if (abandoned_) return;
+    abandoned_ = true;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto written = ::write(wake_, &one, sizeof one);
+    idle_.wait(lock, [&] { return polling_ == 0; });
+    for (auto& p : peers_) ::shutdown(p->socket, SHUT_RDWR);  // a write blocked on it returns
     for (auto& p : peers_) {
-      std::lock_guard lock(p->io);
-      if (p->failed) continue;
-      pair(*p).close();  // resets the connection, and closes the socket
+      std::lock_guard io(p->io);
+      if (!p->failed) pair(*p).close();
+      // The last descriptor closes with no linger: the connection is reset.
+      const linger reset{1, 0};
+      ::setsockopt(p->socket, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+      ::close(p->socket);
+      p->socket = -1;
       p->failed = true;
     }
+  }
+
+  // Ends the connection with `peer` both ways at once, after a step failed: a write of this
+  // worker's blocked on it returns, and the peer finds this worker gone.
+  void interrupt(int peer) {
+    std::lock_guard lock(state_);
+    if (!abandoned_) ::shutdown(at(peer).socket, SHUT_RDWR);
   }
 
   // Ends the mesh in order: each peer gets the end of this worker's messages (after any farewell),
@@ -253,7 +273,7 @@ class PolledMesh {
     std::vector<std::byte> discard(4096);
     for (auto& p : peers_) {
       std::lock_guard lock(p->io);
-      if (p->failed) continue;
+      if (p->socket < 0) continue;
       ::shutdown(p->socket, SHUT_WR);
       while (readable(p->socket, deadline) && ::recv(p->socket, discard.data(), discard.size(), 0) > 0) {
       }
@@ -273,8 +293,7 @@ class PolledMesh {
     std::unique_ptr<::gloo::transport::Buffer> receive;
     std::unique_ptr<::gloo::transport::Buffer> send;
     std::mutex io;  // held in Gloo's reads and writes on this pair, never while polling
-    // Gloo failed the pair, or the mesh was abandoned: the socket is closed, and its number may
-    // now be another file's. Under io.
+    // Gloo failed the pair (and closed its descriptor), or the mesh was abandoned. Under io.
     bool failed = false;
   };
 
@@ -719,7 +738,7 @@ class GlooWorkerTransport::RingLinks final : public cluster::RingLinks {
     // or to the caller's buffer; a piece's slot tells the reader which of its buffers it fills.
     std::string send_error;
     bool send_timed_out = false;
-    std::thread sender([&] {
+    std::future<void> sent = std::async(std::launch::async, [&] {
       try {
         for (std::size_t at = 0, piece = 1; at < to_next.size(); at += kRingPiece, ++piece) {
           out.send_large(next, static_cast<int>(piece), to_next.data() + at, std::min(kRingPiece, to_next.size() - at),
@@ -743,10 +762,16 @@ class GlooWorkerTransport::RingLinks final : public cluster::RingLinks {
         break;
       }
     }
-    sender.join();
+    // A write still blocked once the step failed, or at its deadline (a blocked write waits the
+    // socket's timeout again after each part it wrote), is ended.
+    if (failure.failed() ||
+        (deadline_ != detail::kNoDeadline && sent.wait_until(deadline_) == std::future_status::timeout)) {
+      out.interrupt(next);
+    }
+    sent.get();
     if (!send_error.empty()) {
       if (!failure.failed()) failure.error = send_error;
-      failure.timed_out = failure.timed_out || send_timed_out;
+      failure.timed_out = failure.timed_out || send_timed_out || detail::Clock::now() >= deadline_;
       if (next != previous || failure.missing.empty()) failure.unsent.push_back(next);
     }
     if (failure.failed()) throw std::runtime_error(failure.error);
