@@ -226,8 +226,9 @@ TEST(GlooTransport, AWorkerThatLeavesIsNamedAndTheTransportThenRefusesEveryCall)
 }
 
 // A data phase whose peer stops answering fails at its deadline, naming the step; with
-// kFailStrategy it throws and the process goes on.
-TEST(GlooTransport, ADataPhaseWhosePeerStopsAnsweringFailsAtItsDeadline) {
+// kFailStrategy it throws and the process goes on. A small sum (one round of messages) and a
+// large one (the ring, whose write to the silent peer blocks once the socket's buffers are full).
+void expect_a_silent_peer_fails_the_data_phase_at_its_deadline(std::int64_t count) {
   StoreDirectory directory;
   run_workers(2, [&](int rank) {
     FileStore store(directory.path());
@@ -236,10 +237,10 @@ TEST(GlooTransport, ADataPhaseWhosePeerStopsAnsweringFailsAtItsDeadline) {
       std::this_thread::sleep_for(3s);  // alive, connected, and silent
       return;
     }
-    std::vector<float> data(1000, 1.0f);
+    std::vector<float> data(static_cast<std::size_t>(count), 1.0f);
     const auto start = std::chrono::steady_clock::now();
     try {
-      transport.all_reduce(DType::kFloat32, data.data(), 1000, Compression::kNone, in(500ms), "all_reduce #7");
+      transport.all_reduce(DType::kFloat32, data.data(), count, Compression::kNone, in(500ms), "all_reduce #7");
       ADD_FAILURE() << "no error";
     } catch (const DeadlineExceededError& e) {
       const std::string message = e.what();
@@ -254,6 +255,14 @@ TEST(GlooTransport, ADataPhaseWhosePeerStopsAnsweringFailsAtItsDeadline) {
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   });
+}
+
+TEST(GlooTransport, ASmallDataPhaseWhosePeerStopsAnsweringFailsAtItsDeadline) {
+  expect_a_silent_peer_fails_the_data_phase_at_its_deadline(1000);
+}
+
+TEST(GlooTransport, ARingDataPhaseWhosePeerStopsAnsweringFailsAtItsDeadline) {
+  expect_a_silent_peer_fails_the_data_phase_at_its_deadline(std::int64_t{16} << 20);  // 64 MiB
 }
 
 // MultiWorkerMirroredStrategy over Gloo, as a program without mpirun makes it.
