@@ -93,7 +93,6 @@ void Rendezvous::arrive(int rank, absl::FunctionRef<void(bool every_rank_left)> 
 }
 
 void Rendezvous::arrive_and_wait_uninterruptible() {
-  const std::uint32_t released = released_.value.load(std::memory_order_seq_cst);
   const std::uint64_t before = state_.fetch_add(1, std::memory_order_acq_rel);
   if ((before & kArrivalMask) + 1 == static_cast<std::uint64_t>(size_)) {
     state_.store((before & ~kPhaseMask) + kOneGeneration, std::memory_order_release);
