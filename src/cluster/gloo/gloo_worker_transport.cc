@@ -135,9 +135,7 @@ class PolledMesh {
   PolledMesh(::gloo::rendezvous::Store& store, std::shared_ptr<::gloo::transport::Device> device, int rank,
              int workers, std::chrono::milliseconds timeout, std::size_t capacity)
       : context_(std::make_shared<::gloo::rendezvous::Context>(rank, workers)),
-        capacity_(std::max(capacity, sizeof(sockaddr_storage))),
-        wake_(::eventfd(0, EFD_CLOEXEC)) {
-    if (wake_ < 0) throw std::runtime_error(absl::StrCat("eventfd: ", std::strerror(errno)));
+        capacity_(std::max(capacity, sizeof(sockaddr_storage))) {
     context_->setTimeout(timeout);
     context_->connectFullMesh(store, device);
     for (int w = 0; w < workers; ++w) {
@@ -166,14 +164,11 @@ class PolledMesh {
       p->socket = ::fcntl(socket_between(local_address(pair(*p)), theirs, p->rank), F_DUPFD_CLOEXEC, 0);
       if (p->socket < 0) throw std::runtime_error(absl::StrCat("fcntl: ", std::strerror(errno)));
     }
+    wake_ = ::eventfd(0, EFD_CLOEXEC);
+    if (wake_ < 0) throw std::runtime_error(absl::StrCat("eventfd: ", std::strerror(errno)));
   }
 
-  ~PolledMesh() {
-    for (auto& p : peers_) {
-      if (p->socket >= 0) ::close(p->socket);
-    }
-    ::close(wake_);
-  }
+  ~PolledMesh() { ::close(wake_); }
 
   std::size_t capacity() const { return capacity_; }
 
@@ -285,7 +280,10 @@ class PolledMesh {
   static constexpr int kSmallSlot = 0;
 
   struct Peer {
-    Peer(int rank, std::size_t capacity) : rank(rank), in(capacity), out(capacity) {}
+    Peer(int worker, std::size_t capacity) : rank(worker), in(capacity), out(capacity) {}
+    ~Peer() {
+      if (socket >= 0) ::close(socket);
+    }
     const int rank;
     int socket = -1;
     std::vector<std::byte> in;
@@ -374,7 +372,7 @@ class PolledMesh {
 
   std::shared_ptr<::gloo::rendezvous::Context> context_;
   const std::size_t capacity_;
-  const int wake_;  // readable once the mesh is abandoned
+  int wake_ = -1;  // readable once the mesh is abandoned
   std::mutex state_;
   std::condition_variable idle_;
   int polling_ = 0;  // threads in readable(), under state_
