@@ -169,6 +169,40 @@ TEST_P(RingAllReduce, Int64) {
   }
 }
 
+// A caller's scratch is kept across calls of different sizes, stale bytes included: a small sum
+// between two large ones neither shrinks it (which would make the next large one allocate and
+// zero-fill it again) nor lets what an earlier call left there reach a later sum.
+TEST_P(RingAllReduce, ReusesOneScratchAcrossSizesWithoutShrinkingIt) {
+  const std::vector<std::int64_t> counts = {100000, 10, 100000};
+  std::vector<std::vector<std::size_t>> sizes(static_cast<std::size_t>(size()));
+  std::vector<std::vector<std::vector<float>>> results(static_cast<std::size_t>(size()));
+  std::vector<std::vector<float>> unused(static_cast<std::size_t>(size()));
+  on_ring_threads(unused, [&](RingLinks& links, std::vector<float>&, std::vector<std::byte>& scratch) {
+    const auto r = static_cast<std::size_t>(links.rank());
+    for (const std::int64_t count : counts) {
+      std::vector<float> mine(static_cast<std::size_t>(count));
+      for (std::int64_t i = 0; i < count; ++i) mine[static_cast<std::size_t>(i)] = static_cast<float>(links.rank() + i % 5);
+      ring_all_reduce(links, DType::kFloat32, reinterpret_cast<std::byte*>(mine.data()), count, scratch);
+      sizes[r].push_back(scratch.size());
+      results[r].push_back(std::move(mine));
+    }
+  });
+  const float rank_sum = static_cast<float>(size() * (size() - 1) / 2);
+  for (int r = 0; r < size(); ++r) {
+    const auto u = static_cast<std::size_t>(r);
+    if (size() > 1) {
+      EXPECT_EQ(sizes[u][1], sizes[u][0]) << "rank " << r << ": the small sum shrank the scratch";
+      EXPECT_EQ(sizes[u][2], sizes[u][0]) << "rank " << r;
+    }
+    for (std::size_t c = 0; c < counts.size(); ++c) {
+      for (std::int64_t i = 0; i < counts[c]; ++i) {
+        ASSERT_EQ(results[u][c][static_cast<std::size_t>(i)], rank_sum + static_cast<float>(size() * (i % 5)))
+            << "rank " << r << ", call " << c << ", element " << i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, RingAllReduce, ::testing::Values(1, 2, 3, 4, 7),
                          [](const ::testing::TestParamInfo<int>& ranks) { return std::to_string(ranks.param) + "ranks"; });
 

@@ -7,6 +7,17 @@
 
 namespace distribute::cluster {
 
+namespace {
+
+// Makes `scratch` at least `bytes` long, never shorter: a vector zero-fills what it grows by, and
+// a caller alternating between sizes would pay that fill (half a millisecond for 8 MiB) on every
+// larger call.
+void grow(std::vector<std::byte>& scratch, std::size_t bytes) {
+  if (scratch.size() < bytes) scratch.resize(bytes);
+}
+
+}  // namespace
+
 void ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_t count,
                      std::vector<std::byte>& scratch) {
   const int size = links.size();
@@ -19,7 +30,7 @@ void ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_
     return std::span(data + static_cast<std::size_t>(begin(p)) * unit,
                      static_cast<std::size_t>(begin(p + 1) - begin(p)) * unit);
   };
-  scratch.resize(static_cast<std::size_t>(count / size + 1) * unit);
+  grow(scratch, static_cast<std::size_t>(count / size + 1) * unit);
   // After step s this rank holds the sum of part (rank - s - 1) over ranks rank - s - 1 .. rank;
   // after size - 1 steps, the whole sum of part rank + 1.
   for (int s = 0; s < size - 1; ++s) {
@@ -48,7 +59,7 @@ int ring_all_reduce_compressed(RingLinks& links, Compression compression, float*
   // The wire copy of the data: part p at begin(p) + p, its values and then its owner's flag.
   const std::int64_t wire_count = count + size;
   const std::int64_t received_count = count / size + 1;
-  scratch.resize(static_cast<std::size_t>(wire_count + received_count) * sizeof(Wire16));
+  grow(scratch, static_cast<std::size_t>(wire_count + received_count) * sizeof(Wire16));
   auto* wire = reinterpret_cast<Wire16*>(scratch.data());
   Wire16* received = wire + wire_count;
   const auto wire_part = [&](int p) { return wire + begin(p) + p; };

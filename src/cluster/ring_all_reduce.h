@@ -30,8 +30,8 @@ class RingLinks {
 };
 
 // data = the sum over the ring's ranks of their `count` elements of `dtype` at `data`, in place.
-// `scratch` holds the part each reduce-scatter step receives (resized as needed; kept between
-// calls so that a caller reducing often allocates once).
+// `scratch` holds the part each reduce-scatter step receives (grown as needed and never shrunk;
+// kept between calls so that a caller reducing often allocates and fills it once).
 void ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_t count,
                      std::vector<std::byte>& scratch);
 

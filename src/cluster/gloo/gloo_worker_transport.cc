@@ -810,8 +810,8 @@ void GlooWorkerTransport::all_reduce_direct(DType dtype, std::byte* data, std::i
   const std::size_t bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
   const auto workers = static_cast<std::size_t>(options_.workers);
   const auto me = static_cast<std::size_t>(options_.rank);
-  ring_scratch_.resize(bytes * workers);
-  std::byte* all = ring_scratch_.data();
+  direct_scratch_.resize(bytes * workers);
+  std::byte* all = direct_scratch_.data();
   std::memcpy(all + me * bytes, data, bytes);
   std::vector<Transfer> sends;
   std::vector<Transfer> receives;

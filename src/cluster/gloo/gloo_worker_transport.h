@@ -115,7 +115,10 @@ class GlooWorkerTransport final : public WorkerTransport {
   std::vector<PolledMesh*> polled_meshes() const {
     return {headers_.polled.get(), input_.polled.get(), direct_.get(), ring_up_.get(), ring_down_.get()};
   }
-  std::vector<std::byte> ring_scratch_;
+  std::vector<std::byte> ring_scratch_;    // ring_all_reduce's, under data_mutex_
+  // Every worker's buffer of a direct all_reduce, apart from ring_scratch_: a small sum between
+  // two large ones would otherwise shrink it, and the next large one zero-fill it again.
+  std::vector<std::byte> direct_scratch_;
   mutable std::mutex broken_mutex_;
   std::optional<std::string> broken_by_;
 };

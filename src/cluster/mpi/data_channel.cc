@@ -102,7 +102,9 @@ void MpiDataChannel::abandon(std::span<MPI_Request> requests) {
 
 std::byte* MpiDataChannel::workspace(void* data, std::size_t bytes) {
   if (stall_.on_stall() == OnStall::kEndJob) return static_cast<std::byte*>(data);
-  data_scratch_.resize(bytes);
+  // Grown only: a vector zero-fills what it grows by, which a smaller call between two large ones
+  // would make every large one pay.
+  if (data_scratch_.size() < bytes) data_scratch_.resize(bytes);
   return data_scratch_.data();
 }
 
