@@ -1,7 +1,8 @@
 // cluster::ring_all_reduce over threads: each rank a thread, its links to the next and previous
 // ranks mailboxes in shared memory. Sums are exact, uneven and tiny parts (fewer elements than
-// ranks) work, and every rank ends with the same bits, also where the order of additions matters;
-// the same for the ring that sends float32 values in 16 bits, within its error bound.
+// ranks) work, and every rank ends with the same bits, also where the order of additions matters,
+// step by step and pipelined (over links that stream, in pieces); the same for the ring that sends
+// float32 values in 16 bits, within its error bound.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,30 +75,108 @@ class ThreadLinks final : public RingLinks {
   const int size_;
 };
 
+// Links that stream, in pieces of `piece` bytes (the pipelined ring). A thread of the rank's
+// delivers each queued message to the next rank's mailbox, copying it only then and after a
+// yield: a ring that changed bytes it had queued before the next rank took them would sum wrongly
+// (and race, under ThreadSanitizer).
+class StreamingThreadLinks final : public RingLinks {
+ public:
+  StreamingThreadLinks(Mailboxes& boxes, int rank, int size, std::size_t piece)
+      : boxes_(boxes), rank_(rank), size_(size), piece_(piece), delivery_([this] { deliver(); }) {}
+  ~StreamingThreadLinks() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    delivery_.join();
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::size_t piece_bytes() const override { return piece_; }
+  void send_next(std::span<const std::byte> bytes) override {
+    EXPECT_LE(bytes.size(), piece_) << "rank " << rank_ << " sent a message larger than its pieces";
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queued_.push_back(bytes);
+    }
+    changed_.notify_all();
+  }
+  void receive_previous(std::span<std::byte> into) override {
+    const std::vector<std::byte> message = boxes_.take(rank_);
+    ASSERT_EQ(message.size(), into.size()) << "rank " << rank_ << " got a piece of another size";
+    if (!message.empty()) std::memcpy(into.data(), message.data(), message.size());
+  }
+  void flush() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] { return queued_.empty(); });
+  }
+  void send_next_receive_previous(std::span<const std::byte> to_next, std::span<std::byte> from_previous) override {
+    send_next(to_next);
+    receive_previous(from_previous);
+    flush();
+  }
+
+ private:
+  void deliver() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      changed_.wait(lock, [&] { return !queued_.empty() || stopping_; });
+      if (queued_.empty()) return;
+      const std::span<const std::byte> next = queued_.front();
+      lock.unlock();
+      std::this_thread::yield();
+      boxes_.put((rank_ + 1) % size_, next);
+      lock.lock();
+      queued_.pop_front();
+      changed_.notify_all();
+    }
+  }
+
+  Mailboxes& boxes_;
+  const int rank_;
+  const int size_;
+  const std::size_t piece_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<std::span<const std::byte>> queued_;  // oldest first; the front one until delivered
+  bool stopping_ = false;
+  std::thread delivery_;  // last: it starts once the rest is made
+};
+
 // Runs `reduce(links, rank's data, scratch)` over `size` threads on data[r] (rank r's values),
-// leaving every rank's result in data.
+// leaving every rank's result in data; over links that stream in pieces of `piece` bytes, or
+// step by step for 0.
 template <class T, class Reduce>
-void on_ring_threads(std::vector<std::vector<T>>& data, Reduce reduce) {
+void on_ring_threads(std::vector<std::vector<T>>& data, Reduce reduce, std::size_t piece = 0) {
   const int size = static_cast<int>(data.size());
   testing::Watchdog watchdog(std::chrono::seconds(30), "ring all-reduce test");
   Mailboxes boxes(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      ThreadLinks links(boxes, r, size);
       std::vector<std::byte> scratch;
-      reduce(links, data[static_cast<std::size_t>(r)], scratch);
+      if (piece == 0) {
+        ThreadLinks links(boxes, r, size);
+        reduce(links, data[static_cast<std::size_t>(r)], scratch);
+      } else {
+        StreamingThreadLinks links(boxes, r, size, piece);
+        reduce(links, data[static_cast<std::size_t>(r)], scratch);
+      }
     });
   }
   for (std::thread& t : threads) t.join();
 }
 
 template <class T>
-std::vector<std::vector<T>> run_ring(std::vector<std::vector<T>> data) {
-  on_ring_threads(data, [](RingLinks& links, std::vector<T>& mine, std::vector<std::byte>& scratch) {
-    ring_all_reduce(links, dtype_v<T>, reinterpret_cast<std::byte*>(mine.data()), static_cast<std::int64_t>(mine.size()),
-                    scratch);
-  });
+std::vector<std::vector<T>> run_ring(std::vector<std::vector<T>> data, std::size_t piece = 0) {
+  on_ring_threads(
+      data,
+      [](RingLinks& links, std::vector<T>& mine, std::vector<std::byte>& scratch) {
+        ring_all_reduce(links, dtype_v<T>, reinterpret_cast<std::byte*>(mine.data()),
+                        static_cast<std::int64_t>(mine.size()), scratch);
+      },
+      piece);
   return data;
 }
 
@@ -200,6 +279,61 @@ TEST_P(RingAllReduce, ReusesOneScratchAcrossSizesWithoutShrinkingIt) {
             << "rank " << r << ", call " << c << ", element " << i;
       }
     }
+  }
+}
+
+// The pipelined ring (links that stream) in pieces of one element, of a few, and of more than a
+// part: the same exact sums, uneven and tiny parts included.
+TEST_P(RingAllReduce, PipelinedSumsExactlyInPiecesOfAnySize) {
+  // (pieces in elements, counts): each piece size with counts up to some hundred pieces a part.
+  const std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>> cases = {
+      {1, {1, size() - 1, 100}}, {7, {1, size() - 1, 1000}}, {4000, {1000, 12345}}};
+  for (const auto& [elements, counts] : cases) {
+    const std::size_t piece = static_cast<std::size_t>(elements) * sizeof(float);
+    for (const std::int64_t count : counts) {
+      std::vector<std::vector<float>> data(static_cast<std::size_t>(size()));
+      for (int r = 0; r < size(); ++r) {
+        for (std::int64_t i = 0; i < count; ++i) data[static_cast<std::size_t>(r)].push_back(static_cast<float>(r + 1 + i % 7));
+      }
+      const auto results = run_ring(std::move(data), piece);
+      for (int r = 0; r < size(); ++r) {
+        for (std::int64_t i = 0; i < count; ++i) {
+          const float want = static_cast<float>(size() * (size() + 1) / 2 + size() * (i % 7));
+          ASSERT_EQ(results[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)], want)
+              << "pieces of " << piece << " bytes, count " << count << ", rank " << r << ", element " << i;
+        }
+      }
+    }
+  }
+}
+
+// Where the order of additions matters, the pipelined ring adds in the stepwise ring's order: both
+// give every rank the very same bits.
+TEST_P(RingAllReduce, PipelinedGivesTheStepwiseRingsBits) {
+  std::mt19937_64 random(7);
+  std::uniform_real_distribution<double> values(-1e6, 1e6);
+  std::vector<std::vector<double>> data(static_cast<std::size_t>(size()));
+  for (auto& mine : data) {
+    for (int i = 0; i < 5001; ++i) mine.push_back(values(random) * (i % 3 == 0 ? 1e-9 : 1.0));
+  }
+  const auto stepwise = run_ring(data);
+  for (const std::size_t piece : {50 * sizeof(double), 999 * sizeof(double)}) {
+    const auto pipelined = run_ring(data, piece);
+    for (int r = 0; r < size(); ++r) {
+      const auto u = static_cast<std::size_t>(r);
+      ASSERT_EQ(std::memcmp(pipelined[u].data(), stepwise[0].data(), 5001 * sizeof(double)), 0)
+          << "pieces of " << piece << " bytes: rank " << r << " differs from the stepwise ring";
+    }
+  }
+}
+
+TEST_P(RingAllReduce, PipelinedInt64) {
+  std::vector<std::vector<std::int64_t>> data(static_cast<std::size_t>(size()));
+  for (int r = 0; r < size(); ++r) data[static_cast<std::size_t>(r)] = {std::int64_t{1} << 40, -r, r * 1000};
+  const auto results = run_ring(std::move(data), sizeof(std::int64_t));
+  const std::int64_t n = size();
+  for (const auto& got : results) {
+    EXPECT_EQ(got, (std::vector<std::int64_t>{n << 40, -n * (n - 1) / 2, 1000 * n * (n - 1) / 2}));
   }
 }
 

@@ -1,6 +1,9 @@
 // The ring all-reduce: the reduce-scatter, then the all-gather, over RingLinks.
 #include "cluster/ring_all_reduce.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "collective/compression.h"
 #include "device/kernels.h"
 #include "distribute/device/reduce_op.h"
@@ -16,13 +19,67 @@ void grow(std::vector<std::byte>& scratch, std::size_t bytes) {
   if (scratch.size() < bytes) scratch.resize(bytes);
 }
 
+// The ring of ring_all_reduce in pieces of links.piece_bytes(). Step s (of 2 (size - 1): the
+// reduce-scatter's, then the all-gather's) receives part recv_part(s), and step s + 1 sends that
+// same part on; so each piece goes on as soon as it has come (and, in the reduce-scatter, been
+// added), and only the first step waits for a whole part.
+void pipelined_ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_t count,
+                               std::vector<std::byte>& scratch) {
+  const int size = links.size();
+  const int rank = links.rank();
+  const std::size_t unit = dtype_size(dtype);
+  const auto piece = static_cast<std::int64_t>(std::max<std::size_t>(links.piece_bytes() / unit, 1));
+  // Part p (any integer, taken modulo size) is elements [begin(p), end(p)).
+  const auto modulo = [&](int p) { return static_cast<std::int64_t>((p % size + size) % size); };
+  const auto begin = [&](int p) { return count * modulo(p) / size; };
+  const auto end = [&](int p) { return count * (modulo(p) + 1) / size; };
+  const auto bytes = [&](std::int64_t from, std::int64_t n) {
+    return std::span(data + static_cast<std::size_t>(from) * unit, static_cast<std::size_t>(n) * unit);
+  };
+  const int reduce_steps = size - 1;
+  const int steps = 2 * reduce_steps;
+  const auto recv_part = [&](int s) { return s < reduce_steps ? rank - s - 1 : rank - (s - reduce_steps); };
+  grow(scratch, static_cast<std::size_t>(std::min(piece, count / size + 1)) * unit);
+  for (std::int64_t at = begin(rank); at < end(rank); at += piece) links.send_next(bytes(at, std::min(piece, end(rank) - at)));
+  for (int s = 0; s < steps; ++s) {
+    const int p = recv_part(s);
+    for (std::int64_t at = begin(p); at < end(p); at += piece) {
+      const std::int64_t n = std::min(piece, end(p) - at);
+      const std::span<std::byte> into = bytes(at, n);
+      if (s < reduce_steps) {
+        links.receive_previous(std::span(scratch.data(), into.size()));
+        const void* inputs[] = {into.data(), scratch.data()};
+        detail::reduce_buffers(dtype, ReduceOp::kSum, inputs, into.data(), n, 1);
+      } else {
+        links.receive_previous(into);
+      }
+      if (s + 1 < steps) links.send_next(into);
+    }
+  }
+  links.flush();
+}
+
 }  // namespace
+
+void RingLinks::send_next(std::span<const std::byte>) {
+  throw std::logic_error("RingLinks::send_next: these links do not stream (piece_bytes() is 0)");
+}
+
+void RingLinks::receive_previous(std::span<std::byte>) {
+  throw std::logic_error("RingLinks::receive_previous: these links do not stream (piece_bytes() is 0)");
+}
+
+void RingLinks::flush() {}
 
 void ring_all_reduce(RingLinks& links, DType dtype, std::byte* data, std::int64_t count,
                      std::vector<std::byte>& scratch) {
   const int size = links.size();
   const int rank = links.rank();
   if (size == 1 || count == 0) return;
+  if (links.piece_bytes() > 0) {
+    pipelined_ring_all_reduce(links, dtype, data, count, scratch);
+    return;
+  }
   const std::size_t unit = dtype_size(dtype);
   // Part p is elements [begin(p), begin(p + 1)).
   const auto begin = [&](int p) { return count * p / size; };

@@ -3,8 +3,8 @@
 // the data to the next rank while receiving another from the previous one. A reduce-scatter
 // (size - 1 steps) leaves each rank with the whole sum of one part, summed in one place, and an
 // all-gather (size - 1 steps) copies every summed part to every rank, so every rank ends with
-// the same bits. The cross-worker engine drives it over MPI point-to-point messages; the tests
-// drive it over threads.
+// the same bits. The cross-worker engines drive it over MPI point-to-point messages and over Gloo
+// pairs (pipelined: cut into pieces, each sent on as it comes); the tests drive it over threads.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +27,19 @@ class RingLinks {
   // into `from_previous` (of the size that rank sends), both at once; returns when both are done.
   // Throws what the transport throws (a deadline, a failed peer).
   virtual void send_next_receive_previous(std::span<const std::byte> to_next, std::span<std::byte> from_previous) = 0;
+
+  // Links that also stream (piece_bytes() > 0) let ring_all_reduce pipeline its steps: it sends
+  // each piece of a part on as soon as that piece has come (and been added), so that the link
+  // does not wait at each step's start for the whole of the step before. 0: step by step.
+  virtual std::size_t piece_bytes() const { return 0; }
+  // Queues `bytes` to rank (rank() + 1) % size() as one message, behind those queued before, and
+  // returns at once. The bytes must stay as they are until that rank has them (at the latest
+  // until flush() returns).
+  virtual void send_next(std::span<const std::byte> bytes);
+  // Waits for the next message from rank (rank() - 1) % size(), of into.size() bytes, into `into`.
+  virtual void receive_previous(std::span<std::byte> into);
+  // Waits until every queued message has been sent. Throws what the transport throws.
+  virtual void flush();
 };
 
 // data = the sum over the ring's ranks of their `count` elements of `dtype` at `data`, in place.

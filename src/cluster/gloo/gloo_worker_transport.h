@@ -49,9 +49,10 @@ struct GlooTransportOptions {
   OnStall on_stall = OnStall::kFailStrategy;
 };
 
-// A mesh of pairs for small messages, and the outcome of a step's transfers
-// (gloo_worker_transport.cc).
+// A mesh of pairs for small messages, the ring's writing thread, and the outcome of a step's
+// transfers (gloo_worker_transport.cc).
 class PolledMesh;
+class RingWriter;
 struct TransferResult;
 
 class GlooWorkerTransport final : public WorkerTransport {
@@ -112,6 +113,7 @@ class GlooWorkerTransport final : public WorkerTransport {
   std::unique_ptr<PolledMesh> direct_;  // the small all_reduce's, under data_mutex_
   std::unique_ptr<PolledMesh> ring_up_;    // the ring's bytes to higher ranks, under data_mutex_
   std::unique_ptr<PolledMesh> ring_down_;  // and to lower ranks
+  std::unique_ptr<RingWriter> ring_writer_;  // writes the ring's messages, under data_mutex_
   std::vector<PolledMesh*> polled_meshes() const {
     return {headers_.polled.get(), input_.polled.get(), direct_.get(), ring_up_.get(), ring_down_.get()};
   }
