@@ -218,13 +218,20 @@ TEST_P(RingAllReduce, SumsExactlyWithUnevenAndTinyParts) {
   }
 }
 
-TEST_P(RingAllReduce, EveryRankHoldsTheSameBits) {
-  std::mt19937_64 random(42);
+// Each of `ranks` ranks' `count` values, of magnitudes 1e-9 apart, so that the order in which a
+// ring adds them changes the sum's last bits.
+std::vector<std::vector<double>> order_sensitive_values(int ranks, int count, std::uint64_t seed) {
+  std::mt19937_64 random(seed);
   std::uniform_real_distribution<double> values(-1e6, 1e6);
-  std::vector<std::vector<double>> data(static_cast<std::size_t>(size()));
+  std::vector<std::vector<double>> data(static_cast<std::size_t>(ranks));
   for (auto& mine : data) {
-    for (int i = 0; i < 5000; ++i) mine.push_back(values(random) * (i % 3 == 0 ? 1e-9 : 1.0));
+    for (int i = 0; i < count; ++i) mine.push_back(values(random) * (i % 3 == 0 ? 1e-9 : 1.0));
   }
+  return data;
+}
+
+TEST_P(RingAllReduce, EveryRankHoldsTheSameBits) {
+  const std::vector<std::vector<double>> data = order_sensitive_values(size(), 5000, 42);
   const auto results = run_ring(data);
   for (int r = 1; r < size(); ++r) {
     ASSERT_EQ(std::memcmp(results[static_cast<std::size_t>(r)].data(), results[0].data(), 5000 * sizeof(double)), 0)
@@ -310,12 +317,7 @@ TEST_P(RingAllReduce, PipelinedSumsExactlyInPiecesOfAnySize) {
 // Where the order of additions matters, the pipelined ring adds in the stepwise ring's order: both
 // give every rank the very same bits.
 TEST_P(RingAllReduce, PipelinedGivesTheStepwiseRingsBits) {
-  std::mt19937_64 random(7);
-  std::uniform_real_distribution<double> values(-1e6, 1e6);
-  std::vector<std::vector<double>> data(static_cast<std::size_t>(size()));
-  for (auto& mine : data) {
-    for (int i = 0; i < 5001; ++i) mine.push_back(values(random) * (i % 3 == 0 ? 1e-9 : 1.0));
-  }
+  const std::vector<std::vector<double>> data = order_sensitive_values(size(), 5001, 7);
   const auto stepwise = run_ring(data);
   for (const std::size_t piece : {50 * sizeof(double), 999 * sizeof(double)}) {
     const auto pipelined = run_ring(data, piece);
