@@ -4,9 +4,10 @@
 // giving its rank and the number of workers; Gloo then connects every pair of them, once for the
 // large messages and once for each kind of small one. Small messages (the control channel's
 // exchanges, a small all_reduce's data) and the ring all_reduce's (cluster/ring_all_reduce.h,
-// which gives the same bits as over MPI, compression included) go on pairs that the calling
-// threads read and write themselves, each read polled against its step's deadline; all_gather and
-// broadcast go through Gloo's event thread.
+// pipelined in pieces, which gives the same bits as over MPI, compression included) go on pairs
+// that the calling threads read themselves, each read polled against its step's deadline, and
+// that they or the ring's writing thread write; all_gather and broadcast go through Gloo's event
+// thread.
 //
 // Gloo treats a wait that passes its timeout as a broken connection: it fails every pair of the
 // context. So does this transport, on all its pairs: after a deadline passes in any call, every
