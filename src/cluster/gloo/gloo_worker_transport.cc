@@ -54,8 +54,9 @@ constexpr std::uint64_t kBroadcastSlot = slot_of(4);
 // Exchanges of up to this size (a vote's header, a count, most descriptions) take a polled mesh.
 constexpr std::size_t kPolledExchangeBytes = std::size_t{4} << 10;
 // The ring's pieces (RingLinks::piece_bytes), each sent on as soon as it has come. Between 2 hosts
-// at 10 Gbit/s (2-core harness) a sum of 16 MiB took a median 19.8 ms in 1 MiB pieces, 20.3 in
-// 512 KiB, 21.0 in 2 MiB and 21.4 in 4 MiB, and step by step in 4 MiB messages 21.0.
+// at 10 Gbit/s (2-core harness) a sum of 16 MiB took a median 20.0 ms in 1 MiB pieces, 21.4 in
+// 4 MiB and 21.0 step by step (6 launches each); in another round 19.8 in 1 MiB, 20.3 in 512 KiB
+// and 21.0 in 2 MiB (5 each).
 constexpr std::size_t kRingPiece = std::size_t{1} << 20;
 // Up to this size an all_reduce takes one round of messages on a polled mesh, each worker's whole
 // buffer to every other, instead of the ring's 2 (workers - 1): a small sum is latency alone.
